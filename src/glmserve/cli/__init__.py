@@ -1,0 +1,52 @@
+"""Console entry point: registers every verb module and maps errors to exit codes."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+from glmserve.cli import (  # noqa: F401  (imported for their @app.command registrations)
+    bench_cmds,
+    lifecycle_cmds,
+    profiles_cmds,
+    simulate_cmd,
+    sweep_cmds,
+    validate_cmd,
+)
+from glmserve.cli._app import STATE, app, err
+from glmserve.errors import EXIT_INTERRUPTED, GlmserveError
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; the only place a glmserve error becomes an exit status."""
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        app(args=argv, standalone_mode=False)
+    except GlmserveError as exc:
+        if debug or STATE.get("debug"):
+            traceback.print_exc()
+        err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+        return _exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err.print("interrupted", highlight=False)
+        return _exit(EXIT_INTERRUPTED)
+    except SystemExit as exc:  # typer.Exit from a verb
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        return _exit(code)
+    except Exception as exc:  # click usage errors and the like
+        import click
+
+        if isinstance(exc, click.exceptions.Abort):
+            err.print("interrupted", highlight=False)
+            return _exit(EXIT_INTERRUPTED)
+        if isinstance(exc, click.exceptions.Exit):
+            return _exit(exc.exit_code)
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            return _exit(exc.exit_code)
+        raise
+    return _exit(0)
+
+
+def _exit(code: int) -> int:
+    sys.exit(code)

@@ -1,0 +1,49 @@
+"""The Typer app every verb module registers on, plus the few output helpers verbs share.
+
+Verb modules (``cli/<area>.py``) only parse options and call one library function per verb;
+they raise ``glmserve.errors`` exceptions and never call ``sys.exit`` themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    name="glmserve",
+    help="Launch, watch, benchmark and compare SGLang server configurations on GPU hosts.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+# stdout carries data (tables, --json); stderr carries progress and errors.
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+STATE: dict[str, Any] = {"debug": False}
+
+
+def is_interactive() -> bool:
+    """True when stderr is a TTY: rich progress; otherwise plain one-line progress (CI)."""
+    return sys.stderr.isatty()
+
+
+def emit_json(data: Any) -> None:
+    """Write ``data`` as JSON on stdout (never through rich, so it is machine-parseable)."""
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+) -> None:
+    """glmserve: SGLang launch/watch/bench/compare. Exit codes: 0 ok, 1 gate failed,
+    2 usage/config, 3 server crashed, 4 stalled/timeout, 5 connection/transport, 130 Ctrl-C."""
+    STATE["debug"] = debug

@@ -1,0 +1,117 @@
+"""Every error glmserve raises on purpose, and the one place exit codes are decided.
+
+The CLI shows ``str(error)`` as one line and exits with ``error.exit_code``; ``--debug``
+adds the traceback. Lower-layer errors (ssh, httpx, sqlite, yaml) are translated at the
+boundary with ``raise X(...) from exc`` so callers only ever see this tree::
+
+    GlmserveError                      exit 2 unless overridden
+    ├── ConfigError                    2  bad profile / hosts file / --set path / argv
+    │   └── FlagValidationError        2  argv rejected for the target SGLang release
+    ├── BenchmarkGateFailed            1  a --min-*/--max-* gate was missed
+    ├── ServerCrashed                  3  the server died (carries the diagnosis)
+    ├── ServerNotReady                 4  stalled, hung, or timed out before READY
+    ├── TransportError                 5  ssh/connection/HTTP reachability failures
+    │   └── RemoteCommandError         5  a remote command exited non-zero (carries Result)
+    └── RunNotFound                    2  unknown run id
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Exit codes: the user's contract (README "Exit codes"). Keep in sync with the README.
+EXIT_OK = 0
+EXIT_GATE_FAILED = 1
+EXIT_USAGE = 2
+EXIT_CRASHED = 3
+EXIT_TIMEOUT = 4
+EXIT_TRANSPORT = 5
+EXIT_INTERRUPTED = 130
+
+
+class GlmserveError(Exception):
+    """Base of all deliberate glmserve errors; ``exit_code`` picks the process status."""
+
+    exit_code: int = EXIT_USAGE
+
+
+class ConfigError(GlmserveError):
+    """A profile, hosts file, override or argument is wrong. Message names file:line or key."""
+
+    exit_code = EXIT_USAGE
+
+
+class FlagValidationError(ConfigError):
+    """An argv is not what the target SGLang release's argparse accepts.
+
+    ``findings`` holds every error found (not just the first) so the CLI can list them.
+    """
+
+    def __init__(self, message: str, findings: list[Any] | None = None) -> None:
+        super().__init__(message)
+        self.findings = findings or []
+
+
+class RunNotFound(GlmserveError):
+    exit_code = EXIT_USAGE
+
+
+class BenchmarkGateFailed(GlmserveError):
+    exit_code = EXIT_GATE_FAILED
+
+
+class ServerCrashed(GlmserveError):
+    """The server process died or reported a fatal error; ``diagnosis`` says why."""
+
+    exit_code = EXIT_CRASHED
+
+    def __init__(self, message: str, diagnosis: Any = None) -> None:
+        super().__init__(message)
+        self.diagnosis = diagnosis
+
+
+class ServerNotReady(GlmserveError):
+    """Stalled, hung or timed out before becoming ready."""
+
+    exit_code = EXIT_TIMEOUT
+
+    def __init__(self, message: str, diagnosis: Any = None) -> None:
+        super().__init__(message)
+        self.diagnosis = diagnosis
+
+
+class TransportError(GlmserveError):
+    """Could not reach a host or a server (ssh connect/auth, HTTP connect)."""
+
+    exit_code = EXIT_TRANSPORT
+
+
+@dataclass
+class Result:
+    """What one command on a host returned (local or over ssh)."""
+
+    cmd: str
+    rc: int
+    stdout: str = ""
+    stderr: str = ""
+    duration_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    def tail(self, stream: str = "stderr", lines: int = 5) -> str:
+        text = self.stderr if stream == "stderr" else self.stdout
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+
+class RemoteCommandError(TransportError):
+    """A command on a host exited non-zero; the message carries its stderr tail."""
+
+    def __init__(self, result: Result, what: str = "") -> None:
+        tail = result.tail() or result.tail("stdout")
+        label = what or result.cmd
+        super().__init__(f"{label} failed (exit {result.rc}): {tail}".strip())
+        self.result = result

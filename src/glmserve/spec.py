@@ -1,0 +1,74 @@
+"""LaunchSpec: the resolved, I/O-free description of one server launch.
+
+Produced by ``profiles.build_launch_spec`` from a profile; consumed by ``render`` (script,
+argv, JSON), ``lifecycle`` (what to upload and start) and the run store (what was run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SGLANG_MODULE = "sglang.launch_server"
+SIMULATOR_MODULE = "glmserve.simulator"
+# Env var naming the runtime patches the shipped sitecustomize.py activates in every worker.
+PATCHES_ENV = "GLMSERVE_PATCHES"
+
+
+@dataclass(frozen=True)
+class ArgOrigin:
+    """Where one server flag came from, so validation errors can name file, line and key."""
+
+    key: str  # profile key path, e.g. "server.attention-backend"
+    file: str  # profile file that set it last ("<--set>" for overrides)
+    line: int | None  # 1-based line in that file, when known
+
+
+@dataclass
+class LaunchSpec:
+    profile: str
+    argv: list[str]  # server flags only: ["--model", "x", "--tp-size", "8", ...]
+    env: dict[str, str] = field(default_factory=dict)
+    venv: str | None = None  # directory to `source <venv>/bin/activate`
+    python: str = "python3"
+    launcher: str = "sglang"  # "sglang" | "simulator"
+    patches: list[str] = field(default_factory=list)
+    sglang_range: str | None = None  # PEP 440 specifier the profile targets, e.g. ">=0.5.8,<0.5.10"
+    nodes: list[str] = field(default_factory=list)  # multi-node host group, empty = single node
+    origins: dict[str, ArgOrigin] = field(default_factory=dict)  # "--flag" -> origin
+    sources: list[str] = field(default_factory=list)  # profile files, base first
+    extra: dict[str, Any] = field(default_factory=dict)  # sim: options, notes
+
+    @property
+    def module(self) -> str:
+        return SIMULATOR_MODULE if self.launcher == "simulator" else SGLANG_MODULE
+
+    def command(self) -> list[str]:
+        """The full process argv: ``python3 -u -m <module> <flags...>``."""
+        return [self.python, "-u", "-m", self.module, *self.argv]
+
+    def flag_value(self, flag: str) -> str | bool | None:
+        """Value of ``--flag`` in argv (True for a bare flag, None if absent)."""
+        for i, tok in enumerate(self.argv):
+            if tok == flag:
+                nxt = self.argv[i + 1] if i + 1 < len(self.argv) else None
+                return nxt if nxt is not None and not nxt.startswith("--") else True
+            if tok.startswith(flag + "="):
+                return tok.split("=", 1)[1]
+        return None
+
+    @property
+    def port(self) -> int:
+        v = self.flag_value("--port")
+        return int(v) if isinstance(v, str) else 30000  # SGLang's default port
+
+    @property
+    def tp_size(self) -> int:
+        v = self.flag_value("--tp-size") or self.flag_value("--tp")
+        return int(v) if isinstance(v, str) else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["command"] = self.command()
+        d["origins"] = {k: asdict(v) for k, v in self.origins.items()}
+        return d
