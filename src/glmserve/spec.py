@@ -37,7 +37,8 @@ class LaunchSpec:
     nodes: list[str] = field(default_factory=list)  # multi-node host group, empty = single node
     origins: dict[str, ArgOrigin] = field(default_factory=dict)  # "--flag" -> origin
     sources: list[str] = field(default_factory=list)  # profile files, base first
-    extra: dict[str, Any] = field(default_factory=dict)  # sim: options, notes
+    sim_args: list[str] = field(default_factory=list)  # --sim-* flags, only when simulating
+    extra: dict[str, Any] = field(default_factory=dict)  # notes, metadata
 
     @property
     def module(self) -> str:
@@ -45,7 +46,8 @@ class LaunchSpec:
 
     def command(self) -> list[str]:
         """The full process argv: ``python3 -u -m <module> <flags...>``."""
-        return [self.python, "-u", "-m", self.module, *self.argv]
+        sim = self.sim_args if self.launcher == "simulator" else []
+        return [self.python, "-u", "-m", self.module, *self.argv, *sim]
 
     def flag_value(self, flag: str) -> str | bool | None:
         """Value of ``--flag`` in argv (True for a bare flag, None if absent)."""

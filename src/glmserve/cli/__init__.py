@@ -7,6 +7,7 @@ import traceback
 
 from glmserve.cli import (  # noqa: F401  (imported for their @app.command registrations)
     bench_cmds,
+    diagnose_cmd,
     lifecycle_cmds,
     profiles_cmds,
     simulate_cmd,

@@ -1,0 +1,3 @@
+"""Verbs registered by this module (filled in by its issue)."""
+
+from glmserve.cli._app import app  # noqa: F401
