@@ -1,0 +1,356 @@
+"""The run store: every launch, phase event and bench result in one SQLite file.
+
+Lives at ``$GLMSERVE_HOME/runs.sqlite``. The schema is built by append-only, named migrations
+(``m001_initial``, ...) recorded in ``_migrations`` and applied on every open, so an old file is
+upgraded in place and a new one is built from empty by the same code path. WAL journaling plus a
+busy timeout plus ``BEGIN IMMEDIATE`` for every write make several glmserve processes (a watch,
+a bench, a ``stop``) safe to write at once: writers queue on the lock instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from glmserve.errors import ConfigError, GlmserveError, RunNotFound
+from glmserve.paths import glmserve_home
+
+BUSY_TIMEOUT_MS = 30_000
+
+# States a run is in once it can no longer change by itself.
+TERMINAL_STATES = frozenset({"CRASHED", "STALLED", "EXITED", "STOPPED", "FAILED"})
+
+
+def _m001_initial(db: sqlite3.Connection) -> None:
+    db.executescript(
+        """
+        CREATE TABLE runs (
+            run_id      TEXT PRIMARY KEY,
+            host        TEXT NOT NULL,
+            profile     TEXT NOT NULL,
+            port        INTEGER NOT NULL,
+            run_dir     TEXT NOT NULL,
+            launcher    TEXT NOT NULL DEFAULT 'sglang',
+            pid         INTEGER,
+            pgid        INTEGER,
+            proc_start  TEXT,            -- /proc/<pid>/stat field 22 (clock ticks since boot)
+            boot_id     TEXT,            -- /proc/sys/kernel/random/boot_id at launch
+            state       TEXT NOT NULL DEFAULT 'STARTING',
+            category    TEXT,
+            root_cause  TEXT,
+            hint        TEXT,
+            log_offset  INTEGER NOT NULL DEFAULT 0,
+            tp_size     INTEGER NOT NULL DEFAULT 1,
+            patches     TEXT NOT NULL DEFAULT '[]',   -- JSON list
+            spec        TEXT NOT NULL DEFAULT '{}',   -- JSON LaunchSpec.to_dict()
+            meta        TEXT NOT NULL DEFAULT '{}',   -- JSON, free-form
+            created_at  REAL NOT NULL,
+            updated_at  REAL NOT NULL,
+            ready_at    REAL,
+            ended_at    REAL
+        );
+        CREATE INDEX runs_host_port ON runs(host, port);
+        CREATE INDEX runs_created ON runs(created_at);
+        CREATE TABLE events (
+            id      INTEGER PRIMARY KEY AUTOINCREMENT,
+            run_id  TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+            ts      REAL NOT NULL,
+            state   TEXT NOT NULL,
+            line    TEXT,
+            data    TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX events_run ON events(run_id, id);
+        CREATE TABLE bench_results (
+            id          INTEGER PRIMARY KEY AUTOINCREMENT,
+            run_id      TEXT REFERENCES runs(run_id) ON DELETE SET NULL,
+            created_at  REAL NOT NULL,
+            result      TEXT NOT NULL,   -- JSON: the versioned bench result
+            meta        TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX bench_results_run ON bench_results(run_id, id);
+        """
+    )
+
+
+# Append only: never edit or reorder a shipped migration, add m002_... instead.
+MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
+    ("m001_initial", _m001_initial),
+]
+
+
+@dataclass
+class RunRecord:
+    """One launched server, as recorded (the row of ``runs`` with JSON columns decoded)."""
+
+    run_id: str
+    host: str
+    profile: str
+    port: int
+    run_dir: str
+    launcher: str = "sglang"
+    pid: int | None = None
+    pgid: int | None = None
+    proc_start: str | None = None
+    boot_id: str | None = None
+    state: str = "STARTING"
+    category: str | None = None
+    root_cause: str | None = None
+    hint: str | None = None
+    log_offset: int = 0
+    tp_size: int = 1
+    patches: list[str] = field(default_factory=list)
+    spec: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    ready_at: float | None = None
+    ended_at: float | None = None
+
+    @property
+    def log_path(self) -> str:
+        return f"{self.run_dir}/server.log"
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+_JSON_COLS = {"patches", "spec", "meta"}
+_RUN_COLS = tuple(RunRecord.__dataclass_fields__)
+
+
+def _row_to_run(row: sqlite3.Row) -> RunRecord:
+    d = {k: row[k] for k in row.keys() if k in _RUN_COLS}  # noqa: SIM118 (Row iterates values)
+    for k in _JSON_COLS:
+        d[k] = json.loads(d[k]) if d.get(k) else ([] if k == "patches" else {})
+    return RunRecord(**d)
+
+
+class RunStore:
+    """Thin, typed access to runs.sqlite. One connection per instance; cheap to open."""
+
+    def __init__(self, db: sqlite3.Connection, path: Path) -> None:
+        self.db = db
+        self.path = path
+
+    @classmethod
+    def open(cls, path: str | Path | None = None) -> RunStore:
+        """Open (creating and migrating as needed) the store; default ``$GLMSERVE_HOME``."""
+        p = Path(path) if path is not None else glmserve_home() / "runs.sqlite"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            db = sqlite3.connect(str(p), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+            db.row_factory = sqlite3.Row
+            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA foreign_keys = ON")
+            store = cls(db, p)
+            store.migrate()
+        except sqlite3.DatabaseError as exc:
+            raise ConfigError(f"{p}: cannot open run store: {exc}") from exc
+        return store
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taking the write lock up front (no upgrade deadlocks)."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def migrate(self) -> list[str]:
+        """Apply pending migrations; returns the names applied now. Safe to race."""
+        self.db.execute(
+            "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL)"
+        )
+        applied_now: list[str] = []
+        with self._write() as db:
+            done = {r[0] for r in db.execute("SELECT name FROM _migrations")}
+            for name, fn in MIGRATIONS:
+                if name in done:
+                    continue
+                _run_migration(db, fn)
+                db.execute("INSERT INTO _migrations VALUES (?, ?)", (name, time.time()))
+                applied_now.append(name)
+        return applied_now
+
+    def applied_migrations(self) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT name FROM _migrations ORDER BY rowid")]
+
+    # -- runs -------------------------------------------------------------------------------
+    def add_run(self, run: RunRecord) -> RunRecord:
+        now = time.time()
+        run.created_at = run.created_at or now
+        run.updated_at = now
+        d = run.to_dict()
+        for k in _JSON_COLS:
+            d[k] = json.dumps(d[k], default=str)
+        cols = ", ".join(d)
+        marks = ", ".join("?" for _ in d)
+        with self._write() as db:
+            db.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", tuple(d.values()))
+        return run
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        """Set columns of one run (unknown column names are a programming error)."""
+        bad = set(fields) - set(_RUN_COLS)
+        if bad:
+            raise GlmserveError(f"unknown run fields: {sorted(bad)}")
+        fields["updated_at"] = time.time()
+        for k in _JSON_COLS & set(fields):
+            fields[k] = json.dumps(fields[k], default=str)
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        with self._write() as db:
+            db.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", (*fields.values(), run_id))
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """The run with this id or unique id prefix; RunNotFound otherwise."""
+        row = self.db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None and run_id:
+            like = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            rows = self.db.execute(
+                "SELECT * FROM runs WHERE run_id LIKE ? ESCAPE '\\' LIMIT 2", (like,)
+            ).fetchall()
+            if len(rows) > 1:
+                raise RunNotFound(f"run id prefix {run_id!r} is ambiguous; give more characters")
+            row = rows[0] if rows else None
+        if row is None:
+            raise RunNotFound(f"no run {run_id!r} (see `glmserve runs`)")
+        return _row_to_run(row)
+
+    def list_runs(
+        self,
+        host: str | None = None,
+        port: int | None = None,
+        active_only: bool = False,
+        last: int | None = None,
+    ) -> list[RunRecord]:
+        """Runs, newest first, optionally filtered by host/port/non-terminal state."""
+        where, args = [], []
+        if host is not None:
+            where.append("host = ?")
+            args.append(host)
+        if port is not None:
+            where.append("port = ?")
+            args.append(port)
+        if active_only:
+            where.append(f"state NOT IN ({', '.join('?' for _ in TERMINAL_STATES)})")
+            args.extend(sorted(TERMINAL_STATES))
+        sql = "SELECT * FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at DESC, rowid DESC"
+        if last:
+            sql += f" LIMIT {int(last)}"
+        return [_row_to_run(r) for r in self.db.execute(sql, args)]
+
+    # -- events -----------------------------------------------------------------------------
+    def add_event(
+        self, run_id: str, state: str, line: str | None = None, data: dict | None = None
+    ) -> int:
+        with self._write() as db:
+            cur = db.execute(
+                "INSERT INTO events (run_id, ts, state, line, data) VALUES (?, ?, ?, ?, ?)",
+                (run_id, time.time(), state, line, json.dumps(data or {}, default=str)),
+            )
+        return int(cur.lastrowid or 0)
+
+    def list_events(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self.db.execute(
+            "SELECT * FROM events WHERE run_id = ? ORDER BY id", (run_id,)
+        ).fetchall()
+        return [{**dict(r), "data": json.loads(r["data"])} for r in rows]
+
+    # -- bench results ----------------------------------------------------------------------
+    def add_bench_result(self, run_id: str | None, result: dict, meta: dict | None = None) -> int:
+        with self._write() as db:
+            cur = db.execute(
+                "INSERT INTO bench_results (run_id, created_at, result, meta) VALUES (?, ?, ?, ?)",
+                (run_id, time.time(), json.dumps(result, default=str), json.dumps(meta or {})),
+            )
+        return int(cur.lastrowid or 0)
+
+    def get_bench_result(self, result_id: int) -> dict[str, Any]:
+        row = self.db.execute("SELECT * FROM bench_results WHERE id = ?", (result_id,)).fetchone()
+        if row is None:
+            raise RunNotFound(f"no bench result {result_id} (see `glmserve runs`)")
+        return _bench_row(row)
+
+    def list_bench_results(
+        self, run_id: str | None = None, last: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Bench results, newest first."""
+        sql, args = "SELECT * FROM bench_results", []
+        if run_id is not None:
+            sql += " WHERE run_id = ?"
+            args.append(run_id)
+        sql += " ORDER BY id DESC"
+        if last:
+            sql += f" LIMIT {int(last)}"
+        return [_bench_row(r) for r in self.db.execute(sql, args)]
+
+
+def _bench_row(row: sqlite3.Row) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "run_id": row["run_id"],
+        "created_at": row["created_at"],
+        "result": json.loads(row["result"]),
+        "meta": json.loads(row["meta"]),
+    }
+
+
+def _run_migration(db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], None]) -> None:
+    """Run a migration inside the caller's transaction.
+
+    ``executescript`` would COMMIT first, so split the script's statements and run each with
+    ``execute``; that keeps the migration and its ``_migrations`` row atomic.
+    """
+
+    class _Proxy:
+        def executescript(self, script: str) -> None:
+            for stmt in _split_sql(script):
+                db.execute(stmt)
+
+        def execute(self, *a: Any) -> sqlite3.Cursor:
+            return db.execute(*a)
+
+    fn(_Proxy())  # type: ignore[arg-type]
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration script into statements (complete_statement handles quoting)."""
+    out, buf = [], ""
+    for line in script.splitlines(keepends=True):
+        if line.strip().startswith("--") and not buf.strip():
+            continue
+        buf += line
+        if sqlite3.complete_statement(buf):
+            stmt = buf.strip()
+            if stmt and stmt != ";":
+                out.append(stmt)
+            buf = ""
+    if buf.strip():
+        out.append(buf.strip())
+    return out
