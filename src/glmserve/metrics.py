@@ -1,0 +1,296 @@
+"""Streaming benchmark metrics: client timestamps + server token counts -> latency and tok/s.
+
+Pure: no I/O, no clocks. The client (``glmserve.bench.client``) records, per request, the
+``perf_counter`` time of every streamed chunk and the server's cumulative token count after it;
+this module turns those records into the numbers ``glmserve bench`` reports. Definitions (the
+README copies them):
+
+* **Token counts** come from the server (native ``meta_info.completion_tokens``, OpenAI
+  ``usage.completion_tokens``), never from counting chunks or re-tokenizing text: a chunk may
+  carry several tokens (stream intervals, speculative decoding). When an API gives only the final
+  total (OpenAI streams without logprobs), the total is spread evenly over the content chunks.
+* **Send time** is when the request headers were written to the socket; **client queue time** is
+  send time minus dispatch time (when a slot handed the request to the HTTP client), so a slow
+  client or a starved connection pool shows up there and not inside TTFT.
+* **TTFT** = time of the first chunk carrying a token - send time.
+* **E2E** = time of the last token-carrying chunk - send time.
+* **ITL**: the gap between two consecutive token-carrying chunks, split evenly over the new
+  tokens in the later chunk (a 4-token chunk after 40 ms gives four 10 ms ITLs). Tokens that
+  arrive in the first chunk have no gap and no ITL.
+* **TPOT** = (E2E - TTFT) / (n - n_first), where n is the server's completion token count and
+  n_first the tokens that arrived in the first chunk. With one token per chunk this is the usual
+  (E2E - TTFT) / (n - 1); with k tokens per chunk it stays exact instead of being biased by
+  (k - 1) intervals. Undefined (None) when every token came in the first chunk.
+* **Decode tok/s of a stream** = 1 / TPOT. The decode-mode headline is the median over streams.
+* **Aggregate output tok/s** counts tokens over the *steady window* only, excluding ramp-up and
+  tail. Window start = the send time of the last request of the first wave (the first
+  ``concurrency`` requests, by send time): from then on every slot holds a request. Window
+  end = the first stream end after the last request was sent: from then on a finishing slot
+  is not refilled. In a closed loop the window thus spans whole request cycles (prefill and
+  decode), so it measures what the server sustains with ``concurrency`` requests in flight.
+  Token arrival times inside a chunk are spread evenly over the chunk gap (as for ITL) and a
+  token counts when its arrival time lies in the window. If the window is empty (no stream
+  ended after the last send), the whole span from first send to last token is used and the
+  result says ``window_kind="full"``.
+* **Errors**: a request that failed (HTTP error, stream cut, stall deadline) counts in
+  ``errors``; its tokens still count toward aggregate throughput (the server produced them),
+  but its latencies are excluded from the percentiles.
+* **Percentiles** p50/p90/p99 use linear interpolation between order statistics (numpy's
+  default), over the successful streams (ITL: over all their tokens).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+PERCENTILES: tuple[int, ...] = (50, 90, 99)
+
+
+@dataclass
+class StreamRecord:
+    """What the client saw of one request. Times are ``time.perf_counter()`` seconds.
+
+    ``chunk_tokens[i]`` is the server's cumulative completion-token count after chunk ``i``
+    (``chunk_times[i]``); only chunks that carried tokens are recorded.
+    """
+
+    dispatch: float
+    send: float | None = None
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    completion_tokens: int | None = None  # the server's final count
+    prompt_tokens: int | None = None
+    end: float | None = None  # stream closed ([DONE] or error)
+    error: str | None = None
+    tokens_estimated: bool = False  # per-chunk counts spread from a final total
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens the server produced for this stream as far as the client knows."""
+        if self.completion_tokens is not None:
+            return self.completion_tokens
+        return self.chunk_tokens[-1] if self.chunk_tokens else 0
+
+
+@dataclass
+class StreamMetrics:
+    """Per-request latencies in seconds (None where undefined)."""
+
+    ttft: float | None
+    e2e: float | None
+    tpot: float | None
+    itls: list[float]
+    n_tokens: int
+    queue: float | None
+
+    @property
+    def decode_tok_s(self) -> float | None:
+        return 1.0 / self.tpot if self.tpot else None
+
+
+@dataclass
+class SteadyWindow:
+    start: float
+    end: float
+    kind: str  # "steady" | "full" | "empty"
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, self.end - self.start)
+
+
+@dataclass
+class LevelMetrics:
+    """Everything reported for one concurrency level (times in milliseconds)."""
+
+    concurrency: int
+    requests: int
+    completed: int
+    errors: int
+    output_tokens: int
+    output_tok_s: float | None
+    window_s: float
+    window_kind: str
+    duration_s: float
+    ttft_ms: dict[str, float | None]
+    itl_ms: dict[str, float | None]
+    tpot_ms: dict[str, float | None]
+    e2e_ms: dict[str, float | None]
+    queue_ms: dict[str, float | None]
+    decode_tok_s: dict[str, float | None]
+    error_samples: list[str] = field(default_factory=list)
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """The p-th percentile (0..100) with linear interpolation; None for no values."""
+    if not values:
+        return None
+    if not 0 <= p <= 100:
+        raise ValueError(f"percentile must be within 0..100, got {p}")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * p / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summarize(values: Sequence[float], scale: float = 1.0) -> dict[str, float | None]:
+    """``{"p50":..,"p90":..,"p99":..,"mean":..}`` of ``values * scale`` (None when empty)."""
+    out: dict[str, float | None] = {}
+    for p in PERCENTILES:
+        v = percentile(values, p)
+        out[f"p{p}"] = None if v is None else v * scale
+    out["mean"] = (sum(values) / len(values)) * scale if values else None
+    return out
+
+
+def spread_total(chunk_count: int, total: int) -> list[int]:
+    """Cumulative per-chunk token counts when only the stream's ``total`` is known.
+
+    Spreads ``total`` as evenly as integers allow, earlier chunks never ahead of later ones:
+    the approximation used for OpenAI-style streams that carry no per-chunk counts.
+    """
+    if chunk_count <= 0:
+        return []
+    return [round(total * (i + 1) / chunk_count) for i in range(chunk_count)]
+
+
+def _clean_chunks(rec: StreamRecord) -> tuple[list[float], list[int]]:
+    """Chunks with strictly increasing cumulative counts, capped at the server's final count."""
+    times: list[float] = []
+    counts: list[int] = []
+    last = 0
+    cap = rec.completion_tokens
+    for t, c in zip(rec.chunk_times, rec.chunk_tokens, strict=False):
+        if cap is not None:
+            c = min(c, cap)
+        if c > last:
+            times.append(t)
+            counts.append(c)
+            last = c
+    if cap is not None and times and counts[-1] < cap and rec.ok:
+        # The server says more tokens were produced than the chunks showed (a final chunk
+        # with only meta_info): they arrived with the last chunk.
+        counts[-1] = cap
+    return times, counts
+
+
+def stream_metrics(rec: StreamRecord) -> StreamMetrics:
+    """TTFT, E2E, TPOT and ITLs of one stream, per the module definitions."""
+    queue = rec.send - rec.dispatch if rec.send is not None else None
+    times, counts = _clean_chunks(rec)
+    n = counts[-1] if counts else 0
+    if rec.send is None or not times:
+        return StreamMetrics(None, None, None, [], n, queue)
+    ttft = times[0] - rec.send
+    e2e = times[-1] - rec.send
+    n_first = counts[0]
+    tpot = (e2e - ttft) / (n - n_first) if n > n_first else None
+    itls: list[float] = []
+    for i in range(1, len(times)):
+        k = counts[i] - counts[i - 1]
+        gap = times[i] - times[i - 1]
+        itls.extend([gap / k] * k)
+    return StreamMetrics(ttft, e2e, tpot, itls, n, queue)
+
+
+def token_times(rec: StreamRecord) -> list[float]:
+    """Arrival time of every token: first-chunk tokens at its time, later ones spread evenly."""
+    times, counts = _clean_chunks(rec)
+    out: list[float] = []
+    prev_t: float | None = None
+    prev_c = 0
+    for t, c in zip(times, counts, strict=True):
+        k = c - prev_c
+        if prev_t is None:
+            out.extend([t] * k)
+        else:
+            gap = t - prev_t
+            out.extend(prev_t + gap * (j + 1) / k for j in range(k))
+        prev_t, prev_c = t, c
+    return out
+
+
+def steady_window(records: Sequence[StreamRecord], concurrency: int) -> SteadyWindow:
+    """The interval where all ``concurrency`` slots were decoding (see module docstring)."""
+    sent = sorted((r for r in records if r.send is not None), key=lambda r: r.send or 0.0)
+    all_tok = [t for r in sent for t in token_times(r)]
+    if not sent or not all_tok:
+        return SteadyWindow(0.0, 0.0, "empty")
+    full = SteadyWindow(min(r.send for r in sent if r.send is not None), max(all_tok), "full")
+    first_wave = sent[: max(1, concurrency)]
+    start = first_wave[-1].send or 0.0
+    last_send = sent[-1].send or 0.0
+    ends = [_last_time(r) for r in sent]
+    after = [e for e in ends if e is not None and e >= last_send]
+    if not after:
+        return full
+    end = min(after)
+    if end <= start:
+        return full
+    return SteadyWindow(start, end, "steady")
+
+
+def _last_time(rec: StreamRecord) -> float | None:
+    if rec.end is not None:
+        return rec.end
+    return rec.chunk_times[-1] if rec.chunk_times else None
+
+
+def tokens_in_window(records: Iterable[StreamRecord], start: float, end: float) -> int:
+    """Tokens whose arrival time lies in ``[start, end]``."""
+    n = 0
+    for r in records:
+        ts = token_times(r)
+        n += bisect_right(ts, end) - bisect_left(ts, start)
+    return n
+
+
+def aggregate_tok_s(
+    records: Sequence[StreamRecord], concurrency: int
+) -> tuple[float | None, SteadyWindow]:
+    """Aggregate output tok/s over the steady window, and the window used."""
+    win = steady_window(records, concurrency)
+    if win.seconds <= 0:
+        return None, win
+    return tokens_in_window(records, win.start, win.end) / win.seconds, win
+
+
+def level_metrics(records: Sequence[StreamRecord], concurrency: int) -> LevelMetrics:
+    """Summarize one concurrency level: percentiles over successful streams, errors, tok/s."""
+    ok = [stream_metrics(r) for r in records if r.ok]
+    failed = [r for r in records if not r.ok]
+    tok_s, win = aggregate_tok_s(records, concurrency)
+    starts = [r.send for r in records if r.send is not None] or [r.dispatch for r in records]
+    lasts = [t for r in records if (t := _last_time(r)) is not None]
+    duration = (max(lasts) - min(starts)) if starts and lasts else 0.0
+    samples: list[str] = []
+    for r in failed:
+        if r.error and r.error not in samples:
+            samples.append(r.error)
+    ms = 1000.0
+    return LevelMetrics(
+        concurrency=concurrency,
+        requests=len(records),
+        completed=len(ok),
+        errors=len(failed),
+        output_tokens=sum(r.n_tokens for r in records),
+        output_tok_s=tok_s,
+        window_s=win.seconds,
+        window_kind=win.kind,
+        duration_s=max(0.0, duration),
+        ttft_ms=summarize([m.ttft for m in ok if m.ttft is not None], ms),
+        itl_ms=summarize([x for m in ok for x in m.itls], ms),
+        tpot_ms=summarize([m.tpot for m in ok if m.tpot is not None], ms),
+        e2e_ms=summarize([m.e2e for m in ok if m.e2e is not None], ms),
+        queue_ms=summarize([m.queue for m in ok if m.queue is not None], ms),
+        decode_tok_s=summarize([d for m in ok if (d := m.decode_tok_s) is not None]),
+        error_samples=samples[:5],
+    )
