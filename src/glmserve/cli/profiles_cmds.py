@@ -1,3 +1,86 @@
-"""Verbs registered by this module (filled in by its issue)."""
+"""Verbs: ``profiles`` (list) and ``render`` (profile -> script | argv | JSON)."""
 
-from glmserve.cli._app import app  # noqa: F401
+from __future__ import annotations
+
+import shlex
+import sys
+from enum import Enum
+
+import typer
+from rich.table import Table
+
+from glmserve.cli._app import app, emit_json, err, out
+
+
+class RenderFormat(str, Enum):
+    script = "script"
+    argv = "argv"
+    json = "json"
+
+
+@app.command("profiles")
+def profiles_cmd(
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable list."),
+) -> None:
+    """List profiles: name, parent, attention backend, patches, target sglang range.
+
+    Example: glmserve profiles --json
+    """
+    from glmserve.profiles import list_profile_summaries
+
+    rows = list_profile_summaries()
+    if json_out:
+        emit_json(rows)
+        return
+    table = Table("profile", "extends", "attention backend", "patches", "sglang", "description")
+    for col in table.columns[:5]:
+        col.no_wrap = True
+    for r in rows:
+        table.add_row(
+            r["name"],
+            r["extends"] or "",
+            r["attention_backend"] or "-",
+            ",".join(r["patches"]) or "-",
+            r["sglang"] or "-",
+            r["description"],
+        )
+    out.print(table)
+
+
+@app.command("render")
+def render_cmd(
+    profile: str = typer.Option(..., "--profile", "-p", help="Profile name or YAML path."),
+    fmt: RenderFormat = typer.Option(RenderFormat.script, "--format", "-f"),
+    sglang_version: str = typer.Option(
+        None, "--sglang-version", help="Validate the flags against this SGLang release."
+    ),
+    overrides: list[str] = typer.Option(
+        [], "--set", help="Override a profile key, e.g. --set server.port=8001 (repeatable)."
+    ),
+    simulate: bool = typer.Option(False, "--simulate", help="Launch with the simulator."),
+    json_out: bool = typer.Option(False, "--json", help="Same as --format json."),
+) -> None:
+    """Render a profile to the launch script, the argv, or JSON (argv + env + metadata).
+
+    Examples:
+      glmserve render --profile trtllm_mla
+      glmserve render --profile trtllm_mla --format argv --sglang-version 0.5.9
+      glmserve render --profile flashinfer_gtc --set server.port=8001 --json
+    """
+    from glmserve.profiles import load_profile
+    from glmserve.profiles import simulate as to_simulator
+    from glmserve.render import render_json, render_script
+    from glmserve.validation import validate_spec
+
+    spec = load_profile(profile, overrides)
+    warnings = validate_spec(spec, sglang_version) if sglang_version else []
+    if simulate:
+        spec = to_simulator(spec)
+    for w in warnings:
+        err.print(f"warning: {w}", highlight=False, markup=False)
+    if json_out or fmt is RenderFormat.json:
+        emit_json(render_json(spec, warnings))
+    elif fmt is RenderFormat.argv:
+        sys.stdout.write(shlex.join(spec.argv) + "\n")
+    else:
+        sys.stdout.write(render_script(spec))

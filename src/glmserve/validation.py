@@ -1,0 +1,70 @@
+"""Validate a LaunchSpec's argv against one SGLang release and word the findings in profile
+terms (file:line and key), so a user fixes the YAML, not the rendered argv."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from glmserve.errors import FlagValidationError
+from glmserve.spec import LaunchSpec
+
+
+def flag_at(argv: list[str], index: int | None) -> str | None:
+    """The flag an argv token belongs to (the token itself, or the nearest flag before it)."""
+    if index is None or not argv:
+        return None
+    for i in range(min(index, len(argv) - 1), -1, -1):
+        tok = argv[i]
+        if tok.startswith("--"):
+            return tok.split("=", 1)[0]
+    return None
+
+
+def locate(spec: LaunchSpec, finding: Any) -> str:
+    """``file:line (key server.x)`` for a finding, falling back to the profile name."""
+    flag = flag_at(spec.argv, getattr(finding, "index", None)) or getattr(finding, "flag", None)
+    origin = spec.origins.get(flag or "")
+    if origin is None:
+        return f"profile {spec.profile}"
+    where = f"{origin.file}:{origin.line}" if origin.line else origin.file
+    return f"{where} ({origin.key})"
+
+
+def format_finding(spec: LaunchSpec, finding: Any) -> str:
+    text = f"{locate(spec, finding)}: {finding.severity}: {finding.message}"
+    if getattr(finding, "suggestion", None):
+        text += f" ({finding.suggestion})"
+    return text
+
+
+def version_in_range(version: str, spec_range: str | None) -> bool:
+    if not spec_range:
+        return True
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version) in SpecifierSet(spec_range)
+    except InvalidVersion:
+        return True
+
+
+def validate_spec(spec: LaunchSpec, sglang_version: str) -> list[str]:
+    """Raise FlagValidationError (exit 2) listing every error; return warning lines."""
+    from glmserve.argspec import load_argspec, validate_argv
+
+    argspec = load_argspec(sglang_version)
+    report = validate_argv(list(spec.argv), argspec)
+    warnings = [format_finding(spec, f) for f in report.warnings]
+    version = getattr(argspec, "version", sglang_version)
+    if not version_in_range(str(version), spec.sglang_range):
+        warnings.append(
+            f"profile {spec.profile}: targets sglang {spec.sglang_range}, "
+            f"validating against {version}"
+        )
+    if report.errors:
+        lines = [format_finding(spec, f) for f in report.errors]
+        head = f"{len(lines)} flag error(s) for sglang {version}: " + lines[0]
+        msg = head if len(lines) == 1 else head + "\n" + "\n".join(lines[1:])
+        raise FlagValidationError(msg, findings=report.errors)
+    return warnings
