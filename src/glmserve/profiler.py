@@ -1,0 +1,828 @@
+"""Read torch-profiler Chrome traces and say where the decode step goes.
+
+SGLang's ``/start_profile`` writes one ``{id}-TP-{rank}.trace.json.gz`` per rank; on a real
+GLM-5 server each one reaches gigabytes, so the file is never loaded whole: ``iter_trace``
+decodes the ``traceEvents`` array one event at a time (C ``raw_decode`` over a sliding text
+buffer, gz or plain). Everything after the reader is pure:
+
+    iter_trace(path) ─► TraceAccumulator.add(event) ─► .finish() -> RankProfile
+    [RankProfile, ...] ─► find_bottlenecks(...) -> [Finding]   (patterns -> advice)
+
+GPU kernels are attributed to the op that launched them through the kernel's ``External id``
+(kineto stamps it with the innermost op on the stack at launch), falling back to the
+``correlation`` id of the ``cudaLaunchKernel`` runtime event / ``ac2g`` flow start and the
+innermost ``cpu_op`` enclosing it. With ``record_shapes`` the launching op's ``Input type``
+tells an ``aten::copy_`` FP8 -> BF16 cast apart from any other copy: that is the 69% cast the
+seeds found (FlashInfer MLA casting the whole FP8 KV pool to BF16 on every layer).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from glmserve.errors import ConfigError
+
+ANALYSIS_VERSION = 1
+
+GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
+_RANK_IN_NAME = re.compile(r"-TP-(\d+)")
+_STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+_WS = " \t\r\n"
+
+# torch ScalarType codes as they appear in ``Concrete Inputs`` of aten::to / aten::_to_copy.
+_SCALAR_TYPE_CODES = {
+    "5": "Half",
+    "6": "Float",
+    "15": "BFloat16",
+    "23": "Float8_e5m2",
+    "24": "Float8_e4m3fn",
+}
+_SHORT_DTYPE = {
+    "Float8_e4m3fn": "fp8_e4m3",
+    "Float8_e4m3fnuz": "fp8_e4m3",
+    "Float8_e5m2": "fp8_e5m2",
+    "Float8_e5m2fnuz": "fp8_e5m2",
+    "BFloat16": "bf16",
+    "Half": "fp16",
+    "Float": "fp32",
+    "Byte": "uint8",
+}
+_CAST_OPS = frozenset({"aten::copy_", "aten::_to_copy", "aten::to"})
+
+
+class TraceFormatError(ConfigError):
+    """A trace file is not a Chrome trace (message names file:line)."""
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class _TextWindow:
+    """A sliding window over a text stream: decode JSON values without holding the file."""
+
+    def __init__(self, fh: TextIO, label: str, chunk_chars: int = 1 << 20) -> None:
+        self._fh = fh
+        self._label = label
+        self._chunk = chunk_chars
+        self._decoder = json.JSONDecoder(strict=False)
+        self.buf = ""
+        self.pos = 0
+        self.eof = False
+        self._dropped_lines = 0
+
+    def _fill(self) -> bool:
+        data = self._fh.read(self._chunk)
+        if not data:
+            self.eof = True
+            return False
+        self._dropped_lines += self.buf.count("\n", 0, self.pos)
+        self.buf = self.buf[self.pos :] + data
+        self.pos = 0
+        return True
+
+    def line_at(self, pos: int) -> int:
+        return self._dropped_lines + self.buf.count("\n", 0, pos) + 1
+
+    def fail(self, what: str, pos: int | None = None) -> TraceFormatError:
+        line = self.line_at(self.pos if pos is None else pos)
+        return TraceFormatError(f"{self._label}:{line}: not a Chrome trace: {what}")
+
+    def peek(self) -> str:
+        """Next non-blank character ('' at end of file), without consuming it."""
+        while True:
+            n = len(self.buf)
+            while self.pos < n and self.buf[self.pos] in _WS:
+                self.pos += 1
+            if self.pos < n:
+                return self.buf[self.pos]
+            if self.eof or not self._fill():
+                return ""
+
+    def expect(self, chars: str) -> str:
+        ch = self.peek()
+        if not ch or ch not in chars:
+            shown = repr(ch) if ch else "end of file"
+            raise self.fail(f"expected one of {chars!r}, found {shown}")
+        self.pos += 1
+        return ch
+
+    def value(self) -> Any:
+        """Decode the next JSON value, reading more text until it is complete."""
+        self.peek()
+        while True:
+            try:
+                obj, end = self._decoder.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as exc:
+                if self.eof or not self._fill():
+                    raise self.fail(exc.msg, exc.pos) from exc
+                continue
+            # A number cut at the buffer's end decodes "successfully"; make sure it ended.
+            if end == len(self.buf) and not self.eof and self._fill():
+                continue
+            self.pos = end
+            return obj
+
+
+@dataclass
+class TraceFile:
+    """Events of one trace file, streamed; ``metadata`` fills as the file is read."""
+
+    path: Path
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        with _open_text(self.path) as fh:
+            win = _TextWindow(fh, str(self.path))
+            first = win.peek()
+            if first == "[":  # Chrome's bare "JSON array format"
+                yield from _array_items(win)
+                return
+            win.expect("{")
+            if win.peek() == "}":
+                return
+            while True:
+                key = win.value()
+                if not isinstance(key, str):
+                    raise win.fail("object key is not a string")
+                win.expect(":")
+                if key == "traceEvents":
+                    yield from _array_items(win)
+                else:
+                    self.metadata[key] = win.value()
+                if win.expect(",}") == "}":
+                    return
+
+
+def _array_items(win: _TextWindow) -> Iterator[dict[str, Any]]:
+    win.expect("[")
+    if win.peek() == "]":
+        win.pos += 1
+        return
+    while True:
+        item = win.value()
+        if isinstance(item, dict):
+            yield item
+        if win.expect(",]") == "]":
+            return
+
+
+def _open_text(path: Path) -> TextIO:
+    try:
+        raw = path.open("rb")
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot read trace: {exc.strerror}") from exc
+    magic = raw.read(2)
+    raw.seek(0)
+    binary: Any = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
+    return io.TextIOWrapper(binary, encoding="utf-8", errors="replace")
+
+
+def iter_trace(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Stream the events of a Chrome trace (``.json`` or ``.json.gz``), one dict at a time."""
+    return TraceFile(Path(path)).events()
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class KernelStat:
+    """One GPU kernel name: its time over the profiled steps and who launched it."""
+
+    name: str
+    short_name: str
+    category: str  # kernel | gpu_memcpy | gpu_memset
+    total_us: float
+    count: int
+    share: float  # of decode step time (total over steps / window)
+    launched_by: str  # most common launching op label, "" when unknown
+    kind: str  # cast | gemm | attention | allreduce | memcpy_htod | memcpy | elementwise | other
+
+
+@dataclass
+class OpStat:
+    """One op (name + dtype label): GPU time of the kernels it launched, or CPU self time."""
+
+    name: str
+    label: str  # e.g. "fp8_e4m3 -> bf16 elementwise"
+    total_us: float
+    count: int
+    share: float
+    kernels: list[str] = field(default_factory=list)  # short kernel names it launched
+    example_dims: list[Any] = field(default_factory=list)  # Input Dims of one call
+    cast: tuple[str, str] | None = None  # (src, dst) dtype when the op is a dtype cast
+
+
+@dataclass
+class RankProfile:
+    rank: int
+    source: str
+    steps: int
+    step_us: float  # mean decode step time
+    window_us: float  # steps * step time: what shares are measured against
+    step_source: str  # "ProfilerStep" | "gpu busy span" | "cpu span"
+    gpu_busy_us: float
+    has_gpu: bool
+    kernels: list[KernelStat]
+    ops: list[OpStat]
+    event_count: int
+
+    def top_kernels(self, n: int = 10) -> list[KernelStat]:
+        return self.kernels[:n]
+
+    def top_ops(self, n: int = 10) -> list[OpStat]:
+        return self.ops[:n]
+
+
+@dataclass
+class Finding:
+    """A pattern in the trace turned into advice."""
+
+    kind: str  # fp8_kv_cast | allreduce | gemm_bound | memcpy_htod | gpu_idle | dominant_op
+    severity: str  # high | medium | info
+    share: float
+    ranks: list[int]
+    message: str
+
+
+@dataclass
+class TraceAnalysis:
+    ranks: list[RankProfile]
+    findings: list[Finding]
+    version: int = ANALYSIS_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- accumulate
+
+
+@dataclass
+class _Op:
+    ts: float
+    end: float
+    pid: Any
+    tid: Any
+    name: str
+    ext_id: int | None
+    args: dict[str, Any]
+
+
+class TraceAccumulator:
+    """Pure: fed events one by one, builds a ``RankProfile`` without keeping the raw events.
+
+    Only the fields the analysis needs are kept (op spans and shape args, kernel spans and ids),
+    so memory grows with the number of events but not with their JSON size.
+    """
+
+    def __init__(self, rank: int, source: str = "") -> None:
+        self.rank = rank
+        self.source = source
+        self.events = 0
+        self.steps: dict[int, tuple[float, float]] = {}
+        self.ops: list[_Op] = []
+        self.ops_by_ext: dict[int, int] = {}
+        self.kernels: list[tuple[float, float, str, str, int | None, int | None]] = []
+        self.launch_sites: dict[int, tuple[Any, Any, float, str]] = {}  # corr -> pid,tid,ts,name
+        self.distributed: dict[str, Any] = {}
+
+    def add(self, ev: dict[str, Any]) -> None:
+        self.events += 1
+        ph = ev.get("ph")
+        cat = ev.get("cat", "")
+        if ph == "X":
+            ts = float(ev.get("ts", 0.0))
+            dur = float(ev.get("dur", 0.0))
+            name = str(ev.get("name", ""))
+            args = ev.get("args") or {}
+            if cat in GPU_CATEGORIES:
+                self.kernels.append(
+                    (
+                        ts,
+                        dur,
+                        name,
+                        cat,
+                        _int(args.get("External id")),
+                        _int(args.get("correlation")),
+                    )
+                )
+            elif cat in RUNTIME_CATEGORIES:
+                corr = _int(args.get("correlation"))
+                if corr is not None:
+                    self.launch_sites[corr] = (ev.get("pid"), ev.get("tid"), ts, name)
+            elif cat in ("cpu_op", "user_annotation"):
+                m = _STEP_NAME.match(name)
+                if m:
+                    self.steps[int(m.group(1))] = (ts, dur)
+                    return
+                if cat == "user_annotation":
+                    return
+                ext = _int(args.get("External id"))
+                keep = {
+                    k: args[k] for k in ("Input type", "Input Dims", "Concrete Inputs") if k in args
+                }
+                self.ops.append(_Op(ts, ts + dur, ev.get("pid"), ev.get("tid"), name, ext, keep))
+                if ext is not None:
+                    self.ops_by_ext.setdefault(ext, len(self.ops) - 1)
+        elif ph == "s" and cat == "ac2g":
+            corr = _int(ev.get("id"))
+            if corr is not None and corr not in self.launch_sites:
+                self.launch_sites[corr] = (ev.get("pid"), ev.get("tid"), float(ev.get("ts", 0)), "")
+
+    def set_metadata(self, metadata: dict[str, Any]) -> None:
+        info = metadata.get("distributedInfo")
+        if isinstance(info, dict):
+            self.distributed = info
+
+    def finish(self) -> RankProfile:
+        gpu_spans = sorted((k[0], k[0] + k[1]) for k in self.kernels)
+        busy = _union_length(gpu_spans)
+        if self.steps:
+            durations = [d for _, d in self.steps.values()]
+            n_steps = len(durations)
+            window = sum(durations)
+            step_source = "ProfilerStep"
+        elif gpu_spans:
+            n_steps, window = 1, gpu_spans[-1][1] - gpu_spans[0][0]
+            step_source = "gpu busy span"
+        elif self.ops:
+            n_steps = 1
+            window = max(o.end for o in self.ops) - min(o.ts for o in self.ops)
+            step_source = "cpu span"
+        else:
+            n_steps, window, step_source = 0, 0.0, "empty"
+        has_gpu = bool(self.kernels)
+        kernels, ops = self._gpu_stats(window) if has_gpu else ([], self._cpu_self_stats(window))
+        return RankProfile(
+            rank=self.rank,
+            source=self.source,
+            steps=n_steps,
+            step_us=window / n_steps if n_steps else 0.0,
+            window_us=window,
+            step_source=step_source,
+            gpu_busy_us=busy,
+            has_gpu=has_gpu,
+            kernels=kernels,
+            ops=ops,
+            event_count=self.events,
+        )
+
+    # -- GPU: kernel time, attributed to launching ops
+    def _launcher(self, ext: int | None, corr: int | None, innermost: _Enclosing) -> _Op | None:
+        if ext is not None and ext in self.ops_by_ext:
+            return self.ops[self.ops_by_ext[ext]]
+        if corr is not None and corr in self.launch_sites:
+            pid, tid, ts, _ = self.launch_sites[corr]
+            return innermost.find(pid, tid, ts)
+        return None
+
+    def _gpu_stats(self, window: float) -> tuple[list[KernelStat], list[OpStat]]:
+        innermost = _Enclosing(self.ops)
+        k_total: dict[str, float] = defaultdict(float)
+        k_count: dict[str, int] = defaultdict(int)
+        k_cat: dict[str, str] = {}
+        k_launchers: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        o_total: dict[tuple[str, str], float] = defaultdict(float)
+        o_calls: dict[tuple[str, str], set[int]] = defaultdict(set)
+        o_kernels: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        o_example: dict[tuple[str, str], _Op] = {}
+        o_cast: dict[tuple[str, str], tuple[str, str] | None] = {}
+        for _ts, dur, name, cat, ext, corr in self.kernels:
+            k_total[name] += dur
+            k_count[name] += 1
+            k_cat[name] = cat
+            op = self._launcher(ext, corr, innermost)
+            if op is None:
+                site = self.launch_sites.get(corr) if corr is not None else None
+                graph = site is not None and "Graph" in site[3]
+                key = ("(cuda graph)" if graph else "(unattributed)", _kernel_label(name, cat))
+                call_id = id(site) if site else -1
+            else:
+                key = (op.name, _op_label(op, name))
+                call_id = id(op)
+                o_example.setdefault(key, op)
+                o_cast.setdefault(key, _op_cast(op, name))
+            k_launchers[name][_join(key)] += dur
+            o_total[key] += dur
+            o_calls[key].add(call_id)
+            o_kernels[key][_short_kernel(name)] += dur
+        kernels = [
+            KernelStat(
+                name=name,
+                short_name=_short_kernel(name),
+                category=k_cat[name],
+                total_us=total,
+                count=k_count[name],
+                share=_share(total, window),
+                launched_by=max(k_launchers[name].items(), key=lambda kv: kv[1])[0],
+                kind=_kernel_kind(
+                    name, k_cat[name], max(k_launchers[name], key=k_launchers[name].get)
+                ),
+            )
+            for name, total in k_total.items()
+        ]
+        ops = [
+            OpStat(
+                name=key[0],
+                label=key[1],
+                total_us=total,
+                count=len(o_calls[key]),
+                share=_share(total, window),
+                kernels=[k for k, _ in sorted(o_kernels[key].items(), key=lambda kv: -kv[1])][:3],
+                example_dims=_dims(o_example.get(key)),
+                cast=o_cast.get(key),
+            )
+            for key, total in o_total.items()
+        ]
+        kernels.sort(key=lambda k: -k.total_us)
+        ops.sort(key=lambda o: -o.total_us)
+        return kernels, ops
+
+    # -- CPU only: self time of each op (nested children subtracted)
+    def _cpu_self_stats(self, window: float) -> list[OpStat]:
+        by_thread: dict[tuple[Any, Any], list[_Op]] = defaultdict(list)
+        for op in self.ops:
+            by_thread[(op.pid, op.tid)].append(op)
+        self_time: dict[int, float] = {}
+        for ops in by_thread.values():
+            ops.sort(key=lambda o: (o.ts, -o.end))
+            stack: list[_Op] = []
+            for op in ops:
+                while stack and stack[-1].end <= op.ts:
+                    stack.pop()
+                self_time[id(op)] = op.end - op.ts
+                if stack:
+                    parent = stack[-1]
+                    self_time[id(parent)] -= min(op.end, parent.end) - op.ts
+                stack.append(op)
+        total: dict[tuple[str, str], float] = defaultdict(float)
+        count: dict[tuple[str, str], int] = defaultdict(int)
+        example: dict[tuple[str, str], _Op] = {}
+        for op in self.ops:
+            key = (op.name, _op_label(op, ""))
+            total[key] += max(self_time[id(op)], 0.0)
+            count[key] += 1
+            example.setdefault(key, op)
+        stats = [
+            OpStat(
+                name=key[0],
+                label=key[1],
+                total_us=t,
+                count=count[key],
+                share=_share(t, window),
+                example_dims=_dims(example[key]),
+                cast=_cast_dtypes(example[key]),
+            )
+            for key, t in total.items()
+        ]
+        stats.sort(key=lambda o: -o.total_us)
+        return stats
+
+
+class _Enclosing:
+    """Innermost op on a thread that encloses a timestamp (for correlation-only launches)."""
+
+    def __init__(self, ops: list[_Op]) -> None:
+        self._by_thread: dict[tuple[Any, Any], list[_Op]] = defaultdict(list)
+        for op in ops:
+            self._by_thread[(op.pid, op.tid)].append(op)
+        for lst in self._by_thread.values():
+            lst.sort(key=lambda o: o.ts)
+
+    def find(self, pid: Any, tid: Any, ts: float) -> _Op | None:
+        best: _Op | None = None
+        for op in self._by_thread.get((pid, tid), ()):
+            if op.ts > ts:
+                break
+            if op.end >= ts and (best is None or op.ts >= best.ts):
+                best = op
+        return best
+
+
+# --------------------------------------------------------------------------- labels
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return int(v) if v is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _share(part: float, window: float) -> float:
+    return part / window if window > 0 else 0.0
+
+
+def _join(key: tuple[str, str]) -> str:
+    return f"{key[0]} ({key[1]})" if key[1] else key[0]
+
+
+def _union_length(spans: list[tuple[float, float]]) -> float:
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e in spans:
+        if cur_e is None or s > cur_e:
+            if cur_e is not None and cur_s is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        elif e > cur_e:
+            cur_e = e
+    if cur_e is not None and cur_s is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def _short_kernel(name: str) -> str:
+    """``void at::native::unrolled_elementwise_kernel<...>(...)`` -> its bare name."""
+    base = name.removeprefix("void ")
+    depth, cut = 0, len(base)
+    for i, ch in enumerate(base):
+        if ch in "<(" and depth == 0:
+            cut = i
+            break
+    base = base[:cut]
+    return base.rsplit("::", 1)[-1] or name[:60]
+
+
+def _dtype(type_str: Any) -> str:
+    s = str(type_str).removeprefix("c10::")
+    return _SHORT_DTYPE.get(s, s.lower() if s else "")
+
+
+def _cast_dtypes(op: _Op) -> tuple[str, str] | None:
+    """(src, dst) when the op converts dtypes, from ``Input type`` (record_shapes)."""
+    types = op.args.get("Input type") or []
+    if op.name == "aten::copy_" and len(types) >= 2:
+        dst, src = _dtype(types[0]), _dtype(types[1])
+    elif op.name in ("aten::to", "aten::_to_copy") and types:
+        src = _dtype(types[0])
+        concrete = op.args.get("Concrete Inputs") or []
+        code = str(concrete[1]) if len(concrete) > 1 else ""
+        dst = _dtype(_SCALAR_TYPE_CODES.get(code, ""))
+    else:
+        return None
+    if src and dst and src != dst and src not in ("scalar", "") and dst != "scalar":
+        return (src, dst)
+    return None
+
+
+def _dims(op: _Op | None) -> list[Any]:
+    if op is None:
+        return []
+    return [d for d in (op.args.get("Input Dims") or []) if d]
+
+
+def _kernel_fp8_cast(name: str) -> tuple[str, str] | None:
+    """A copy kernel whose functor takes ``c10::Float8_e4m3fn``: an FP8 upcast.
+
+    Used when the trace lacks ``record_shapes``; the destination dtype is only named when the
+    kernel name carries it (direct_copy_kernel's lambdas name the source type only).
+    """
+    if "Float8_e4m3" not in name or "copy" not in name:
+        return None
+    dst = "bf16" if "BFloat16" in name else "fp16" if "Half" in name else "wider"
+    return ("fp8_e4m3", dst)
+
+
+def _kernel_label(name: str, cat: str) -> str:
+    if cat == "gpu_memcpy":
+        return name
+    cast = _kernel_fp8_cast(name)
+    return f"{cast[0]} -> {cast[1]} elementwise" if cast else ""
+
+
+def _op_cast(op: _Op, kernel_name: str) -> tuple[str, str] | None:
+    cast = _cast_dtypes(op)
+    if cast is None and op.name in _CAST_OPS:
+        cast = _kernel_fp8_cast(kernel_name)
+    return cast
+
+
+def _op_label(op: _Op, kernel_name: str) -> str:
+    cast = _op_cast(op, kernel_name)
+    if cast is None:
+        return ""
+    suffix = " elementwise" if "elementwise" in kernel_name or not kernel_name else ""
+    return f"{cast[0]} -> {cast[1]}{suffix}"
+
+
+_GEMM = re.compile(r"gemm|gemv|cutlass|matmul|\bmm\b|_mm_|sm\d+_xmma|cublas|nvjet|fp4|mma", re.I)
+_ATTN = re.compile(r"attention|attn|mla|fmha|flash|softmax|decode_kernel|sparse", re.I)
+_ALLREDUCE = re.compile(
+    r"nccl.*(allreduce|all_reduce|reducescatter|allgather)|cross_device_reduce|all_reduce|allreduce",
+    re.I,
+)
+
+
+def _kernel_kind(name: str, cat: str, launcher: str) -> str:
+    if cat == "gpu_memcpy":
+        return "memcpy_htod" if "HtoD" in name else "memcpy"
+    if cat == "gpu_memset":
+        return "memset"
+    if _ALLREDUCE.search(name) or "nccl" in name.lower():
+        return "allreduce"
+    if ("->" in launcher and "elementwise" in name) or _kernel_fp8_cast(name):
+        return "cast"
+    if _GEMM.search(name) or launcher.startswith(("aten::mm", "aten::addmm", "aten::bmm")):
+        return "gemm"
+    if _ATTN.search(name):
+        return "attention"
+    if "elementwise" in name:
+        return "elementwise"
+    return "other"
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+def rank_of(path: Path, metadata: dict[str, Any], fallback: int) -> int:
+    """Rank from SGLang's file name (``-TP-{r}``), else ``distributedInfo.rank``, else order."""
+    m = _RANK_IN_NAME.search(path.name)
+    if m:
+        return int(m.group(1))
+    info = metadata.get("distributedInfo")
+    if isinstance(info, dict) and _int(info.get("rank")) is not None:
+        return int(info["rank"])
+    return fallback
+
+
+def summarize_trace(path: str | Path, rank: int | None = None) -> RankProfile:
+    """Stream one trace file into a RankProfile (the only I/O step)."""
+    trace = TraceFile(Path(path))
+    acc = TraceAccumulator(rank if rank is not None else 0, str(path))
+    for ev in trace.events():
+        acc.add(ev)
+    acc.set_metadata(trace.metadata)
+    if rank is None:
+        acc.rank = rank_of(trace.path, trace.metadata, 0)
+    return acc.finish()
+
+
+def analyze_traces(paths: Iterable[str | Path]) -> TraceAnalysis:
+    """Summarize every rank's trace and derive findings across them."""
+    ranks: list[RankProfile] = []
+    for i, p in enumerate(sorted(Path(x) for x in paths)):
+        prof = summarize_trace(p)
+        if not _RANK_IN_NAME.search(p.name) and prof.rank == 0 and i:
+            prof.rank = i
+        ranks.append(prof)
+    ranks.sort(key=lambda r: r.rank)
+    return TraceAnalysis(ranks=ranks, findings=find_bottlenecks(ranks))
+
+
+def find_trace_files(directory: Path) -> list[Path]:
+    """Trace files under a directory, SGLang's naming first (``*.trace.json.gz``)."""
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and _is_trace_name(p.name))
+    return files
+
+
+def _is_trace_name(name: str) -> bool:
+    return name.endswith((".trace.json.gz", ".trace.json", ".pt.trace.json"))
+
+
+# Thresholds on the share of decode step time (worst rank).
+CAST_SHARE = 0.10
+ALLREDUCE_SHARE = 0.15
+GEMM_SHARE = 0.40
+HTOD_SHARE = 0.05
+IDLE_SHARE = 0.30
+DOMINANT_SHARE = 0.25
+
+
+def find_bottlenecks(ranks: list[RankProfile]) -> list[Finding]:
+    """Pure: turn the per-rank shares into advice, worst rank first, biggest share first."""
+    findings: list[Finding] = []
+    cast = _worst(ranks, lambda r: [o for o in r.ops if o.cast and o.cast[0].startswith("fp8")])
+    if cast and cast[1] >= CAST_SHARE:
+        op, share, rks, prof = cast
+        per_step = op.count / prof.steps if prof.steps else op.count
+        dims = op.example_dims[0] if op.example_dims else None
+        shape = f" of a {list(dims)} buffer" if dims else ""
+        src, dst = op.cast or ("fp8", "bf16")
+        findings.append(
+            Finding(
+                kind="fp8_kv_cast",
+                severity="high" if share >= 0.3 else "medium",
+                share=share,
+                ranks=rks,
+                message=(
+                    f"{op.name} ({src.split('_')[0]} -> {dst} elementwise) takes {share:.0%} of "
+                    f"decode ({per_step:.0f} casts{shape} per step): the whole KV pool is cast "
+                    "every layer; try flashinfer_gtc (gather-then-cast) or trtllm_mla "
+                    "(reads FP8 KV natively)"
+                ),
+            )
+        )
+    ar = _worst_kind(ranks, "allreduce")
+    if ar and ar[0] >= ALLREDUCE_SHARE:
+        findings.append(
+            Finding(
+                kind="allreduce",
+                severity="high" if ar[0] >= 0.3 else "medium",
+                share=ar[0],
+                ranks=ar[1],
+                message=(
+                    f"all-reduce kernels take {ar[0]:.0%} of decode: on PCIe-only GPUs check "
+                    "NCCL_P2P_LEVEL (SYS lets P2P cross the root complex), keep SGLang's custom "
+                    "all-reduce on (no --disable-custom-all-reduce), or use fewer TP ranks"
+                ),
+            )
+        )
+    gemm = _worst_kind(ranks, "gemm")
+    if gemm and gemm[0] >= GEMM_SHARE:
+        findings.append(
+            Finding(
+                kind="gemm_bound",
+                severity="info",
+                share=gemm[0],
+                ranks=gemm[1],
+                message=(
+                    f"GEMM kernels take {gemm[0]:.0%} of decode: expected for weight-bandwidth-"
+                    "bound decode; gains now come from fewer bytes per step (quantization, MTP)"
+                ),
+            )
+        )
+    htod = _worst_kind(ranks, "memcpy_htod")
+    if htod and htod[0] >= HTOD_SHARE:
+        findings.append(
+            Finding(
+                kind="memcpy_htod",
+                severity="medium",
+                share=htod[0],
+                ranks=htod[1],
+                message=(
+                    f"host-to-device copies take {htod[0]:.0%} of decode: use pinned memory "
+                    "(pin_memory=True / non_blocking copies) and keep per-step inputs on the GPU"
+                ),
+            )
+        )
+    idle = [
+        (1 - _share(r.gpu_busy_us, r.window_us), r.rank)
+        for r in ranks
+        if r.has_gpu and r.window_us > 0
+    ]
+    if idle:
+        worst_idle = max(idle)
+        if worst_idle[0] >= IDLE_SHARE:
+            findings.append(
+                Finding(
+                    kind="gpu_idle",
+                    severity="medium",
+                    share=worst_idle[0],
+                    ranks=[r for s, r in idle if s >= IDLE_SHARE],
+                    message=(
+                        f"the GPU is idle {worst_idle[0]:.0%} of the decode step: launch-bound; "
+                        "enable CUDA graphs (drop --disable-cuda-graph) or raise the batch size"
+                    ),
+                )
+            )
+    named = {f.kind for f in findings}
+    dom = _worst(ranks, lambda r: r.ops[:1])
+    if dom and dom[1] >= DOMINANT_SHARE and "fp8_kv_cast" not in named:
+        op, share, rks, _ = dom
+        label = f" ({op.label})" if op.label else ""
+        kernels = f" via {', '.join(op.kernels)}" if op.kernels else ""
+        findings.append(
+            Finding(
+                kind="dominant_op",
+                severity="info",
+                share=share,
+                ranks=rks,
+                message=f"{op.name}{label} takes {share:.0%} of decode{kernels}",
+            )
+        )
+    findings.sort(key=lambda f: ({"high": 0, "medium": 1, "info": 2}[f.severity], -f.share))
+    return findings
+
+
+def _worst(
+    ranks: list[RankProfile], pick: Any
+) -> tuple[OpStat, float, list[int], RankProfile] | None:
+    best: tuple[OpStat, float, list[int], RankProfile] | None = None
+    hit_ranks: list[int] = []
+    for r in ranks:
+        ops = pick(r)
+        if not ops:
+            continue
+        op = max(ops, key=lambda o: o.share)
+        hit_ranks.append(r.rank)
+        if best is None or op.share > best[1]:
+            best = (op, op.share, hit_ranks, r)
+    return best
+
+
+def _worst_kind(ranks: list[RankProfile], kind: str) -> tuple[float, list[int]] | None:
+    shares = [(sum(k.share for k in r.kernels if k.kind == kind), r.rank) for r in ranks]
+    shares = [s for s in shares if s[0] > 0]
+    if not shares:
+        return None
+    return max(s for s, _ in shares), [rk for _, rk in shares]
