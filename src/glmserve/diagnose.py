@@ -1,0 +1,1056 @@
+"""Classify an SGLang server log: start-up phase, or crash category + root-cause line + hint.
+
+Pure (no I/O) and incremental: :class:`LogDiagnoser` takes one line at a time (the watcher
+feeds lines as they arrive from the remote log) in O(1) per line, and ``diagnose_lines`` /
+``diagnose_text`` run it over a whole log. STALLED and EXITED need facts a log does not hold
+(time, PIDs): the watcher derives them with :meth:`Diagnosis.stalled` / :meth:`Diagnosis.exited`
+and :func:`phase_stall_budget`.
+
+What is recognised (reference; the tables below are the implementation)
+-----------------------------------------------------------------------
+Line handling: ANSI escapes are dropped, ``\\r``-joined tqdm updates are read segment by
+segment, lines are capped at ``MAX_LINE_CHARS``. The SGLang prefix ``[YYYY-mm-dd HH:MM:SS
+TPn]`` (also ``DPn``/``PPn``/``EPn`` tags) is stripped for matching and for ``root_cause``
+and gives the rank; ``> `` quoting and docker-compose ``name  | `` prefixes are tolerated.
+
+Progress (``_PROGRESS``; the phase only moves forward, a later rank lagging does not undo it):
+  STARTING          initial state (``server_args=ServerArgs(...)`` is parsed for tp_size, port,
+                    mem_fraction_static, max_running_requests, cuda_graph_max_bs, ...).
+  LOADING_WEIGHTS   ``Load weight begin``, ``Loading safetensors checkpoint shards``.
+  KV_ALLOCATED      ``KV Cache is allocated``, ``Memory pool end``, ``max_total_num_tokens=``.
+  CAPTURING_GRAPHS  ``Capture cuda graph begin``/``end`` and 0.5.23's ``Capture target decode
+                    cuda graph ...`` (any ``Capture ... cuda graph``), ``Capturing batches``.
+  WARMUP            ``Uvicorn running on``, ``Application startup complete``, ``/get_model_info``,
+                    ``/model_info``, any ``warmup`` line that is not an error.
+  READY             ``The server is fired up and ready to roll!``.
+  ``Load weight end``, tqdm updates etc. count as progress (``last_progress_line``) too.
+
+Crash evidence, three kinds:
+  * Root-cause rules (``RULES``: regex, category, hint builder, priority). Categories OOM,
+    ILLEGAL_MEMORY_ACCESS, UNSUPPORTED_ARCH, UNSUPPORTED_KV_DTYPE, NCCL, WEIGHT_LOADING,
+    PORT_IN_USE, BAD_ARGS, COMPILE_ERROR, PATCH_FAILED. Highlights: ``CUDA out of memory``
+    (hint: lower ``--mem-fraction-static``/``--max-running-requests`` with the numbers from the
+    server_args line), ``Not enough memory. Please try to increase --mem-fraction-static``
+    (hint: raise it), FlashInfer MLA ``static_assert(sizeof(DType) == 2)``, TllmGen
+    ``Unsupported architecture``, ``no kernel image is available``, ``illegal memory access``,
+    ``NCCL error``/``unhandled system error``/watchdog timeouts, HF/safetensors errors and
+    ``does not appear to have a file named``, argparse ``prog: error: ...`` (hint names the
+    flag), ``Address already in use``/``[Errno 98]`` (hint names the port), Triton/nvcc/ninja
+    JIT failures, ``glmserve patch NAME FAILED: ...`` (printed by the runtime patch).
+  * Generic exception lines (``RuntimeError: ...``, ``torch.x.FooError: ...``, ``Fatal Python
+    error``, ``Segmentation fault``): category CRASH, upgraded by the traceback frames above
+    them (``weight_utils.py``/``load_weights`` -> WEIGHT_LOADING, ``server_args.py`` ->
+    BAD_ARGS, ``triton/compiler``/``cpp_extension``/``flashinfer/jit`` -> COMPILE_ERROR,
+    ``pynccl``/``initialize_model_parallel`` -> NCCL).
+  * Cascade markers (``_CASCADE``), never a root cause while anything better exists:
+    ``Received sigquit from a child process``, ``Killed``, ``Rank N scheduler is dead``,
+    ``died during initialization (exit code: N)``, ``Child process unexpectedly failed``,
+    ``... hit an exception:``, ``Initialization failed. Please see the error messages above``.
+
+Choosing the root cause ("the first root cause, not the cascade"): the earliest root-cause
+rule match of the highest priority (very specific diagnoses such as UNSUPPORTED_KV_DTYPE beat
+a COMPILE_ERROR they show up inside); else the earliest generic exception (a "weak" rule such
+as an NCCL watchdog timeout counts as generic: it usually follows another rank's death); else
+a non-fatal warning rule; else the first cascade marker. Before READY the first root-cause or
+exception line flips the state to CRASHED at once (the watcher needs a fast verdict); after
+READY an exception only counts with a cascade marker or a fatal rule, because SGLang logs
+per-request errors with tracebacks and keeps serving. A READY line after a generic exception
+with no cascade marker means that exception was not fatal.
+
+Patches: ``glmserve patch NAME active (sglang X, pid N)`` per worker -> ``patch_ranks_active``
+(TP rank from the prefix, else a ``rank N`` inside the parentheses, else the pid);
+``patch_active`` is ``"k/N"`` with N = tp_size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+MAX_LINE_CHARS = 16_384  # longer lines are cut before matching (server_args lines are ~6K)
+MAX_ROOT_CAUSE_CHARS = 600
+
+
+class State(str, Enum):
+    STARTING = "STARTING"
+    LOADING_WEIGHTS = "LOADING_WEIGHTS"
+    KV_ALLOCATED = "KV_ALLOCATED"
+    CAPTURING_GRAPHS = "CAPTURING_GRAPHS"
+    WARMUP = "WARMUP"
+    READY = "READY"
+    CRASHED = "CRASHED"
+    STALLED = "STALLED"
+    EXITED = "EXITED"
+
+
+class Category(str, Enum):
+    OOM = "OOM"
+    ILLEGAL_MEMORY_ACCESS = "ILLEGAL_MEMORY_ACCESS"
+    UNSUPPORTED_ARCH = "UNSUPPORTED_ARCH"
+    UNSUPPORTED_KV_DTYPE = "UNSUPPORTED_KV_DTYPE"
+    NCCL = "NCCL"
+    WEIGHT_LOADING = "WEIGHT_LOADING"
+    PORT_IN_USE = "PORT_IN_USE"
+    BAD_ARGS = "BAD_ARGS"
+    COMPILE_ERROR = "COMPILE_ERROR"
+    PATCH_FAILED = "PATCH_FAILED"
+    CRASH = "CRASH"
+
+
+# Start-up order; the phase is the furthest one reached.
+_ORDER = [
+    State.STARTING,
+    State.LOADING_WEIGHTS,
+    State.KV_ALLOCATED,
+    State.CAPTURING_GRAPHS,
+    State.WARMUP,
+    State.READY,
+]
+_RANK = {s: i for i, s in enumerate(_ORDER)}
+TERMINAL_STATES = frozenset({State.CRASHED, State.STALLED, State.EXITED})
+
+# Default seconds without progress before a phase counts as stalled. Loading ~400 GB of
+# GLM-5 weights from network storage and capturing graphs for many batch sizes on 8 ranks can
+# take tens of minutes; warmup is one tiny request.
+_STALL_BUDGET_S = {
+    State.STARTING: 600.0,
+    State.LOADING_WEIGHTS: 2400.0,
+    State.KV_ALLOCATED: 900.0,
+    State.CAPTURING_GRAPHS: 1800.0,
+    State.WARMUP: 600.0,
+}
+
+
+def phase_stall_budget(state: State | str) -> float:
+    """Seconds without log progress after which ``state`` counts as stalled (inf if never)."""
+    return _STALL_BUDGET_S.get(State(state), math.inf)
+
+
+@dataclass
+class Diagnosis:
+    """One verdict on a log. ``category``/``line``/``root_cause`` are set only when CRASHED."""
+
+    state: State = State.STARTING
+    category: Category | None = None
+    line: int | None = None
+    root_cause: str | None = None
+    hint: str | None = None
+    last_progress_line: int | None = None
+    last_progress: str | None = None
+    phase: State = State.STARTING
+    patch_ranks_active: set[int | str] = field(default_factory=set)
+    patches: list[str] = field(default_factory=list)
+    tp_size: int | None = None
+    ready_line: int | None = None
+    exit_code: int | None = None
+    stalled_s: float | None = None
+    server_args: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def patch_active(self) -> str | None:
+        """``"k/N"``: ranks that logged a patch activation out of tp_size (``k/?`` if unknown)."""
+        k = len(self.patch_ranks_active)
+        if self.tp_size:
+            return f"{k}/{self.tp_size}" if (k or self.patches) else None
+        return f"{k}/?" if k else None
+
+    @property
+    def crashed(self) -> bool:
+        return self.state is State.CRASHED
+
+    def stalled(self, seconds: float) -> Diagnosis:
+        """The verdict once the watcher saw no progress for ``seconds`` (crashes stay)."""
+        if self.state in (State.CRASHED, State.EXITED, State.READY):
+            return dataclasses.replace(self)
+        where = (
+            f"; last progress at line {self.last_progress_line}: {self.last_progress}"
+            if self.last_progress_line
+            else ""
+        )
+        hint = (
+            f"no log progress for {seconds:.0f}s in phase {self.phase.value} (budget "
+            f"{phase_stall_budget(self.phase):.0f}s){where}. Check GPU activity (nvidia-smi), "
+            "dump the stacks with `py-spy dump --pid <scheduler pid>`; a rank stuck in NCCL "
+            "init usually means a peer died (NCCL_DEBUG=INFO shows which)."
+        )
+        return dataclasses.replace(
+            self, state=State.STALLED, category=None, hint=hint, stalled_s=float(seconds)
+        )
+
+    def exited(self, rc: int | None) -> Diagnosis:
+        """The verdict once the server process is gone with status ``rc`` (crashes stay)."""
+        if self.state is State.CRASHED:
+            return dataclasses.replace(self, exit_code=rc)
+        if rc is not None and rc in (137, -9):
+            why = "killed by SIGKILL (the host OOM killer? check `dmesg | tail`)"
+        elif rc is not None and rc < 0:
+            why = f"killed by signal {-rc}"
+        elif rc is not None and rc > 128:
+            why = f"killed by signal {rc - 128}"
+        else:
+            why = f"exit status {rc}"
+        hint = (
+            f"the server process ended ({why}) in phase {self.phase.value} without an error "
+            "line the log recognises; read the log tail (`glmserve logs RUN -n 100`)."
+        )
+        return dataclasses.replace(self, state=State.EXITED, category=None, hint=hint, exit_code=rc)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready view (the ``glmserve diagnose --json`` contract)."""
+        return {
+            "state": self.state.value,
+            "category": self.category.value if self.category else None,
+            "line": self.line,
+            "root_cause": self.root_cause,
+            "hint": self.hint,
+            "phase": self.phase.value,
+            "last_progress_line": self.last_progress_line,
+            "last_progress": self.last_progress,
+            "ready_line": self.ready_line,
+            "tp_size": self.tp_size,
+            "patches": list(self.patches),
+            "patch_ranks_active": sorted(self.patch_ranks_active, key=str),
+            "patch_active": self.patch_active,
+            "exit_code": self.exit_code,
+            "stalled_s": self.stalled_s,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Facts and hint builders
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Facts:
+    """What a hint builder may use: server_args values and the phase the crash happened in."""
+
+    args: dict[str, str]
+    phase: State
+    frame_ctx: Category | None = None
+
+    def arg(self, name: str) -> str | None:
+        v = self.args.get(name)
+        return None if v in (None, "None", "") else v
+
+    def float_arg(self, name: str) -> float | None:
+        try:
+            v = self.arg(name)
+            return float(v) if v is not None else None
+        except ValueError:
+            return None
+
+
+HintBuilder = Callable[[re.Match[str], Facts], str]
+
+
+def _fixed(text: str) -> HintBuilder:
+    return lambda _m, _f: text
+
+
+_SIZE = r"(\d+(?:\.\d+)?\s*[KMGT]i?B)"
+
+
+def _oom_hint(m: re.Match[str], f: Facts) -> str:
+    line = m.string
+    tried = re.search(r"Tried to allocate " + _SIZE, line)
+    free = re.search(_SIZE + r" is free", line)
+    what = "CUDA out of memory"
+    if tried:
+        what += f" (tried to allocate {tried.group(1)}"
+        what += f", {free.group(1)} free)" if free else ")"
+    if f.phase is State.LOADING_WEIGHTS or f.phase is State.STARTING:
+        return (
+            f"{what} while loading weights: the weights do not fit. Check no other process "
+            "holds the GPUs (nvidia-smi), raise --tp-size, or use a smaller/quantized checkpoint."
+        )
+    parts: list[str] = []
+    mfs = f.float_arg("mem_fraction_static")
+    if mfs is not None:
+        parts.append(f"lower --mem-fraction-static from {mfs:g} to {max(mfs - 0.05, 0.3):.2f}")
+    else:
+        parts.append("set a lower --mem-fraction-static (e.g. 0.80)")
+    mrr = f.arg("max_running_requests")
+    if mrr and mrr.isdigit():
+        parts.append(f"--max-running-requests from {mrr} to {max(int(mrr) // 2, 1)}")
+    else:
+        parts.append("cap --max-running-requests (e.g. 64)")
+    if f.phase is State.CAPTURING_GRAPHS:
+        bs = f.arg("cuda_graph_max_bs")
+        parts.append(
+            f"--cuda-graph-max-bs from {bs} to {max(int(bs) // 2, 1)}"
+            if bs and bs.isdigit()
+            else "a smaller --cuda-graph-max-bs"
+        )
+    else:
+        cps = f.arg("chunked_prefill_size")
+        if cps and cps.lstrip("-").isdigit() and int(cps) > 0:
+            parts.append(f"--chunked-prefill-size from {cps} to {max(int(cps) // 2, 512)}")
+    return f"{what}: " + ", or ".join(parts) + "."
+
+
+def _not_enough_memory_hint(_m: re.Match[str], f: Facts) -> str:
+    mfs = f.float_arg("mem_fraction_static")
+    raise_to = (
+        f"raise --mem-fraction-static from {mfs:g} to {min(mfs + 0.03, 0.95):.2f}"
+        if mfs is not None
+        else "raise --mem-fraction-static (e.g. 0.90)"
+    )
+    return (
+        f"the KV cache pool got no room after the weights: {raise_to}, or give each GPU less "
+        "weight (higher --tp-size), or free the GPUs of other processes (nvidia-smi)."
+    )
+
+
+def _unbalanced_hint(_m: re.Match[str], _f: Facts) -> str:
+    return (
+        "GPUs have different free memory: another process holds memory on some of them; "
+        "check nvidia-smi and stop leftovers (glmserve status / stop) before relaunching."
+    )
+
+
+def _arch_hint(m: re.Match[str], _f: Facts) -> str:
+    line = m.string
+    if re.search(r"TllmGen|trtllm|fmhaRunner", line, re.I):
+        return (
+            "trtllm-gen (TllmGen FMHA) kernels are SM100-only (B200/GB200); on SM120 (RTX PRO "
+            "6000) use profile flashinfer_gtc (or another non-trtllm attention backend)."
+        )
+    return (
+        "a kernel has no build for this GPU's architecture: use kernels/backends that support "
+        "it (SM120 is not SM100), e.g. profile flashinfer_gtc on RTX PRO 6000."
+    )
+
+
+def _no_kernel_image_hint(m: re.Match[str], _f: Facts) -> str:
+    op = re.search(r"(\w+) failed with error code no kernel image", m.string)
+    which = f" ({op.group(1)})" if op else ""
+    return (
+        f"build/arch mismatch{which}: a binary was compiled without this GPU's architecture. "
+        "Install wheels built for it (sm_120 needs CUDA >= 12.8 builds of torch, sgl-kernel and "
+        "flashinfer) or rebuild with TORCH_CUDA_ARCH_LIST=12.0 (FLASHINFER_CUDA_ARCH_LIST for "
+        "flashinfer JIT); `python -c 'import torch;print(torch.cuda.get_arch_list())'` shows "
+        "what torch has."
+    )
+
+
+def _ima_hint(_m: re.Match[str], _f: Facts) -> str:
+    return (
+        "a kernel read/wrote out of bounds: rerun with CUDA_LAUNCH_BLOCKING=1 to find the real "
+        "kernel, then try --disable-cuda-graph and another attention backend "
+        "(e.g. profile trtllm_mla vs flashinfer_gtc) to isolate it."
+    )
+
+
+def _nccl_hint(m: re.Match[str], _f: Facts) -> str:
+    if re.search(r"timeout|timed out|Watchdog", m.string, re.I):
+        lead = (
+            "a collective timed out: usually another rank died or hung first (look for its "
+            "error above); otherwise "
+        )
+    else:
+        lead = "NCCL failed: "
+    return lead + (
+        "rerun with NCCL_DEBUG=INFO; on PCIe-only boxes try NCCL_P2P_LEVEL=PHB (or "
+        "NCCL_P2P_DISABLE=1), NCCL_IB_DISABLE=1 without InfiniBand, NCCL_MIN_NCHANNELS=4; check "
+        "--disable-custom-all-reduce and that no stale process holds the GPUs."
+    )
+
+
+def _weights_hint(m: re.Match[str], f: Facts) -> str:
+    path = f.arg("model_path")
+    where = f" ({path.strip(chr(39))})" if path else ""
+    missing = re.search(r"does not appear to have a file named ([\w./-]+)", m.string)
+    if missing:
+        return (
+            f"the model path{where} lacks {missing.group(1).rstrip('.')}: point --model-path at "
+            "the directory holding config.json and the *.safetensors shards, or finish the download."
+        )
+    return (
+        f"the checkpoint{where} could not be read: check the path, that every shard is fully "
+        "downloaded (sizes vs model.safetensors.index.json), disk space, HF_TOKEN for gated "
+        "repos and HF_HUB_OFFLINE for air-gapped hosts."
+    )
+
+
+def _bad_args_hint(m: re.Match[str], _f: Facts) -> str:
+    msg = m.group("msg") if "msg" in m.groupdict() and m.group("msg") else m.string
+    flag = re.search(r"(--?[A-Za-z][\w-]*)", msg)
+    name = flag.group(1) if flag else "a flag"
+    if "unrecognized arguments" in msg:
+        return (
+            f"{name} is not a flag of this SGLang release (removed or renamed; note dashes, "
+            "not underscores): fix the profile, `glmserve check` validates against the host's "
+            "release."
+        )
+    if "ambiguous option" in msg:
+        return (
+            f"{name} is an abbreviation that matches several flags of this release (often a "
+            "flag renamed between releases): spell the full flag name."
+        )
+    if "invalid choice" in msg:
+        choices = re.search(r"choose from ([^)]*)", msg)
+        extra = f"; valid: {choices.group(1)}" if choices else ""
+        return f"{name} got a value this release does not accept{extra}."
+    if "required" in msg:
+        return f"missing required argument {name}."
+    return f"SGLang rejected {name}: fix it in the profile (`glmserve check` validates flags)."
+
+
+def _port_hint(m: re.Match[str], f: Facts) -> str:
+    line = m.string
+    port = None
+    for pat in (r"\(['\"][^'\"]*['\"],\s*(\d{2,5})\)", r":(\d{2,5})\b", r"[Pp]ort\D{0,3}(\d{2,5})"):
+        p = re.search(pat, line)
+        if p:
+            port = p.group(1)
+            break
+    arg_port = f.arg("port")
+    if port is None:
+        port = arg_port
+    if port is None:
+        return (
+            "a port SGLang binds is taken (--port, or the internal ports it derives from it): "
+            "stop the old server (glmserve status / stop) or pick another --port."
+        )
+    nxt = int(port) + 10
+    return (
+        f"port {port} is already in use: find the holder with `ss -ltnp 'sport = :{port}'`, stop "
+        f"it (glmserve stop RUN for an old run) or launch with --set server.port={nxt}"
+        + (f" (server --port is {arg_port})" if arg_port and arg_port != port else "")
+        + "."
+    )
+
+
+def _compile_hint(m: re.Match[str], _f: Facts) -> str:
+    line = m.string
+    if re.search(r"out of resource", line, re.I):
+        return (
+            "a Triton kernel config needs more shared memory/registers than this GPU has "
+            "(SM120 has less shared memory than SM90/SM100): use another backend or kernel "
+            "config for this GPU."
+        )
+    if re.search(r"unsupported toolchain|kernel image is invalid", line, re.I):
+        return (
+            "PTX built by a newer CUDA than the driver supports: update the NVIDIA driver or use "
+            "wheels built for the installed driver's CUDA version."
+        )
+    return (
+        "a JIT/kernel build failed (Triton/nvcc/ninja): read the compiler error above; check "
+        "CUDA_HOME/nvcc version matches torch's CUDA, clear ~/.cache/flashinfer and "
+        "~/.triton/cache, and set TORCH_CUDA_ARCH_LIST for this GPU."
+    )
+
+
+def _patch_hint(m: re.Match[str], _f: Facts) -> str:
+    name = m.group("name")
+    why = (m.group("why") or "").strip()
+    return (
+        f"runtime patch {name} refused to apply ({why}): it never runs unpatched. Use an SGLang "
+        "release the patch supports, or a profile without it (e.g. trtllm_mla)."
+    )
+
+
+def _crash_hint(line: str, f: Facts) -> str:
+    if re.search(r"Segmentation fault|Fatal Python error|core dumped", line):
+        return (
+            "a native crash (segfault/abort): rerun with CUDA_LAUNCH_BLOCKING=1 and "
+            "--disable-cuda-graph to find the kernel; check torch/sgl-kernel/flashinfer versions "
+            "match."
+        )
+    if re.search(r"undefined symbol|ImportError|ModuleNotFoundError", line):
+        return (
+            "a broken install: a module or symbol is missing (binary wheels built against another "
+            "torch?). Reinstall sglang/sgl-kernel/flashinfer matching the installed torch."
+        )
+    if re.search(r"device-side assert", line):
+        return (
+            "a device-side assert (index out of range in a kernel): rerun with "
+            "CUDA_LAUNCH_BLOCKING=1 to see which; often a tokenizer/vocab or backend mismatch."
+        )
+    if re.search(r"^(?:\w+\.)*(?:Killed|SIGKILL)|^Killed\b", line):
+        return "the server was SIGKILLed (host OOM killer? check `dmesg | tail`)."
+    return (
+        "no specific rule matched: read the traceback that ends at this line; a phase-specific "
+        f"failure (phase {f.phase.value}) - rerun with --log-level debug to narrow it down."
+    )
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One root-cause pattern. ``priority`` breaks ties between rules seen in the same crash
+    (3 = a diagnosis that explains the others, 1 = a symptom such as a compile failure);
+    ``weak`` rules are usually a consequence of another rank's failure; ``fatal=False`` rules
+    (warnings) only explain a crash that other lines prove."""
+
+    pattern: re.Pattern[str]
+    category: Category
+    hint: HintBuilder
+    priority: int = 2
+    weak: bool = False
+    fatal: bool = True
+
+
+def _r(
+    regex: str,
+    category: Category,
+    hint: HintBuilder,
+    priority: int = 2,
+    *,
+    weak: bool = False,
+    fatal: bool = True,
+    flags: int = 0,
+) -> Rule:
+    return Rule(re.compile(regex, flags), category, hint, priority, weak, fatal)
+
+
+_I = re.IGNORECASE
+C = Category
+
+# The rule table: one line per recognised failure. Order only matters within one line
+# (the first matching rule names the line's category).
+RULES: list[Rule] = [
+    # Emitted by glmserve's own runtime patch (src/glmserve/runtime) in each worker.
+    _r(r"glmserve patch (?P<name>\S+) FAILED:?(?P<why>.*)", C.PATCH_FAILED, _patch_hint, 3),
+    # FlashInfer MLA kernels only take 16-bit KV (mla.cuh static_assert) - seen with FP8 KV.
+    _r(
+        r"static_assert\(sizeof\(DType\w*\)\s*==\s*2\)",
+        C.UNSUPPORTED_KV_DTYPE,
+        _fixed(
+            "FlashInfer MLA needs 16-bit KV; use profile flashinfer_gtc or trtllm_mla "
+            "(or --kv-cache-dtype bf16)."
+        ),
+        3,
+    ),
+    _r(
+        r"(?:kv[_ -]?cache[_ -]?dtype|kv_data_type|dtype_kv)\W.{0,80}\b(?:not supported|unsupported"
+        r"|is not implemented)|(?:unsupported|not supported)\W.{0,40}kv[_ -]?cache[_ -]?dtype",
+        C.UNSUPPORTED_KV_DTYPE,
+        _fixed(
+            "this attention backend cannot read this KV cache dtype: use profile "
+            "flashinfer_gtc or trtllm_mla, or --kv-cache-dtype bf16."
+        ),
+        3,
+        flags=_I,
+    ),
+    _r(
+        r"TllmGen\w*.{0,200}Unsupported architecture|Unsupported architecture.{0,200}TllmGen",
+        C.UNSUPPORTED_ARCH,
+        _arch_hint,
+        3,
+    ),
+    _r(r"no kernel image is available for execution", C.UNSUPPORTED_ARCH, _no_kernel_image_hint, 3),
+    _r(
+        r"Unsupported (?:CUDA |GPU )?arch(?:itecture)?\b|(?:sm_?\d+|compute capability \d+\.\d+)"
+        r".{0,40}\bnot supported|only supported on (?:sm|SM|Hopper|Blackwell|Ampere)"
+        r"|FlashAttention only supports Ampere|requires (?:sm|SM)_?\d+",
+        C.UNSUPPORTED_ARCH,
+        _arch_hint,
+        3,
+        flags=0,
+    ),
+    _r(
+        r"with CUDA capability sm_\d+ is not compatible with the current PyTorch",
+        C.UNSUPPORTED_ARCH,
+        _no_kernel_image_hint,
+        3,
+        fatal=False,
+    ),
+    _r(
+        r"Not enough memory\. Please try to increase --mem-fraction-static"
+        r"|max_total_num_tokens\W+(?:is )?(?:negative|<= ?0)|KV cache pool .{0,40}too small",
+        C.OOM,
+        _not_enough_memory_hint,
+    ),
+    _r(r"memory capacity is unbalanced", C.OOM, _unbalanced_hint),
+    _r(
+        r"CUDA out of memory|OutOfMemoryError|out of memory|CUBLAS_STATUS_ALLOC_FAILED"
+        r"|cudaErrorMemoryAllocation|Memory pool.{0,30}allocation failed|\bOOM\b.{0,30}\b(?:error|kill)",
+        C.OOM,
+        _oom_hint,
+        flags=_I,
+    ),
+    _r(
+        r"illegal memory access|an illegal instruction was encountered|misaligned address"
+        r"|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS",
+        C.ILLEGAL_MEMORY_ACCESS,
+        _ima_hint,
+        flags=_I,
+    ),
+    _r(
+        r"NCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclInvalidUsage"
+        r"|ncclRemoteError|unhandled system error|unhandled cuda error|NCCL_ERROR|Failed to "
+        r"initialize NCCL|ncclCommInitRank failed",
+        C.NCCL,
+        _nccl_hint,
+        flags=_I,
+    ),
+    _r(
+        r"Watchdog caught collective operation timeout|ProcessGroupNCCL.{0,80}(?:timeout|Timeout|"
+        r"timed out)|NCCL communicator was aborted|DistBackendError|DistNetworkError"
+        r"|collective operation timeout",
+        C.NCCL,
+        _nccl_hint,
+        weak=True,
+    ),
+    _r(
+        r"NCCL WARN .{0,200}(?:fail|error|abort|timeout)", C.NCCL, _nccl_hint, fatal=False, flags=_I
+    ),
+    _r(
+        r"does not appear to have a file named|SafetensorError|safetensors_rust|HeaderTooLarge"
+        r"|Error while deserializing header|incomplete metadata|RepositoryNotFoundError"
+        r"|GatedRepoError|EntryNotFoundError|LocalEntryNotFoundError|HFValidationError"
+        r"|is not a local folder and is not a valid model identifier|Cannot find any model weights"
+        r"|No such file or directory: .{0,300}\.(?:safetensors|bin|pt|json)\b|Can't load "
+        r"(?:the )?(?:config|tokenizer|weights)|couldn't connect to 'https://huggingface.co'"
+        r"|\bunexpected EOF\b.{0,40}safetensors|Failed to load weights|weights? .{0,40}not found in "
+        r"(?:the )?checkpoint",
+        C.WEIGHT_LOADING,
+        _weights_hint,
+    ),
+    _r(r"^(?P<prog>[\w.\-]+(?:\.py)?): error: (?P<msg>.*)", C.BAD_ARGS, _bad_args_hint),
+    _r(
+        r"^error: (?P<msg>(?:unrecognized arguments|argument --|ambiguous option|the following "
+        r"arguments are required).*)",
+        C.BAD_ARGS,
+        _bad_args_hint,
+    ),
+    _r(
+        r"Address already in use|address already in use|\[Errno 98\]|EADDRINUSE"
+        r"|[Pp]ort \d+ is (?:already )?(?:in use|used|not available)|Can not bind .{0,40}port",
+        C.PORT_IN_USE,
+        _port_hint,
+    ),
+    _r(
+        r"CompilationError|triton\.compiler\.errors|nvcc fatal|ptxas (?:fatal|error)|ninja: build "
+        r"stopped|Error building extension|error: command '[^']*nvcc' failed|Ninja build failed"
+        r"|unsupported toolchain|device kernel image is invalid|OutOfResources: out of resource"
+        r"|fatal error: [\w./-]+\.(?:h|hpp|cuh): No such file|CalledProcessError: Command '\[?'ninja"
+        r"|\.cu(?:h)?\(\d+\): error|JIT compil\w+ failed|failed to compile",
+        C.COMPILE_ERROR,
+        _compile_hint,
+        1,
+        flags=0,
+    ),
+]
+
+# Cascade: the launcher/bash reacting to a death that was reported (or not) elsewhere.
+_CASCADE = re.compile(
+    r"Received sigquit from a child process|sigquit from a child|^Killed\b|\bKilled$"
+    r"|scheduler is dead|died during initialization|Child process unexpectedly failed"
+    r"|hit an exception:|Initialization failed\. Please see the error messages above"
+    r"|exited with (?:exit )?code -?\d+|exitcode=-?\d+|Process Process-[\d:]+:$",
+    re.IGNORECASE,
+)
+# Lines that are an explicit SGLang failure report carrying their own message.
+_REPORT = re.compile(
+    r"Initialization failed\. warmup error:|Capture cuda graph failed:|"
+    r"Exception in (?:run_tp_server|ModelTpServer|ControllerSingle|ControllerMulti)"
+)
+# A Python exception line ("RuntimeError: ...", "torch.OutOfMemoryError: ...", "c10::Error: ..")
+_EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_]\w*(?:\.|::))*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault)"
+    r"|Exception)(?::\s|:$|$)"
+    r"|^Fatal Python error|Segmentation fault|Aborted \(core dumped\)|core dumped"
+    r"|^terminate called after throwing|CUDA error: "
+)
+# Traceback frames that say which subsystem a generic exception came from (deepest wins).
+_FRAME_CTX: list[tuple[re.Pattern[str], Category]] = [
+    (
+        re.compile(
+            r"weight_utils\.py|load_weights|weight_loader|safetensors|huggingface_hub|"
+            r"hf_transformers_utils|configuration_utils\.py|configuration_auto\.py|"
+            r"tokenization_auto\.py|snapshot_download|_prepare_weights"
+        ),
+        C.WEIGHT_LOADING,
+    ),
+    (re.compile(r"server_args\.py|argparse\.py"), C.BAD_ARGS),
+    (
+        re.compile(
+            r"triton/compiler|triton/runtime/jit\.py|cpp_extension\.py|flashinfer/jit|"
+            r"tvm_ffi|torch/_inductor"
+        ),
+        C.COMPILE_ERROR,
+    ),
+    (
+        re.compile(
+            r"pynccl|initialize_model_parallel|init_distributed_environment|"
+            r"init_model_parallel_group|distributed_c10d\.py.*(?:init_process_group|barrier)"
+        ),
+        C.NCCL,
+    ),
+]
+_FRAME = re.compile(r'^\s*File "')
+_TRACEBACK = re.compile(
+    r"Traceback \(most recent call last\)|^During handling of the above|"
+    r"^The above exception was the direct cause"
+)
+
+# Progress markers: (regex, state reached). A marker only moves the phase forward.
+_PROGRESS: list[tuple[re.Pattern[str], State | None]] = [
+    (re.compile(r"The server is fired up and ready to roll"), State.READY),
+    (
+        re.compile(
+            r"Uvicorn running on|Application startup complete|Waiting for application "
+            r"startup|GET /(?:get_)?model_info|\bwarm ?up\b",
+            re.I,
+        ),
+        State.WARMUP,
+    ),
+    (
+        re.compile(r"Capture .{0,40}cuda graph|Capturing batches|Capture .{0,20}graph begin", re.I),
+        State.CAPTURING_GRAPHS,
+    ),
+    (
+        re.compile(r"KV Cache is allocated|Memory pool end|max_total_num_tokens="),
+        State.KV_ALLOCATED,
+    ),
+    (
+        re.compile(
+            r"Load weight begin|Loading (?:safetensors|pt) checkpoint shards|"
+            r"Multi-thread loading shards|Loading weights"
+        ),
+        State.LOADING_WEIGHTS,
+    ),
+    (
+        re.compile(
+            r"Load weight end|Init torch distributed (?:begin|ends)|Prefill batch|"
+            r"Decode batch"
+        ),
+        None,
+    ),
+]
+
+_PREFIX = re.compile(
+    r"^\s*(?:[\w.-]+\s+\|\s)?(?:>\s?)*\s*"  # docker-compose "name  | " and markdown quotes
+    r"(?:\d{4}-\d\d-\d\dT[\d:.]+Z?\s+)?"  # kubectl --timestamps
+    r"\[(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)(?P<tags>(?:\s+[A-Z]{2,4}\d+)*)\]\s?"
+)
+_TP_TAG = re.compile(r"\bTP(\d+)\b")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_PATCH_ACTIVE = re.compile(r"glmserve patch (?P<name>[\w.-]+) active \((?P<inner>[^)]*)\)")
+_SERVER_ARGS = re.compile(r"server_args=ServerArgs\(|ServerArgs\(model_path=")
+_ARG_PAIR = re.compile(r"\b([a-z_][a-z0-9_]*)=('[^']*'|\"[^\"]*\"|[^,()\s]+)")
+_MAX_TOTAL = re.compile(r"max_total_num_tokens=(\d+).*?max_running_requests=(\d+)")
+
+
+def _anon(pattern: str) -> str:
+    """A rule pattern without group names, so many can be joined into one prefilter."""
+    return re.sub(r"\(\?P<\w+>", "(?:", pattern)
+
+
+# One prefilter so ordinary INFO lines cost a single regex scan.
+_INTERESTING = re.compile(
+    "|".join(
+        [f"(?:{_anon(r.pattern.pattern)})" for r in RULES if not r.pattern.flags & re.IGNORECASE]
+        + [
+            _CASCADE.pattern,
+            _REPORT.pattern,
+            _EXCEPTION.pattern,
+            _TRACEBACK.pattern,
+            _FRAME.pattern,
+            r"glmserve patch",
+        ]
+    ),
+    re.MULTILINE,
+)
+_INTERESTING_I = re.compile(
+    "|".join(f"(?:{_anon(r.pattern.pattern)})" for r in RULES if r.pattern.flags & re.IGNORECASE)
+    + r"|sigquit|killed",
+    re.IGNORECASE,
+)
+
+
+@dataclass
+class _Candidate:
+    line: int
+    text: str
+    category: Category
+    hint: str
+    priority: int
+
+
+def _clean(raw: str) -> str:
+    if "\x1b" in raw:
+        raw = _ANSI.sub("", raw)
+    if "\x00" in raw:
+        raw = raw.replace("\x00", "")
+    return raw.rstrip("\n").rstrip("\r")
+
+
+class LogDiagnoser:
+    """Incremental classifier: ``feed`` lines in order, read ``.diagnosis`` at any time."""
+
+    def __init__(self) -> None:
+        self.lines_seen = 0
+        self._phase = State.STARTING
+        self._ready_line: int | None = None
+        self._last_progress_line: int | None = None
+        self._last_progress: str | None = None
+        self._args: dict[str, str] = {}
+        self._tp_size: int | None = None
+        self._patches: list[str] = []
+        self._patch_ranks: set[int | str] = set()
+        self._frame_ctx: Category | None = None
+        self._strong: _Candidate | None = None  # best fatal rule match
+        self._generic: _Candidate | None = None  # first exception / weak rule
+        self._warning: _Candidate | None = None  # first non-fatal rule match
+        self._marker: _Candidate | None = None  # first cascade marker
+        self._crashed = False
+        self._last_key: tuple[Any, ...] = (State.STARTING, None, None)
+
+    # -- public -----------------------------------------------------------------------------
+
+    def feed(self, line: str | bytes) -> Diagnosis | None:
+        """Consume one log line; return the new diagnosis if the verdict changed, else None.
+
+        "Changed" means a new state, or a crash verdict whose root cause was refined. A chunk
+        with embedded newlines is split and counted as several lines."""
+        if isinstance(line, bytes):
+            line = line.decode("utf-8", "replace")
+        elif not isinstance(line, str):
+            line = str(line)
+        if "\n" in line.rstrip("\n"):
+            changed: Diagnosis | None = None
+            for part in line.rstrip("\n").split("\n"):
+                changed = self.feed(part) or changed
+            return changed
+        self.lines_seen += 1
+        text = _clean(line)
+        if len(text) > MAX_LINE_CHARS:
+            text = text[:MAX_LINE_CHARS]
+        if "\r" in text:
+            for seg in text.split("\r"):
+                if seg.strip():
+                    self._consume(seg)
+        else:
+            self._consume(text)
+        key = self._key()
+        if key != self._last_key:
+            self._last_key = key
+            return self.diagnosis
+        return None
+
+    @property
+    def diagnosis(self) -> Diagnosis:
+        best = self._root() if self._crashed else None
+        d = Diagnosis(
+            state=State.CRASHED if best else self._phase,
+            phase=self._phase,
+            last_progress_line=self._last_progress_line,
+            last_progress=self._last_progress,
+            patch_ranks_active=set(self._patch_ranks),
+            patches=list(self._patches),
+            tp_size=self._tp_size,
+            ready_line=self._ready_line,
+            server_args=dict(self._args),
+        )
+        if best:
+            d.category, d.line, d.root_cause = best.category, best.line, best.text
+            d.hint = best.hint
+        return d
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _key(self) -> tuple[Any, ...]:
+        best = self._root() if self._crashed else None
+        if best:
+            return (State.CRASHED, best.category, best.line)
+        return (self._phase, None, None)
+
+    def _facts(self) -> Facts:
+        return Facts(args=self._args, phase=self._phase, frame_ctx=self._frame_ctx)
+
+    def _root(self) -> _Candidate | None:
+        return self._strong or self._generic or self._warning or self._marker
+
+    def _consume(self, raw: str) -> None:
+        m = _PREFIX.match(raw)
+        if m:
+            body = raw[m.end() :]
+            tags = m.group("tags") or ""
+        else:
+            body = raw.lstrip()
+            if body.startswith(">"):
+                body = body.lstrip("> ")
+            tags = ""
+        n = self.lines_seen
+        if _SERVER_ARGS.search(body):
+            self._parse_server_args(body)
+            return
+        if "glmserve patch" in body:
+            pa = _PATCH_ACTIVE.search(body)
+            if pa:
+                self._record_patch(pa, tags)
+                return
+        if not (_INTERESTING.search(body) or _INTERESTING_I.search(body)):
+            self._progress(body, n)
+            return
+        stripped = body.strip()
+        if _TRACEBACK.search(stripped):
+            self._frame_ctx = None
+            if "hit an exception" in stripped:
+                self._add_marker(n, stripped)
+            return
+        if _FRAME.match(body):
+            for pat, cat in _FRAME_CTX:
+                if pat.search(body):
+                    self._frame_ctx = cat
+            return
+        if _CASCADE.search(stripped) and not _REPORT.search(stripped):
+            self._add_marker(n, stripped)
+            return
+        rule = self._match_rule(stripped)
+        is_exc = bool(_EXCEPTION.search(stripped)) or bool(_REPORT.search(stripped))
+        if rule is not None:
+            rm, r = rule
+            cand = _Candidate(
+                n,
+                stripped[:MAX_ROOT_CAUSE_CHARS],
+                r.category,
+                r.hint(rm, self._facts()),
+                r.priority,
+            )
+            if not r.fatal:
+                if self._warning is None:
+                    self._warning = cand
+                return self._maybe_crash(fatal=False)
+            if r.weak:
+                if self._generic is None:
+                    self._generic = cand
+                return self._maybe_crash(fatal=False, exception=True)
+            if self._strong is None or cand.priority > self._strong.priority:
+                self._strong = cand
+            if is_exc:
+                self._frame_ctx = None
+            return self._maybe_crash(fatal=True)
+        if is_exc:
+            cat = self._frame_ctx or C.CRASH
+            ctx_hint = self._ctx_hint(cat, stripped)
+            if self._generic is None:
+                self._generic = _Candidate(n, stripped[:MAX_ROOT_CAUSE_CHARS], cat, ctx_hint, 0)
+            self._frame_ctx = None
+            return self._maybe_crash(fatal=False, exception=True)
+        self._progress(body, n)
+
+    def _ctx_hint(self, cat: Category, line: str) -> str:
+        fake = re.match(r"(?P<msg>.*)", line)
+        assert fake is not None
+        facts = self._facts()
+        if cat is C.WEIGHT_LOADING:
+            return _weights_hint(fake, facts)
+        if cat is C.BAD_ARGS:
+            return (
+                "SGLang's ServerArgs rejected the flag combination: "
+                + line[:200]
+                + " - fix the profile (`glmserve check` validates it)."
+            )
+        if cat is C.COMPILE_ERROR:
+            return _compile_hint(fake, facts)
+        if cat is C.NCCL:
+            return _nccl_hint(fake, facts)
+        return _crash_hint(line, facts)
+
+    def _match_rule(self, text: str) -> tuple[re.Match[str], Rule] | None:
+        for r in RULES:
+            m = r.pattern.search(text)
+            if m:
+                return m, r
+        return None
+
+    def _add_marker(self, n: int, text: str) -> None:
+        if self._marker is None:
+            cat = C.CRASH
+            self._marker = _Candidate(
+                n,
+                text[:MAX_ROOT_CAUSE_CHARS],
+                cat,
+                _crash_hint(text, self._facts())
+                if "Killed" in text
+                else "the server reported a failed child process but the "
+                "log holds no error line for it: read the log above it; a "
+                "silent SIGKILL is often the host OOM killer (dmesg).",
+                0,
+            )
+        self._crashed = True
+
+    def _maybe_crash(self, *, fatal: bool, exception: bool = False) -> None:
+        if self._crashed:
+            return
+        if self._phase is State.READY:
+            # Per-request errors are logged with tracebacks while the server keeps serving.
+            if fatal:
+                self._crashed = True
+            return
+        if fatal or exception:
+            self._crashed = True
+
+    def _progress(self, body: str, n: int) -> None:
+        for pat, state in _PROGRESS:
+            if pat.search(body):
+                if state is not None and _RANK[state] > _RANK[self._phase]:
+                    self._phase = state
+                    if state is State.READY:
+                        self._ready_line = n
+                        self._on_ready()
+                self._last_progress_line = n
+                self._last_progress = body.strip()[:200]
+                mt = _MAX_TOTAL.search(body)
+                if mt:
+                    self._args.setdefault("max_running_requests_effective", mt.group(2))
+                return
+
+    def _on_ready(self) -> None:
+        """READY proves that exceptions seen before it were not fatal (unless a child died)."""
+        if self._marker is None:
+            self._crashed = False
+            self._strong = self._generic = self._warning = None
+
+    def _parse_server_args(self, body: str) -> None:
+        for k, v in _ARG_PAIR.findall(body):
+            if k not in self._args:
+                self._args[k] = v.strip("'\"") if v[:1] in "'\"" else v
+        for key in ("tp_size", "tensor_parallel_size"):
+            v = self._args.get(key)
+            if v and v.isdigit():
+                self._tp_size = int(v)
+                break
+
+    def _record_patch(self, m: re.Match[str], tags: str) -> None:
+        name = m.group("name")
+        if name not in self._patches:
+            self._patches.append(name)
+        tp = _TP_TAG.search(tags)
+        inner = m.group("inner")
+        if tp:
+            self._patch_ranks.add(int(tp.group(1)))
+            return
+        r = re.search(r"\b(?:tp_)?rank[ =:]?(\d+)", inner)
+        if r:
+            self._patch_ranks.add(int(r.group(1)))
+            return
+        pid = re.search(r"\bpid[ =:]?(\d+)", inner)
+        self._patch_ranks.add(f"pid{pid.group(1)}" if pid else f"line{self.lines_seen}")
+
+
+def diagnose_lines(lines: Iterable[str]) -> Diagnosis:
+    """Diagnose a whole log given as lines (without or with trailing newlines)."""
+    d = LogDiagnoser()
+    for line in lines:
+        d.feed(line)
+    return d.diagnosis
+
+
+def diagnose_text(text: str) -> Diagnosis:
+    """Diagnose a whole log. Lines are split on ``\\n`` only (``\\r`` is a tqdm redraw)."""
+    if not text:
+        return LogDiagnoser().diagnosis
+    parts = text.split("\n")
+    if parts and parts[-1] == "":
+        parts.pop()
+    return diagnose_lines(parts)
