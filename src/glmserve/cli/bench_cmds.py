@@ -1,3 +1,212 @@
-"""Verbs registered by this module (filled in by its issue)."""
+"""Verbs ``bench`` and ``compare``: parse options, call one library function, render."""
 
-from glmserve.cli._app import app  # noqa: F401
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from glmserve.bench.results import parse_output_gate, render_plain, render_table
+from glmserve.bench.runner import BenchSettings, LevelRun, Progress
+from glmserve.bench.session import Gates, run_bench
+from glmserve.cli._app import app, emit_json, err, is_interactive, out
+from glmserve.errors import BenchmarkGateFailed, ConfigError, TransportError
+
+
+class _PlainProgress(Progress):
+    """CI: one line per level start/end and one every few seconds, no control characters."""
+
+    def __init__(self, every: float = 5.0) -> None:
+        self.every = every
+        self.last = 0.0
+        self.total: int | None = None
+
+    def level_started(self, concurrency: int, total: int | None, duration: float | None) -> None:
+        self.total = total
+        self.last = time.monotonic()
+        what = f"{total} requests" if total is not None else f"{duration:g} s"
+        err.print(f"bench: concurrency {concurrency}: {what}", highlight=False)
+
+    def update(self, done: int, errors: int, tokens: int, elapsed: float) -> None:
+        now = time.monotonic()
+        if now - self.last < self.every:
+            return
+        self.last = now
+        total = "?" if self.total is None else str(self.total)
+        rate = tokens / elapsed if elapsed > 0 else 0.0
+        err.print(
+            f"bench:   {done}/{total} done, {errors} errors, {rate:,.1f} tok/s", highlight=False
+        )
+
+    def level_finished(self, run: LevelRun) -> None:
+        errors = sum(1 for r in run.records if not r.ok)
+        note = f" (stopped: {run.stopped})" if run.stopped else ""
+        err.print(
+            f"bench: concurrency {run.concurrency}: {len(run.records)} requests, "
+            f"{errors} errors{note}",
+            highlight=False,
+        )
+
+
+class _RichProgress(Progress):
+    """TTY: a live bar with done/total and tok/s."""
+
+    def __init__(self) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import Progress as RP
+
+        self.rp = RP(
+            TextColumn("[bold]c={task.fields[conc]}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]} tok/s, {task.fields[errors]} err"),
+            TimeElapsedColumn(),
+            console=err,
+            transient=False,
+        )
+        self.task: Any = None
+
+    def level_started(self, concurrency: int, total: int | None, duration: float | None) -> None:
+        if self.task is None:
+            self.rp.start()
+        self.task = self.rp.add_task("bench", total=total, conc=concurrency, rate="-", errors=0)
+
+    def update(self, done: int, errors: int, tokens: int, elapsed: float) -> None:
+        rate = f"{tokens / elapsed:,.1f}" if elapsed > 0 else "-"
+        self.rp.update(self.task, completed=done, rate=rate, errors=errors)
+
+    def level_finished(self, run: LevelRun) -> None:
+        pass
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.rp.stop()
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"--concurrency: expected integers like 1,4,16, got {text!r}") from exc
+
+
+@app.command()
+def bench(
+    run: str | None = typer.Argument(None, help="Run id (from `glmserve launch`)."),
+    url: str | None = typer.Option(None, "--url", help="Bench this server URL instead of a run."),
+    mode: str = typer.Option("decode", "--mode", help="decode | concurrency"),
+    concurrency: str = typer.Option(
+        "1,4,16,64,256", "--concurrency", help="Levels for --mode concurrency (comma list)."
+    ),
+    input_len: int = typer.Option(128, "--input-len", help="Prompt length in tokens."),
+    output_len: int = typer.Option(256, "--output-len", help="Output tokens (ignore_eos)."),
+    num_prompts: int | None = typer.Option(
+        None, "--num-prompts", help="Requests per level (decode: 5, concurrency: 2 x level)."
+    ),
+    duration: float | None = typer.Option(None, "--duration", help="Seconds per level instead."),
+    warmup: int = typer.Option(1, "--warmup", help="Unmeasured requests before the first level."),
+    api: str = typer.Option("native", "--api", help="native (/generate) | openai | chat"),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random token-id prompts."),
+    stall_timeout: float = typer.Option(
+        120.0, "--stall-timeout", help="Abandon a request that sends nothing for this long (s)."
+    ),
+    workers: int | None = typer.Option(
+        None, "--workers", help="Client processes per level (default: 1 per 128 streams)."
+    ),
+    min_decode_tok_s: float | None = typer.Option(
+        None, "--min-decode-tok-s", help="Gate: exit 1 if median decode tok/s is lower."
+    ),
+    max_ttft_ms: float | None = typer.Option(
+        None, "--max-ttft-ms", help="Gate: exit 1 if median TTFT (any level) is higher."
+    ),
+    min_output_tok_s: list[str] = typer.Option(
+        [], "--min-output-tok-s", help="Gate C:X: exit 1 if output tok/s at concurrency C < X."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    output: Path | None = typer.Option(None, "--output", help="Also write the JSON here."),
+) -> None:
+    """Measure decode tok/s (one stream) or throughput under concurrency; store the result.
+
+    Examples:
+
+      glmserve bench r-20260130-1 --min-decode-tok-s 12
+
+      glmserve bench --url http://127.0.0.1:30000 --mode concurrency --concurrency 1,16,64 --json
+
+    Exit codes: 0 ok, 1 a gate missed, 2 bad options, 5 server unreachable, 130 Ctrl-C
+    (partial results are stored and marked incomplete).
+    """
+    levels = [1] if mode == "decode" else _levels(concurrency)
+    settings = BenchSettings(
+        base_url=url or "",
+        mode=mode,
+        concurrency=levels,
+        input_len=input_len,
+        output_len=output_len,
+        num_prompts=num_prompts,
+        duration=duration,
+        warmup=warmup,
+        api=api,
+        seed=seed,
+        stall_timeout=stall_timeout,
+        workers=workers,
+    )
+    gates = Gates(min_decode_tok_s, max_ttft_ms, [parse_output_gate(g) for g in min_output_tok_s])
+    progress: Progress = _RichProgress() if is_interactive() else _PlainProgress()
+    try:
+        outcome = run_bench(settings, run, gates, progress)
+    finally:
+        if isinstance(progress, _RichProgress):
+            progress.close()
+    res = outcome.result
+    data = {"id": outcome.result_id, **res.to_dict()}
+    if output is not None:
+        try:
+            output.write_text(json.dumps(data, indent=2, default=str) + "\n")
+        except OSError as exc:
+            raise ConfigError(f"--output {output}: {exc.strerror or exc}") from exc
+    if as_json:
+        emit_json(data)
+    else:
+        out.print(render_table(res))
+        for line in render_plain(res):
+            out.print(line, highlight=False)
+        if outcome.result_id is not None:
+            out.print(f"stored as bench result {outcome.result_id}", highlight=False)
+    if outcome.interrupted:
+        raise KeyboardInterrupt
+    if res.stopped and res.stopped.startswith("server unreachable"):
+        raise TransportError(res.stopped)
+    failed = [g for g in res.gates if not g["ok"]]
+    if failed:
+        raise BenchmarkGateFailed(failed[0]["reason"])
+
+
+@app.command()
+def compare(
+    items: list[str] = typer.Argument(None, help="Run ids or bench result ids."),
+    last: int | None = typer.Option(None, "--last", help="The last N stored bench results."),
+    baseline: str | None = typer.Option(
+        None, "--baseline", help="Run id or result id to divide by (default: the first)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+) -> None:
+    """One table across runs/profiles with speedup against a baseline.
+
+    Examples:
+
+      glmserve compare --last 3
+
+      glmserve compare r-base r-trtllm --baseline r-base --json
+    """
+    from glmserve.compare import compare_results, load_entries, render_compare
+
+    entries = load_entries(items or [], last, baseline)
+    table = compare_results(entries, baseline)
+    if as_json:
+        emit_json(table)
+    else:
+        out.print(render_compare(table))

@@ -1,0 +1,206 @@
+"""``BenchResult``: the versioned outcome of one ``glmserve bench``, and what consumes it.
+
+Measurement ends here; the table, ``--json``, ``--output FILE``, the run store row and
+``glmserve compare`` all read this object (or its dict), so a stored result re-renders without
+re-running. ``version`` changes whenever a field's meaning changes. Gates are pure checks on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rich.table import Table
+
+from glmserve.errors import ConfigError
+from glmserve.metrics import level_metrics, percentile
+
+RESULT_VERSION = 1
+
+
+@dataclass
+class BenchResult:
+    mode: str  # "decode" | "concurrency"
+    complete: bool
+    levels: list[dict[str, Any]]
+    decode_tok_s: float | None = None  # decode mode headline: median over streams of 1/TPOT
+    ttft_ms: float | None = None  # decode mode: median TTFT
+    stopped: str | None = None  # why the run is incomplete
+    settings: dict[str, Any] = field(default_factory=dict)
+    server: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    gates: list[dict[str, Any]] = field(default_factory=list)
+    version: int = RESULT_VERSION
+
+    @property
+    def errors(self) -> int:
+        return sum(int(lv.get("errors") or 0) for lv in self.levels)
+
+    def level(self, concurrency: int) -> dict[str, Any] | None:
+        return next((lv for lv in self.levels if lv["concurrency"] == concurrency), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["errors"] = self.errors
+        return {"version": d.pop("version"), **d}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BenchResult:
+        if d.get("version") != RESULT_VERSION:
+            raise ConfigError(f"unsupported bench result version {d.get('version')!r}")
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def summarize_level(
+    records: list[Any], concurrency: int, workers: int, server: dict[str, Any], stopped: str | None
+) -> dict[str, Any]:
+    """One level's JSON-ready summary from raw records (metrics) and server readings."""
+    lm = asdict(level_metrics(records, concurrency))
+    samples = [float(x) for x in server.get("last_gen_throughput_samples", [])]
+    srv = {k: v for k, v in server.items() if k != "last_gen_throughput_samples"}
+    srv["last_gen_throughput"] = percentile(samples, 50)
+    srv["last_gen_throughput_max"] = max(samples) if samples else None
+    lm.update(
+        workers=workers,
+        tokens_estimated=any(getattr(r, "tokens_estimated", False) for r in records),
+        server=srv,
+        stopped=stopped,
+    )
+    return lm
+
+
+def build_result(
+    mode: str,
+    levels: list[dict[str, Any]],
+    settings: dict[str, Any],
+    server: dict[str, Any],
+    meta: dict[str, Any],
+    stopped: str | None,
+) -> BenchResult:
+    """Assemble the result; the decode headline comes from the single level of decode mode."""
+    res = BenchResult(
+        mode=mode,
+        complete=stopped is None,
+        stopped=stopped,
+        levels=levels,
+        settings=settings,
+        server=server,
+        meta=meta,
+    )
+    if mode == "decode" and levels:
+        res.decode_tok_s = levels[0]["decode_tok_s"]["p50"]
+        res.ttft_ms = levels[0]["ttft_ms"]["p50"]
+    return res
+
+
+# -- gates ---------------------------------------------------------------------------------
+
+
+def parse_output_gate(spec: str) -> tuple[int, float]:
+    """``"C:X"`` -> (concurrency C, minimum output tok/s X); ConfigError names the flag."""
+    try:
+        c, x = spec.split(":", 1)
+        return int(c), float(x)
+    except ValueError as exc:
+        raise ConfigError(
+            f"--min-output-tok-s: expected CONCURRENCY:TOK_S like 64:500, got {spec!r}"
+        ) from exc
+
+
+def evaluate_gates(
+    res: BenchResult,
+    min_decode_tok_s: float | None = None,
+    max_ttft_ms: float | None = None,
+    min_output_tok_s: list[tuple[int, float]] | None = None,
+) -> list[dict[str, Any]]:
+    """Check each requested gate; returns one dict per gate with ``ok`` and a one-line reason.
+
+    ``--min-decode-tok-s`` reads the decode headline (concurrency mode: the lowest level's
+    median per-stream decode tok/s); ``--max-ttft-ms`` reads median TTFT of every level.
+    """
+    out: list[dict[str, Any]] = []
+    if min_decode_tok_s is not None:
+        value = res.decode_tok_s
+        if value is None and res.levels:
+            low = min(res.levels, key=lambda lv: lv["concurrency"])
+            value = low["decode_tok_s"]["p50"]
+        out.append(_gate("min-decode-tok-s", value, min_decode_tok_s, "decode tok/s", True))
+    if max_ttft_ms is not None:
+        for lv in res.levels or [{"concurrency": None, "ttft_ms": {"p50": None}}]:
+            label = f"TTFT p50 at concurrency {lv['concurrency']} (ms)"
+            out.append(_gate("max-ttft-ms", lv["ttft_ms"]["p50"], max_ttft_ms, label, False))
+    for c, x in min_output_tok_s or []:
+        lv = res.level(c)
+        value = lv["output_tok_s"] if lv else None
+        label = f"output tok/s at concurrency {c}"
+        g = _gate("min-output-tok-s", value, x, label, True)
+        if lv is None:
+            g["reason"] = f"{label}: level {c} was not measured (add it to --concurrency)"
+        out.append(g)
+    return out
+
+
+def _gate(name: str, value: float | None, bound: float, label: str, minimum: bool) -> dict:
+    if value is None:
+        return {"gate": name, "ok": False, "value": None, "bound": bound,
+                "reason": f"{label}: no measurement (all requests failed?)"}  # fmt: skip
+    ok = value >= bound if minimum else value <= bound
+    rel = ">=" if minimum else "<="
+    verdict = "ok" if ok else "FAILED"
+    reason = f"{label} {value:.2f} {'' if ok else 'not '}{rel} {bound:g} ({verdict})"
+    return {"gate": name, "ok": ok, "value": value, "bound": bound, "reason": reason}
+
+
+# -- rendering -----------------------------------------------------------------------------
+
+
+def _f(v: Any, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def _pct(d: dict[str, Any] | None, digits: int = 1) -> str:
+    if not d:
+        return "-"
+    return "/".join(_f(d.get(k), digits) for k in ("p50", "p90", "p99"))
+
+
+def render_table(res: BenchResult) -> Table:
+    """The final table: one row per level (p50/p90/p99 columns), headline in the title."""
+    title = f"glmserve bench ({res.mode})"
+    if res.mode == "decode":
+        title += f": decode {_f(res.decode_tok_s, 2)} tok/s, TTFT {_f(res.ttft_ms)} ms"
+    if not res.complete:
+        title += f"  [INCOMPLETE: {res.stopped}]"
+    t = Table(title=title, title_justify="left")
+    for col in ("conc", "output tok/s", "decode tok/s p50", "TTFT ms p50/90/99",
+                "ITL ms p50/90/99", "TPOT ms p50/90/99", "E2E ms p50", "queue ms p50",
+                "ok/err", "server tok/s"):  # fmt: skip
+        t.add_column(col, justify="right")
+    for lv in res.levels:
+        srv = lv.get("server") or {}
+        srv_tok = srv.get("generation_tok_s") or srv.get("last_gen_throughput")
+        t.add_row(
+            str(lv["concurrency"]),
+            _f(lv["output_tok_s"]),
+            _f(lv["decode_tok_s"]["p50"], 2),
+            _pct(lv["ttft_ms"]),
+            _pct(lv["itl_ms"], 2),
+            _pct(lv["tpot_ms"], 2),
+            _f(lv["e2e_ms"]["p50"], 0),
+            _f(lv["queue_ms"]["p50"], 2),
+            f"{lv['completed']}/{lv['errors']}",
+            _f(srv_tok),
+        )
+    return t
+
+
+def render_plain(res: BenchResult) -> list[str]:
+    """Error samples and gate verdicts, as lines printed under the table."""
+    lines = []
+    for lv in res.levels:
+        for e in lv.get("error_samples") or []:
+            lines.append(f"concurrency {lv['concurrency']}: error: {e}")
+    for g in res.gates:
+        lines.append(f"gate {g['gate']}: {g['reason']}")
+    return lines

@@ -1,0 +1,564 @@
+"""Run a benchmark: closed-loop concurrency levels over one or several client processes.
+
+Each level keeps ``concurrency`` requests in flight (a slot sends its next request as soon as
+its stream ends) until ``num_prompts`` were sent or ``duration`` passed. Above
+``SLOTS_PER_PROCESS`` slots the level is split over forked worker processes, each with its own
+event loop and connection pool, so one Python loop's per-chunk cost does not cap what is
+measured (``benchmarks/bench_client_capacity.py`` measures where that cap is). Clocks are
+``time.perf_counter`` (CLOCK_MONOTONIC on Linux), comparable across the processes.
+
+Faults: an unreachable server before the run -> ``TransportError`` naming the URL; request
+errors are recorded and counted; a connect failure mid-run means the server is gone, so no new
+request is sent and the run ends with what was measured; Ctrl-C (KeyboardInterrupt) stops the
+level, keeps every record (in-flight ones marked ``interrupted``) and re-raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from glmserve.bench.client import make_client, stream_request
+from glmserve.bench.workload import Request, build_request, make_prompts
+from glmserve.errors import TransportError
+from glmserve.metrics import StreamRecord
+
+SLOTS_PER_PROCESS = 128
+CONNECT_FAILED = "connect failed"
+
+
+@dataclass
+class BenchSettings:
+    """What to measure and how; stored with the result so a number can be reproduced."""
+
+    base_url: str
+    mode: str = "decode"  # "decode" | "concurrency"
+    concurrency: list[int] = field(default_factory=lambda: [1])
+    input_len: int = 128
+    output_len: int = 256
+    num_prompts: int | None = None  # per level; default: decode 5, concurrency 2 x level
+    duration: float | None = None  # per level, seconds (instead of num_prompts)
+    warmup: int = 1
+    api: str = "native"
+    seed: int = 0
+    stall_timeout: float = 120.0
+    workers: int | None = None  # client processes per level; None = auto
+    model: str | None = None  # OpenAI "model" field; None = first of /v1/models
+
+    def prompts_for(self, concurrency: int) -> int | None:
+        if self.duration is not None:
+            return self.num_prompts
+        if self.num_prompts is not None:
+            return self.num_prompts
+        return 5 if self.mode == "decode" else 2 * concurrency
+
+    def workers_for(self, concurrency: int) -> int:
+        if self.workers is not None:
+            return max(1, min(self.workers, concurrency))
+        want = math.ceil(concurrency / SLOTS_PER_PROCESS)
+        return max(1, min(want, os.cpu_count() or 1, concurrency))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class LevelRun:
+    """Raw outcome of one level: every record plus server-side readings and stop reasons."""
+
+    concurrency: int
+    workers: int
+    records: list[StreamRecord] = field(default_factory=list)
+    server: dict[str, Any] = field(default_factory=dict)
+    stopped: str | None = None  # why the level ended early, if it did
+
+
+class Progress:
+    """Callbacks a front end implements; the default does nothing."""
+
+    def level_started(self, concurrency: int, total: int | None, duration: float | None) -> None:
+        pass
+
+    def update(self, done: int, errors: int, tokens: int, elapsed: float) -> None:
+        pass
+
+    def level_finished(self, run: LevelRun) -> None:
+        pass
+
+
+# -- server probes -------------------------------------------------------------------------
+
+
+def probe_server(base_url: str, timeout: float = 10.0) -> dict[str, Any]:
+    """``/server_info`` (or ``/get_server_info``) as a dict; TransportError if unreachable."""
+    try:
+        with httpx.Client(timeout=timeout) as c:
+            for path in ("/server_info", "/get_server_info"):
+                r = c.get(base_url + path)
+                if r.status_code == 200:
+                    data = r.json()
+                    return data if isinstance(data, dict) else {}
+            r = c.get(base_url + "/health")
+            if r.status_code >= 500:
+                raise TransportError(f"server at {base_url} is not healthy (HTTP {r.status_code})")
+            return {}
+    except httpx.HTTPError as exc:
+        raise TransportError(f"cannot reach server at {base_url}: {exc}") from exc
+    except ValueError:
+        return {}
+
+
+def resolve_model(base_url: str, timeout: float = 10.0) -> str:
+    """The served model name for OpenAI requests (first of ``/v1/models``), else "default"."""
+    try:
+        with httpx.Client(timeout=timeout) as c:
+            data = c.get(base_url + "/v1/models").json()
+        return str(data["data"][0]["id"])
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+        return "default"
+
+
+def last_gen_throughput(info: dict[str, Any]) -> float | None:
+    """``internal_states[0].last_gen_throughput`` (top level in older releases)."""
+    states = info.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        v = states[0].get("last_gen_throughput")
+        if v is not None:
+            return float(v)
+    v = info.get("last_gen_throughput")
+    return float(v) if v is not None else None
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Prometheus text -> {metric name: value summed over label sets} (pure)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, rest = line.rpartition(" ")
+        if not head:
+            continue
+        if rest and head and not head.endswith("}") and " " in head:  # "name value timestamp"
+            head, _, rest = head.rpartition(" ")
+        name = head.split("{", 1)[0].strip()
+        try:
+            out[name] = out.get(name, 0.0) + float(rest)
+        except ValueError:
+            continue
+    return out
+
+
+def _metric(m: dict[str, float], *names: str) -> float | None:
+    for n in names:
+        if n in m:
+            return m[n]
+    return None
+
+
+def metrics_delta(before: dict[str, float], after: dict[str, float], seconds: float) -> dict:
+    """Server-side figures over a level from two ``/metrics`` scrapes (pure)."""
+    out: dict[str, Any] = {}
+    if not before or not after:
+        return out
+
+    def delta(*names: str) -> float | None:
+        a, b = _metric(after, *names), _metric(before, *names)
+        return None if a is None or b is None else a - b
+
+    gen = delta("sglang:generation_tokens_total")
+    if gen is not None:
+        out["generation_tokens"] = gen
+        if seconds > 0:
+            out["generation_tok_s"] = gen / seconds
+    for key, base in (
+        ("ttft_mean_ms", "sglang:time_to_first_token_seconds"),
+        ("itl_mean_ms", "sglang:inter_token_latency_seconds"),
+        ("tpot_mean_ms", "sglang:time_per_output_token_seconds"),
+        ("e2e_mean_ms", "sglang:e2e_request_latency_seconds"),
+    ):
+        s, c = delta(base + "_sum"), delta(base + "_count")
+        if s is not None and c:
+            out[key] = 1000.0 * s / c
+    gauge = _metric(after, "sglang:gen_throughput")
+    if gauge is not None:
+        out["gen_throughput_gauge"] = gauge
+    return out
+
+
+def scrape_metrics(base_url: str, timeout: float = 5.0) -> dict[str, float]:
+    """``/metrics`` parsed, or {} when the server runs without ``--enable-metrics``."""
+    try:
+        r = httpx.get(base_url + "/metrics", timeout=timeout)
+    except httpx.HTTPError:
+        return {}
+    if r.status_code != 200:
+        return {}
+    return parse_prometheus(r.text)
+
+
+class _ServerSampler:
+    """Polls ``/server_info`` once a second on a thread during a level (never blocks it)."""
+
+    def __init__(self, base_url: str, interval: float = 1.0) -> None:
+        self.base_url = base_url
+        self.interval = interval
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        with httpx.Client(timeout=2.0) as c:
+            while not self._stop.wait(self.interval):
+                try:
+                    r = c.get(self.base_url + "/server_info")
+                    v = last_gen_throughput(r.json()) if r.status_code == 200 else None
+                except (httpx.HTTPError, ValueError):
+                    v = None
+                if v is not None:
+                    self.samples.append((time.perf_counter(), v))
+
+    def __enter__(self) -> _ServerSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=3.0)
+
+
+# -- the closed loop -----------------------------------------------------------------------
+
+
+@dataclass
+class _LoopSpec:
+    base_url: str
+    api: str
+    requests: list[Request]
+    indices: list[int] | None  # request indices this loop sends (None: cycle until deadline)
+    slots: int
+    stall_timeout: float
+    start_at: float
+    deadline: float | None
+
+
+async def _closed_loop(
+    spec: _LoopSpec,
+    records: list[StreamRecord],
+    on_record: Callable[[StreamRecord], None],
+    inflight: dict[int, StreamRecord],
+    should_stop: Callable[[], bool] = lambda: False,
+) -> str | None:
+    """Keep ``spec.slots`` streams in flight; returns why it stopped early (or None)."""
+    perf = time.perf_counter
+    stopped: list[str] = []
+    counter = iter(spec.indices) if spec.indices is not None else _count()
+    client = make_client(spec.slots, spec.stall_timeout)
+
+    async def slot() -> None:
+        while not stopped:
+            if should_stop():
+                stopped.append("stopped")
+                return
+            if spec.deadline is not None and perf() >= spec.deadline:
+                return
+            i = next(counter, None)
+            if i is None:
+                return
+            rec = StreamRecord(dispatch=perf())
+            records.append(rec)
+            inflight[id(rec)] = rec
+            try:
+                await stream_request(
+                    client, spec.base_url, spec.requests[i % len(spec.requests)], spec.api, rec
+                )
+            finally:
+                inflight.pop(id(rec), None)
+            on_record(rec)
+            if rec.error and rec.error.startswith(CONNECT_FAILED) and not stopped:
+                stopped.append(f"server unreachable mid-run ({spec.base_url}): {rec.error}")
+
+    delay = spec.start_at - perf()
+    if delay > 0:
+        await asyncio.sleep(delay)
+    tasks = [asyncio.create_task(slot()) for _ in range(spec.slots)]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await client.aclose()
+    return stopped[0] if stopped else None
+
+
+def _count() -> Any:
+    i = 0
+    while True:
+        yield i
+        i += 1
+
+
+def _split(
+    indices: list[int] | None, slots: int, workers: int
+) -> list[tuple[list[int] | None, int]]:
+    """Share slots and request indices over workers (round robin)."""
+    out = []
+    for w in range(workers):
+        s = slots // workers + (1 if w < slots % workers else 0)
+        idx = indices[w::workers] if indices is not None else None
+        out.append((idx, s))
+    return [(i, s) for i, s in out if s > 0]
+
+
+def _worker_main(spec: _LoopSpec, q: Any, stop: Any, wid: int) -> None:
+    """Body of one forked client process: run its share, stream records back over ``q``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides about Ctrl-C
+    records: list[StreamRecord] = []
+    inflight: dict[int, StreamRecord] = {}
+    reason: str | None = None
+
+    def on_record(rec: StreamRecord) -> None:
+        q.put(("rec", rec))
+
+    async def main() -> str | None:
+        loop_task = asyncio.create_task(
+            _closed_loop(spec, records, on_record, inflight, should_stop=stop.is_set)
+        )
+        while not loop_task.done():
+            if stop.is_set():
+                loop_task.cancel()
+                break
+            live = sum(r.chunk_tokens[-1] for r in inflight.values() if r.chunk_tokens)
+            q.put(("live", (wid, live)))
+            await asyncio.sleep(0.25)
+        try:
+            return await loop_task
+        except asyncio.CancelledError:
+            return "interrupted"
+
+    try:
+        reason = asyncio.run(main())
+    finally:
+        for rec in list(inflight.values()):
+            rec.error = rec.error or "interrupted"
+            q.put(("rec", rec))
+        q.put(("done", (wid, reason)))
+
+
+# -- levels --------------------------------------------------------------------------------
+
+
+def run_level(
+    settings: BenchSettings,
+    concurrency: int,
+    requests: list[Request],
+    progress: Progress,
+    run: LevelRun,
+) -> LevelRun:
+    """Measure one level into ``run`` (filled in place, so Ctrl-C leaves partial records)."""
+    total = settings.prompts_for(concurrency)
+    indices = list(range(total)) if total is not None else None
+    deadline_len = settings.duration
+    progress.level_started(concurrency, total, deadline_len)
+    before = scrape_metrics(settings.base_url)
+    t0 = time.perf_counter()
+    with _ServerSampler(settings.base_url) as sampler:
+        try:
+            if run.workers <= 1:
+                _run_inprocess(settings, concurrency, requests, indices, progress, run)
+            else:
+                _run_processes(settings, concurrency, requests, indices, progress, run)
+        finally:
+            elapsed = time.perf_counter() - t0
+            run.server["last_gen_throughput_samples"] = [v for _, v in sampler.samples]
+    run.server.update(metrics_delta(before, scrape_metrics(settings.base_url), elapsed))
+    progress.level_finished(run)
+    return run
+
+
+def _run_inprocess(
+    settings: BenchSettings,
+    concurrency: int,
+    requests: list[Request],
+    indices: list[int] | None,
+    progress: Progress,
+    run: LevelRun,
+) -> None:
+    inflight: dict[int, StreamRecord] = {}
+    done = {"n": 0, "err": 0, "tok": 0}
+    t0 = time.perf_counter()
+
+    def on_record(rec: StreamRecord) -> None:
+        done["n"] += 1
+        done["err"] += 0 if rec.ok else 1
+        done["tok"] += rec.n_tokens
+
+    async def main() -> str | None:
+        start = time.perf_counter()
+        deadline = start + settings.duration if settings.duration else None
+        spec = _LoopSpec(
+            settings.base_url,
+            settings.api,
+            requests,
+            indices,
+            concurrency,
+            settings.stall_timeout,
+            start,
+            deadline,
+        )
+        loop_task = asyncio.create_task(_closed_loop(spec, run.records, on_record, inflight))
+        while not loop_task.done():
+            live = sum(r.chunk_tokens[-1] for r in inflight.values() if r.chunk_tokens)
+            progress.update(done["n"], done["err"], done["tok"] + live, time.perf_counter() - t0)
+            await asyncio.wait({loop_task}, timeout=0.5)
+        return await loop_task
+
+    try:
+        run.stopped = asyncio.run(main())
+    except KeyboardInterrupt:
+        run.stopped = "interrupted"
+        raise
+    finally:
+        for rec in run.records:
+            if rec.end is None:
+                rec.error = rec.error or "interrupted"
+                rec.end = time.perf_counter()
+        progress.update(done["n"], done["err"], done["tok"], time.perf_counter() - t0)
+
+
+def _run_processes(
+    settings: BenchSettings,
+    concurrency: int,
+    requests: list[Request],
+    indices: list[int] | None,
+    progress: Progress,
+    run: LevelRun,
+) -> None:
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    stop = ctx.Event()
+    parts = _split(indices, concurrency, run.workers)
+    start = time.perf_counter() + 0.2 + 0.05 * len(parts)
+    deadline = start + settings.duration if settings.duration else None
+    procs = []
+    for wid, (idx, slots) in enumerate(parts):
+        spec = _LoopSpec(
+            settings.base_url,
+            settings.api,
+            requests,
+            idx,
+            slots,
+            settings.stall_timeout,
+            start,
+            deadline,
+        )
+        p = ctx.Process(target=_worker_main, args=(spec, q, stop, wid), daemon=True)
+        p.start()
+        procs.append(p)
+    live: dict[int, int] = {}
+    pending = set(range(len(parts)))
+    counts = {"n": 0, "err": 0, "tok": 0}
+    t0 = time.perf_counter()
+    interrupted = False
+    reasons: list[str] = []
+    try:
+        while pending:
+            try:
+                kind, payload = q.get(timeout=0.5)
+            except queue_mod.Empty:
+                if not any(p.is_alive() for p in procs):
+                    break
+                continue
+            if kind == "rec":
+                run.records.append(payload)
+                counts["n"] += 1
+                counts["err"] += 0 if payload.ok else 1
+                counts["tok"] += payload.n_tokens
+                if payload.error and payload.error.startswith(CONNECT_FAILED):
+                    stop.set()  # the server is gone: no new requests anywhere
+            elif kind == "live":
+                live[payload[0]] = payload[1]
+            elif kind == "done":
+                pending.discard(payload[0])
+                if payload[1]:
+                    reasons.append(payload[1])
+            progress.update(
+                counts["n"],
+                counts["err"],
+                counts["tok"] + sum(live.values()),
+                time.perf_counter() - t0,
+            )
+    except KeyboardInterrupt:
+        interrupted = True
+        stop.set()
+        _drain(q, pending, run, time.perf_counter() + 5.0)
+        raise
+    finally:
+        for p in procs:
+            p.join(timeout=2.0)
+            if p.is_alive():
+                p.terminate()  # our own child, by its Process handle
+                p.join(timeout=1.0)
+        if interrupted:
+            run.stopped = "interrupted"
+        elif reasons:
+            run.stopped = next((r for r in reasons if r != "stopped"), reasons[0])
+
+
+def _drain(q: Any, pending: set[int], run: LevelRun, until: float) -> None:
+    """After Ctrl-C: collect what the workers still send (their in-flight records)."""
+    while pending and time.perf_counter() < until:
+        try:
+            kind, payload = q.get(timeout=0.2)
+        except queue_mod.Empty:
+            continue
+        except KeyboardInterrupt:
+            continue
+        if kind == "rec":
+            run.records.append(payload)
+        elif kind == "done":
+            pending.discard(payload[0])
+
+
+def run_warmup(settings: BenchSettings, requests: list[Request]) -> None:
+    """Send ``settings.warmup`` requests (discarded) so connections and caches are warm."""
+    if settings.warmup <= 0:
+        return
+    slots = min(settings.warmup, max(settings.concurrency), 16)
+    spec = _LoopSpec(
+        settings.base_url,
+        settings.api,
+        requests,
+        list(range(settings.warmup)),
+        slots,
+        settings.stall_timeout,
+        time.perf_counter(),
+        None,
+    )
+    recs: list[StreamRecord] = []
+    asyncio.run(_closed_loop(spec, recs, lambda r: None, {}))
+    failed = [r for r in recs if r.error and r.error.startswith(CONNECT_FAILED)]
+    if failed:
+        raise TransportError(f"cannot reach server at {settings.base_url}: {failed[0].error}")
+
+
+def prepare_requests(settings: BenchSettings, model: str) -> list[Request]:
+    """Enough distinct prompts for the largest level (cycled when running by duration)."""
+    levels = settings.concurrency
+    need = max((settings.prompts_for(c) or 2 * c) for c in levels)
+    need = max(need, settings.warmup, 1)
+    prompts = make_prompts(need, settings.input_len, settings.seed)
+    return [build_request(settings.api, p, settings.output_len, model) for p in prompts]

@@ -1,0 +1,185 @@
+"""One ``glmserve bench`` from start to stored result: probe, warm up, levels, metadata, store.
+
+The CLI verb only parses options and calls ``run_bench``; everything a result must carry
+(settings, server readings, run metadata, versions) is gathered here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from glmserve import __version__
+from glmserve.bench.results import BenchResult, build_result, evaluate_gates, summarize_level
+from glmserve.bench.runner import (
+    BenchSettings,
+    LevelRun,
+    Progress,
+    last_gen_throughput,
+    prepare_requests,
+    probe_server,
+    resolve_model,
+    run_level,
+    run_warmup,
+)
+from glmserve.errors import ConfigError
+
+
+@dataclass
+class Gates:
+    min_decode_tok_s: float | None = None
+    max_ttft_ms: float | None = None
+    min_output_tok_s: list[tuple[int, float]] | None = None
+
+
+@dataclass
+class BenchOutcome:
+    result: BenchResult
+    result_id: int | None
+    interrupted: bool
+
+
+def git_sha() -> str | None:
+    """glmserve's commit when running from a git checkout (editable install), else None."""
+    src = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(src), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def run_metadata(run_id: str | None) -> dict[str, Any]:
+    """Profile, rendered argv, host and GPUs from the run record (RunNotFound if unknown)."""
+    if run_id is None:
+        return {}
+    from glmserve.store import RunStore
+
+    with RunStore.open() as store:
+        run = store.get_run(run_id)
+    spec = run.spec or {}
+    meta = run.meta or {}
+    return {
+        "run_id": run.run_id,
+        "profile": run.profile,
+        "host": run.host,
+        "launcher": run.launcher,
+        "argv": spec.get("command") or spec.get("argv"),
+        "patches": run.patches,
+        "tp_size": run.tp_size,
+        "gpus": meta.get("gpus") or meta.get("host_gpus"),
+        "sglang_version": meta.get("sglang_version"),
+    }
+
+
+@contextlib.contextmanager
+def endpoint(run_id: str | None, url: str | None) -> Iterator[str]:
+    """The base URL to bench: ``--url`` as given, or the run's (via ssh forward if remote)."""
+    if url:
+        yield url.rstrip("/")
+        return
+    if run_id is None:
+        raise ConfigError("give a RUN id or --url URL")
+    from glmserve.lifecycle import open_endpoint
+
+    with open_endpoint(run_id) as base:
+        yield str(base).rstrip("/")
+
+
+def validate_settings(s: BenchSettings, gates: Gates) -> None:
+    """Flag-level checks with one-line errors naming the flag."""
+    if s.mode not in ("decode", "concurrency"):
+        raise ConfigError(f"--mode: expected decode or concurrency, got {s.mode!r}")
+    if s.api not in ("native", "openai", "chat"):
+        raise ConfigError(f"--api: expected native, openai or chat, got {s.api!r}")
+    if not s.concurrency or any(c < 1 for c in s.concurrency):
+        raise ConfigError("--concurrency: expected positive integers like 1,4,16")
+    if s.input_len < 1 or s.output_len < 1:
+        raise ConfigError("--input-len/--output-len must be at least 1")
+    if s.num_prompts is not None and s.num_prompts < 1:
+        raise ConfigError("--num-prompts must be at least 1")
+    if s.duration is not None and s.duration <= 0:
+        raise ConfigError("--duration must be positive")
+    if s.stall_timeout <= 0:
+        raise ConfigError("--stall-timeout must be positive")
+    for c, _ in gates.min_output_tok_s or []:
+        if c not in s.concurrency:
+            raise ConfigError(
+                f"--min-output-tok-s {c}:...: concurrency {c} is not in --concurrency"
+            )
+
+
+def run_bench(
+    settings: BenchSettings,
+    run_id: str | None,
+    gates: Gates,
+    progress: Progress,
+    store_result: bool = True,
+) -> BenchOutcome:
+    """Measure, assemble, evaluate gates and store; Ctrl-C yields a partial, marked result."""
+    validate_settings(settings, gates)
+    meta = run_metadata(run_id)
+    started = time.time()
+    levels: list[dict[str, Any]] = []
+    stopped: str | None = None
+    interrupted = False
+    server: dict[str, Any] = {}
+    with endpoint(run_id, settings.base_url or None) as base:
+        settings.base_url = base
+        info = probe_server(base)
+        server = {"version": info.get("version"), "last_gen_throughput": last_gen_throughput(info)}
+        model = settings.model or (resolve_model(base) if settings.api != "native" else "default")
+        settings.model = model
+        requests = prepare_requests(settings, model)
+        try:
+            run_warmup(settings, requests)
+            for c in settings.concurrency:
+                run = LevelRun(concurrency=c, workers=settings.workers_for(c))
+                try:
+                    run_level(settings, c, requests, progress, run)
+                finally:
+                    levels.append(
+                        summarize_level(run.records, c, run.workers, run.server, run.stopped)
+                    )
+                if run.stopped:
+                    stopped = run.stopped
+                    break
+        except KeyboardInterrupt:
+            interrupted = True
+            stopped = "interrupted (Ctrl-C)"
+    meta.update(
+        url=settings.base_url,
+        started_at=started,
+        finished_at=time.time(),
+        glmserve_version=__version__,
+        git_sha=git_sha(),
+        client_host=platform.node(),
+        python=platform.python_version(),
+        argv=meta.get("argv"),
+        bench_argv=sys.argv[1:],
+        sglang_version=server.get("version") or meta.get("sglang_version"),
+    )
+    res = build_result(settings.mode, levels, settings.to_dict(), server, meta, stopped)
+    res.gates = evaluate_gates(
+        res, gates.min_decode_tok_s, gates.max_ttft_ms, gates.min_output_tok_s
+    )
+    result_id = None
+    if store_result:
+        from glmserve.store import RunStore
+
+        with RunStore.open() as store:
+            result_id = store.add_bench_result(run_id, res.to_dict(), meta)
+    return BenchOutcome(res, result_id, interrupted)

@@ -1,0 +1,148 @@
+"""``glmserve compare``: stored bench results side by side, with speedup against a baseline.
+
+``load_entries`` reads the run store (a run id means its newest bench result, a number means
+that bench result); ``compare_results`` is pure and produces the JSON the table renders.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from glmserve.errors import ConfigError, RunNotFound
+
+
+def load_entries(
+    items: list[str], last: int | None, baseline: str | None = None
+) -> list[dict[str, Any]]:
+    """Stored bench rows (``{id, run_id, created_at, result, meta}``), oldest first."""
+    from glmserve.store import RunStore
+
+    if not items and not last:
+        raise ConfigError("compare: give run ids / bench result ids, or --last N")
+    if last is not None and last < 1:
+        raise ConfigError("--last must be at least 1")
+    with RunStore.open() as store:
+        rows = [_load_one(store, it) for it in items]
+        if last:
+            recent = store.list_bench_results(last=last)
+            if not recent:
+                raise RunNotFound("no stored bench results (run `glmserve bench` first)")
+            rows += list(reversed(recent))
+        if baseline is not None and _find(rows, baseline) is None:
+            rows.insert(0, _load_one(store, baseline))
+    seen: set[int] = set()
+    unique = []
+    for r in rows:
+        if r["id"] not in seen:
+            seen.add(r["id"])
+            unique.append(r)
+    return unique
+
+
+def _load_one(store: Any, item: str) -> dict[str, Any]:
+    if item.isdigit():
+        return store.get_bench_result(int(item))
+    rows = store.list_bench_results(run_id=item, last=1)
+    if not rows:
+        store.get_run(item)  # raises RunNotFound for an unknown run id
+        raise RunNotFound(f"run {item} has no bench results (run `glmserve bench {item}`)")
+    return rows[0]
+
+
+def _find(rows: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
+    for r in rows:
+        if str(r["id"]) == key:
+            return r
+    for r in reversed(rows):  # a run id: its newest result among the rows
+        if r.get("run_id") == key:
+            return r
+    return None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> dict[str, Any]:
+    """Pure: rows -> ``{"baseline", "concurrency", "rows": [...]}`` with speedups."""
+    if not rows:
+        raise ConfigError("compare: nothing to compare")
+    base = rows[0] if baseline is None else _find(rows, baseline)
+    if base is None:
+        raise ConfigError(f"--baseline {baseline}: not among the compared results")
+    levels = sorted({lv["concurrency"] for r in rows for lv in r["result"].get("levels", [])})
+
+    def level_tok_s(row: dict[str, Any], c: int) -> float | None:
+        for lv in row["result"].get("levels", []):
+            if lv["concurrency"] == c:
+                return lv.get("output_tok_s")
+        return None
+
+    def decode(row: dict[str, Any]) -> float | None:
+        res = row["result"]
+        if res.get("decode_tok_s") is not None:
+            return res["decode_tok_s"]
+        lvs = res.get("levels") or []
+        return min(lvs, key=lambda lv: lv["concurrency"])["decode_tok_s"]["p50"] if lvs else None
+
+    out_rows = []
+    for r in rows:
+        res, meta = r["result"], r.get("meta") or {}
+        per_level = {}
+        for c in levels:
+            v = level_tok_s(r, c)
+            per_level[str(c)] = {"output_tok_s": v, "speedup": _ratio(v, level_tok_s(base, c))}
+        ttft = res.get("ttft_ms")
+        if ttft is None and res.get("levels"):
+            ttft = min(res["levels"], key=lambda lv: lv["concurrency"])["ttft_ms"]["p50"]
+        out_rows.append(
+            {
+                "id": r["id"],
+                "run_id": r.get("run_id"),
+                "profile": meta.get("profile") or res.get("meta", {}).get("profile"),
+                "mode": res.get("mode"),
+                "complete": res.get("complete"),
+                "errors": res.get("errors"),
+                "decode_tok_s": decode(r),
+                "decode_speedup": _ratio(decode(r), decode(base)),
+                "ttft_ms": ttft,
+                "levels": per_level,
+                "baseline": r is base,
+            }
+        )
+    return {"baseline": base["id"], "concurrency": levels, "rows": out_rows}
+
+
+def _f(v: Any, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def render_compare(table: dict[str, Any]) -> Table:
+    """The comparison table: decode tok/s and output tok/s per level, each with speedup."""
+    t = Table(
+        title=f"glmserve compare (baseline: result {table['baseline']})", title_justify="left"
+    )
+    for col in ("result", "run", "profile", "mode", "decode tok/s", "x", "TTFT ms"):
+        t.add_column(col, justify="left" if col in ("run", "profile", "mode") else "right")
+    for c in table["concurrency"]:
+        t.add_column(f"c={c} tok/s", justify="right")
+        t.add_column("x", justify="right")
+    for r in table["rows"]:
+        mark = "*" if r["baseline"] else ""
+        flag = "" if r["complete"] else " (incomplete)"
+        cells = [
+            f"{r['id']}{mark}",
+            str(r["run_id"] or "-"),
+            str(r["profile"] or "-") + flag,
+            str(r["mode"]),
+            _f(r["decode_tok_s"], 2),
+            _f(r["decode_speedup"], 2),
+            _f(r["ttft_ms"]),
+        ]
+        for c in table["concurrency"]:
+            lv = r["levels"][str(c)]
+            cells += [_f(lv["output_tok_s"]), _f(lv["speedup"], 2)]
+        t.add_row(*cells)
+    return t
