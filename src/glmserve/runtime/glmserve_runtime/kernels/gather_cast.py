@@ -1,0 +1,294 @@
+"""Fused gather + FP8 e4m3 -> BF16 cast of MLA KV rows: ``out = pool[idx].to(bfloat16)``.
+
+Why: SGLang's FlashInfer MLA backend casts the *whole* FP8 KV pool to BF16 in every layer
+of every step (FlashInfer's MLA kernel only takes 16-bit KV). Gathering only the batch's
+rows and casting them in one pass moves ``n x (576 + 1152)`` bytes instead of
+``pool_rows x (576 + 1152)``.
+
+Contract (checked bit for bit by tests/unit/test_gather_cast.py on CPU and on an H200):
+``gather_cast(pool, idx)`` equals ``pool[idx].to(torch.bfloat16)`` bit for bit, for every
+e4m3fn bit pattern (e4m3fn has no infinities: 0x7F/0xFF are NaN, and NaN comes out as the
+exact bits torch's own cast produces on that device), subnormals, negative zero, repeated
+indices, int32 or int64 indices, and pools shaped ``[N, D]`` or ``[N, 1, D]`` (``D`` is
+576 for GLM-5/DeepSeek MLA: 512 latent + 64 rope; any ``D`` works). The output may be
+given as one ``[n, 1, D]`` buffer or as the two views the FlashInfer wrapper takes
+(``[n, 1, 512]`` + ``[n, 1, 64]``), each with its own row stride.
+
+On CUDA the work is one Triton kernel; elsewhere (CI's CPU) a torch implementation of the
+same bit-level conversion runs, so the CPU tests exercise the conversion rule itself rather
+than comparing torch with torch.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+try:  # Triton is only needed (and only present) on the GPU host.
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - exercised on CPU-only machines
+    triton = None
+    tl = None
+
+FP8_DTYPE = torch.float8_e4m3fn
+# e4m3fn exponent bias is 7, bf16's is 127: a normal number's exponent field moves by 120.
+_EXP_SHIFT = (127 - 7) << 7
+# Smallest e4m3fn subnormal: 2**-9 (mantissa bits m encode m * 2**-9).
+_SUBNORMAL_UNIT = 2.0**-9
+
+
+@functools.cache
+def nan_bits(device: str) -> tuple[int, int]:
+    """The int16 bit patterns torch's own e4m3fn -> bf16 cast gives +NaN (0x7F), -NaN (0xFF).
+
+    Torch canonicalises NaN differently per device (CPU gives 0x7FC0 for both); reading it
+    from torch on the same device keeps the fused kernel bit-identical to torch there.
+    """
+    src = torch.tensor([0x7F, 0xFF], dtype=torch.uint8, device=device).view(FP8_DTYPE)
+    bits = src.to(torch.bfloat16).view(torch.int16).cpu().tolist()
+    return int(bits[0]), int(bits[1])
+
+
+def _check_args(pool: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """Validate shapes/dtypes; return the pool as a 2-D ``[N, D]`` uint8 view."""
+    if pool.dtype not in (FP8_DTYPE, torch.uint8):
+        raise TypeError(f"gather_cast: pool must be float8_e4m3fn or uint8, got {pool.dtype}")
+    if idx.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"gather_cast: indices must be int32 or int64, got {idx.dtype}")
+    if idx.dim() != 1:
+        raise ValueError(f"gather_cast: indices must be 1-D, got shape {tuple(idx.shape)}")
+    if pool.dim() == 3 and pool.shape[1] == 1:
+        pool2 = pool[:, 0, :]
+    elif pool.dim() == 2:
+        pool2 = pool
+    else:
+        raise ValueError(f"gather_cast: pool must be [N, D] or [N, 1, D], got {tuple(pool.shape)}")
+    if pool2.stride(1) != 1:
+        raise ValueError("gather_cast: pool rows must be contiguous in the last dimension")
+    if idx.device != pool.device:
+        raise ValueError(f"gather_cast: indices on {idx.device}, pool on {pool.device}")
+    return pool2.view(torch.uint8)
+
+
+def _rows_view(t: torch.Tensor, n: int, width: int, name: str) -> torch.Tensor:
+    """``t`` ([n, width] or [n, 1, width], bf16, last dim contiguous) as a 2-D int16 view."""
+    if t.dtype != torch.bfloat16:
+        raise TypeError(f"gather_cast: {name} must be bfloat16, got {t.dtype}")
+    t2 = t[:, 0, :] if t.dim() == 3 and t.shape[1] == 1 else t
+    if t2.dim() != 2 or t2.shape[0] != n or t2.shape[1] != width or (n and t2.stride(1) != 1):
+        raise ValueError(
+            f"gather_cast: {name} must be [{n}, {width}] or [{n}, 1, {width}] with a "
+            f"contiguous last dimension, got {tuple(t.shape)}"
+        )
+    return t2.view(torch.int16)
+
+
+def convert_e4m3_bits_torch(raw: torch.Tensor, nan_pos: int, nan_neg: int) -> torch.Tensor:
+    """Bit-level e4m3fn -> bf16 in plain torch ops (uint8 in, int16 bits out).
+
+    Normal numbers keep sign and mantissa and shift the exponent field by 120; subnormals
+    (exponent field 0) are ``m * 2**-9``, exact in float32, whose top 16 bits are the bf16;
+    NaN (magnitude 0x7F) takes the caller's device-specific bit patterns.
+    """
+    b = raw.to(torch.int32)
+    sign = (b & 0x80) << 8
+    mag = b & 0x7F
+    normal = sign | ((mag << 4) + _EXP_SHIFT)
+    sub = ((b & 0x07).to(torch.float32) * _SUBNORMAL_UNIT).view(torch.int32) >> 16
+    out = torch.where((mag >> 3) == 0, sign | sub, normal)
+    nan = torch.where(b >= 0x80, nan_neg & 0xFFFF, nan_pos & 0xFFFF)
+    out = torch.where(mag == 0x7F, nan, out)
+    # Reinterpret the low 16 bits as int16 (values >= 0x8000 wrap to negative).
+    return (out - ((out & 0x8000) << 1)).to(torch.int16)
+
+
+def _gather_cast_torch(
+    pool2: torch.Tensor, idx: torch.Tensor, out_a: torch.Tensor, out_b: torch.Tensor
+) -> None:
+    width_a = out_a.shape[1]
+    rows = pool2.index_select(0, idx.to(torch.int64))
+    lo, hi = nan_bits(str(pool2.device))
+    bits = convert_e4m3_bits_torch(rows, lo, hi)
+    out_a.copy_(bits[:, :width_a])
+    out_b.copy_(bits[:, width_a:])
+
+
+if triton is not None:
+
+    @triton.jit
+    def _convert(x, nan_pos, nan_neg, INT_CONVERT: tl.constexpr):
+        """uint8 e4m3fn tile -> int16 bf16 bits tile (see convert_e4m3_bits_torch)."""
+        b = x.to(tl.int32)
+        mag = b & 0x7F
+        if INT_CONVERT:
+            sign = (b & 0x80) << 8
+            normal = sign | ((mag << 4) + ((127 - 7) << 7))
+            sub = ((b & 7).to(tl.float32) * 0.001953125).to(tl.int32, bitcast=True) >> 16
+            bits = tl.where((mag >> 3) == 0, sign | sub, normal)
+        else:
+            y = x.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16)
+            bits = y.to(tl.int16, bitcast=True).to(tl.int32)
+        nan = tl.where(b >= 0x80, nan_neg, nan_pos)
+        bits = tl.where(mag == 0x7F, nan, bits)
+        return bits.to(tl.int16)
+
+    @triton.jit
+    def _gather_cast_kernel(
+        pool_ptr,
+        idx_ptr,
+        out_a_ptr,
+        out_b_ptr,
+        n_rows,
+        pool_stride,
+        out_a_stride,
+        out_b_stride,
+        nan_pos,
+        nan_neg,
+        WIDTH_A: tl.constexpr,
+        WIDTH_B: tl.constexpr,
+        BLOCK_ROWS: tl.constexpr,
+        INT_CONVERT: tl.constexpr,
+    ):
+        """One program per BLOCK_ROWS rows; the row is two power-of-2 tiles (512 + 64)."""
+        pid = tl.program_id(0)
+        rows = pid * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+        rmask = rows < n_rows
+        src = tl.load(idx_ptr + rows, mask=rmask, other=0).to(tl.int64)
+        src_row = pool_ptr + src[:, None] * pool_stride
+        rows64 = rows.to(tl.int64)[:, None]
+        cols_a = tl.arange(0, WIDTH_A)[None, :]
+        cols_b = tl.arange(0, WIDTH_B)[None, :]
+        m = rmask[:, None]
+        xa = tl.load(src_row + cols_a, mask=m, other=0)
+        xb = tl.load(src_row + WIDTH_A + cols_b, mask=m, other=0)
+        ya = _convert(xa, nan_pos, nan_neg, INT_CONVERT)
+        yb = _convert(xb, nan_pos, nan_neg, INT_CONVERT)
+        tl.store(out_a_ptr + rows64 * out_a_stride + cols_a, ya, mask=m)
+        tl.store(out_b_ptr + rows64 * out_b_stride + cols_b, yb, mask=m)
+
+
+def _is_pow2(x: int) -> bool:
+    return x > 0 and (x & (x - 1)) == 0
+
+
+def default_config(n_rows: int) -> dict[str, Any]:
+    """Launch parameters by batch size (tuned on an H200: benchmarks/results/gather_cast*)."""
+    if n_rows <= 8192:
+        return {"BLOCK_ROWS": 4, "num_warps": 4, "INT_CONVERT": False}
+    return {"BLOCK_ROWS": 8, "num_warps": 8, "INT_CONVERT": False}
+
+
+def _gather_cast_triton(
+    pool2: torch.Tensor,
+    idx: torch.Tensor,
+    out_a: torch.Tensor,
+    out_b: torch.Tensor,
+    config: dict[str, Any] | None,
+) -> None:
+    n = idx.shape[0]
+    cfg = dict(default_config(n))
+    if config:
+        cfg.update(config)
+    block_rows = int(cfg.pop("BLOCK_ROWS"))
+    num_warps = int(cfg.pop("num_warps"))
+    int_convert = bool(cfg.pop("INT_CONVERT"))
+    lo, hi = nan_bits(str(pool2.device))
+    grid = (triton.cdiv(n, block_rows),)
+    _gather_cast_kernel[grid](
+        pool2,
+        idx,
+        out_a,
+        out_b,
+        n,
+        pool2.stride(0),
+        out_a.stride(0),
+        out_b.stride(0),
+        lo,
+        hi,
+        WIDTH_A=out_a.shape[1],
+        WIDTH_B=out_b.shape[1],
+        BLOCK_ROWS=block_rows,
+        INT_CONVERT=int_convert,
+        num_warps=num_warps,
+    )
+
+
+def gather_cast_into(
+    pool: torch.Tensor,
+    idx: torch.Tensor,
+    out_ckv: torch.Tensor,
+    out_kpe: torch.Tensor,
+    *,
+    config: dict[str, Any] | None = None,
+    force_torch: bool = False,
+    force_triton: bool = False,
+) -> None:
+    """Write ``pool[idx].to(bf16)`` split at ``out_ckv``'s width into the two outputs.
+
+    ``out_ckv``/``out_kpe`` are ``[n, w]`` or ``[n, 1, w]`` bf16 (e.g. the ``[n,1,512]`` and
+    ``[n,1,64]`` views of one ``[n,1,576]`` buffer). ``config`` overrides the Triton launch
+    parameters (benchmarks); ``force_torch`` runs the torch path on any device (tests);
+    ``force_triton`` runs the Triton kernel on any device (CPU tensors under
+    ``TRITON_INTERPRET=1``, which CI uses to check the kernel's indexing without a GPU).
+    """
+    pool2 = _check_args(pool, idx)
+    n = idx.shape[0]
+    width = pool2.shape[1]
+    a_width = out_ckv.shape[-1]
+    out_a = _rows_view(out_ckv, n, a_width, "out_ckv")
+    out_b = _rows_view(out_kpe, n, width - a_width, "out_kpe")
+    if n == 0:
+        return
+    tiles_ok = _is_pow2(a_width) and _is_pow2(width - a_width)
+    if force_triton and (triton is None or not tiles_ok):
+        raise RuntimeError("gather_cast: force_triton needs Triton and power-of-2 row tiles")
+    use_triton = force_triton or (
+        triton is not None and not force_torch and pool2.is_cuda and tiles_ok
+    )
+    if use_triton:
+        _gather_cast_triton(pool2, idx, out_a, out_b, config)
+    else:
+        _gather_cast_torch(pool2, idx, out_a, out_b)
+
+
+def gather_cast(
+    pool: torch.Tensor,
+    idx: torch.Tensor,
+    out: torch.Tensor | None = None,
+    *,
+    split: int | None = None,
+    config: dict[str, Any] | None = None,
+    force_torch: bool = False,
+    force_triton: bool = False,
+) -> torch.Tensor:
+    """``pool[idx].to(torch.bfloat16)`` in one pass; returns ``out`` (allocated if None).
+
+    The result has the pool's rank (``[n, D]`` or ``[n, 1, D]``). ``split`` is where the
+    row is cut into two power-of-2 tiles for the Triton kernel (default: the largest power
+    of two below ``D``, i.e. 512 for MLA's 576).
+    """
+    pool2 = _check_args(pool, idx)
+    n, width = idx.shape[0], pool2.shape[1]
+    shape = (n, width) if pool.dim() == 2 else (n, 1, width)
+    if out is None:
+        out = torch.empty(shape, dtype=torch.bfloat16, device=pool.device)
+    elif tuple(out.shape) != shape or out.dtype != torch.bfloat16:
+        raise ValueError(
+            f"gather_cast: out must be bfloat16 {list(shape)}, got {out.dtype} {list(out.shape)}"
+        )
+    cut = split if split is not None else (1 << (width.bit_length() - 1) if width > 1 else width)
+    if cut == width and width > 1:
+        cut //= 2
+    gather_cast_into(
+        pool,
+        idx,
+        out[..., :cut],
+        out[..., cut:],
+        config=config,
+        force_torch=force_torch,
+        force_triton=force_triton,
+    )
+    return out
