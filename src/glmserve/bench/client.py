@@ -166,7 +166,7 @@ async def stream_request(
                     break
         parser.finish()
         if not parser.done and rec.completion_tokens is None:
-            rec.error = "stream ended without [DONE]"
+            rec.error = "stream cut: ended without [DONE]"
     except httpx.ConnectError as exc:
         rec.error = f"connect failed: {exc}"[:200]
     except httpx.ReadTimeout:
