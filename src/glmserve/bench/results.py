@@ -146,9 +146,11 @@ def _gate(name: str, value: float | None, bound: float, label: str, minimum: boo
         return {"gate": name, "ok": False, "value": None, "bound": bound,
                 "reason": f"{label}: no measurement (all requests failed?)"}  # fmt: skip
     ok = value >= bound if minimum else value <= bound
-    rel = ">=" if minimum else "<="
-    verdict = "ok" if ok else "FAILED"
-    reason = f"{label} {value:.2f} {'' if ok else 'not '}{rel} {bound:g} ({verdict})"
+    if ok:
+        reason = f"{label} {value:,.2f} {'>=' if minimum else '<='} {bound:g} (ok)"
+    else:
+        side = "below the minimum" if minimum else "above the maximum"
+        reason = f"{label} {value:,.2f} is {side} {bound:g} (--{name})"
     return {"gate": name, "ok": ok, "value": value, "bound": bound, "reason": reason}
 
 

@@ -1,0 +1,131 @@
+"""``glmserve bench`` / ``compare`` through the CLI entry point against the scripted server:
+exit codes, --json shape, gates, stored results, --output, unreachable server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import test_bench_client
+from test_bench_client import FakeServer
+
+from glmserve.cli import main
+from glmserve.store import RunStore
+
+fake = test_bench_client.fake  # the scripted SSE server fixture
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    cap = capsys.readouterr()
+    return int(exc.value.code or 0), cap.out, cap.err
+
+
+def bench_json(capsys, srv: FakeServer, *extra: str) -> tuple[int, dict, str]:
+    code, out, err = run_cli(
+        capsys, "bench", "--url", srv.url, "--warmup", "0", "--output-len", "8",
+        "--num-prompts", "3", "--json", *extra,
+    )  # fmt: skip
+    return code, (json.loads(out) if out.strip() else {}), err
+
+
+def test_decode_json_has_the_contract_fields_and_is_stored(capsys, fake):
+    fake.n_tokens, fake.itl = 8, 0.01
+    code, data, _ = bench_json(capsys, fake)
+    assert code == 0
+    assert data["version"] == 1 and data["mode"] == "decode" and data["complete"] is True
+    # 8 tokens, one every 10 ms -> ~100 tok/s per stream (scheduling noise only slows it)
+    assert 50 < data["decode_tok_s"] <= 110
+    lv = data["levels"][0]
+    assert lv["concurrency"] == 1 and lv["errors"] == 0 and lv["completed"] == 3
+    for key in ("ttft_ms", "itl_ms", "tpot_ms"):
+        assert set(lv[key]) >= {"p50", "p90", "p99"}
+    assert lv["output_tok_s"] > 0
+    assert data["server"]["last_gen_throughput"] == 42.0
+    assert data["meta"]["sglang_version"] == "0.5.9"
+    assert data["meta"]["glmserve_version"]
+    assert data["settings"]["output_len"] == 8
+    with RunStore.open() as store:
+        rows = store.list_bench_results()
+    assert [r["id"] for r in rows] == [data["id"]]
+    assert rows[0]["result"]["decode_tok_s"] == data["decode_tok_s"]
+
+
+def test_decode_gate_passes_and_fails_with_one_line_reason(capsys, fake):
+    assert bench_json(capsys, fake, "--min-decode-tok-s", "1")[0] == 0
+    code, data, err = bench_json(capsys, fake, "--min-decode-tok-s", "1e9")
+    assert code == 1
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1
+    assert "decode tok/s" in errors[0] and "below the minimum 1e+09" in errors[0]
+    assert data["gates"][0]["ok"] is False  # the result is still printed and stored
+
+
+def test_ttft_and_output_gates(capsys, fake):
+    code, _, err = bench_json(capsys, fake, "--max-ttft-ms", "0.0001")
+    assert code == 1 and "TTFT" in err
+    code, data, err = bench_json(
+        capsys, fake, "--mode", "concurrency", "--concurrency", "1,2", "--min-output-tok-s", "2:1e9"
+    )
+    assert code == 1 and "concurrency 2" in err
+    assert [lv["concurrency"] for lv in data["levels"]] == [1, 2]
+
+
+def test_output_gate_for_unmeasured_level_is_a_usage_error(capsys, fake):
+    code, _, err = bench_json(capsys, fake, "--mode", "concurrency", "--concurrency", "1",
+                              "--min-output-tok-s", "8:1")  # fmt: skip
+    assert code == 2 and "--min-output-tok-s" in err
+    code, _, err = bench_json(capsys, fake, "--min-output-tok-s", "nonsense")
+    assert code == 2 and "--min-output-tok-s" in err
+
+
+def test_unreachable_server_exits_5_naming_the_url(capsys):
+    code, out, err = run_cli(capsys, "bench", "--url", "http://127.0.0.1:9", "--json")
+    assert code == 5
+    assert "http://127.0.0.1:9" in err
+    assert out == ""
+
+
+def test_request_errors_are_counted_and_saved(capsys, fake, tmp_path):
+    fake.behaviour = "http500"
+    dest = tmp_path / "r.json"
+    code, data, _ = bench_json(capsys, fake, "--output", str(dest))
+    assert code == 0
+    assert data["levels"][0]["errors"] == 3 and data["errors"] == 3
+    assert data["levels"][0]["error_samples"][0].startswith("HTTP 500")
+    assert json.loads(dest.read_text())["id"] == data["id"]
+    code, _, err = bench_json(capsys, fake, "--min-decode-tok-s", "1")
+    assert code == 1 and "no measurement" in err
+
+
+def test_table_output_without_json(capsys, fake):
+    code, out, _ = run_cli(capsys, "bench", "--url", fake.url, "--warmup", "0",
+                           "--output-len", "4", "--num-prompts", "2")  # fmt: skip
+    assert code == 0
+    assert "decode" in out and "stored as bench result" in out
+
+
+def test_compare_last_n_with_speedups(capsys, fake):
+    fake.itl = 0.02
+    _, first, _ = bench_json(capsys, fake)
+    fake.itl = 0.005
+    _, second, _ = bench_json(capsys, fake)
+    code, out, _ = run_cli(capsys, "compare", "--last", "2", "--json")
+    assert code == 0
+    table = json.loads(out)
+    assert table["baseline"] == first["id"]
+    rows = {r["id"]: r for r in table["rows"]}
+    assert rows[first["id"]]["decode_speedup"] == pytest.approx(1.0)
+    assert rows[second["id"]]["decode_speedup"] == pytest.approx(
+        second["decode_tok_s"] / first["decode_tok_s"]
+    )
+    assert rows[second["id"]]["decode_speedup"] > 1.5  # 4x faster token interval
+    code, out, _ = run_cli(capsys, "compare", str(second["id"]), "--baseline", str(first["id"]))
+    assert code == 0 and "compare" in out
+
+
+def test_compare_usage_errors(capsys):
+    assert run_cli(capsys, "compare")[0] == 2
+    assert run_cli(capsys, "compare", "--last", "2")[0] == 2  # nothing stored yet
+    assert run_cli(capsys, "compare", "12345")[0] == 2
