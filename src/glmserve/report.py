@@ -1,0 +1,548 @@
+"""``glmserve report``: stored sweeps and runs -> one self-contained HTML file (+ PNGs).
+
+Renderers only consume stored results (sweep.json files and the run store's bench results);
+nothing is re-measured. The HTML has no external references at all: charts are inline SVG
+generated here, every bar / point carrying ``data-*`` attributes (label, series, value) so a
+headless browser's DOM dump can be checked chart by chart. PNGs (``--png DIR``) are drawn
+with matplotlib when it is installed (an optional dependency).
+
+    load_report_data(ids) ─► ReportData (pure from here) ─► render_html(data) -> str
+                                                         └► write_pngs(data, dir)
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from glmserve.errors import ConfigError, RunNotFound
+from glmserve.sweep import OK, Sweep, list_sweep_ids, load_sweep, sweep_rows
+
+PALETTE = ["#4269d0", "#efb118", "#ff725c", "#6cc5b0", "#3ca951", "#ff8ab7", "#a463f2", "#97bbf5"]
+PERCENTILES = ("p50", "p90", "p99")
+LATENCY_METRICS = (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E latency"))
+
+
+@dataclass
+class ReportSeries:
+    """One profile (from a sweep) or one run: what every chart and table reads."""
+
+    name: str
+    status: str
+    run_id: str | None = None
+    source: str = ""
+    diagnosis: str = ""
+    hint: str | None = None
+    decode_tok_s: float | None = None
+    ttft_ms: float | None = None
+    speedup: float | None = None
+    throughput: dict[int, float] = field(default_factory=dict)  # concurrency -> output tok/s
+    latency: dict[str, dict[str, float | None]] = field(default_factory=dict)  # at lowest level
+    latency_level: int | None = None
+    findings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ReportData:
+    title: str
+    sources: list[str]
+    series: list[ReportSeries]
+    generated_at: float = field(default_factory=time.time)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _latency_from(bench: list[dict[str, Any]]) -> tuple[dict[str, dict[str, float | None]], int]:
+    """Percentiles at the lowest concurrency measured (decode bench preferred)."""
+    levels = [lv for b in bench if b.get("mode") == "decode" for lv in b.get("levels", [])]
+    levels = levels or [lv for b in bench for lv in b.get("levels", [])]
+    if not levels:
+        return {}, 0
+    low = min(levels, key=lambda lv: lv.get("concurrency", 0))
+    lat = {
+        key: {p: (low.get(key) or {}).get(p) for p in PERCENTILES}
+        for key, _ in LATENCY_METRICS
+        if low.get(key)
+    }
+    return lat, int(low.get("concurrency", 1))
+
+
+def series_from_sweep(sweep: Sweep) -> list[ReportSeries]:
+    """Pure: one series per profile of the sweep, table values from ``sweep_rows``."""
+    out = []
+    for row, entry in zip(sweep_rows(sweep), sweep.entries, strict=True):
+        lat, level = _latency_from(entry.bench) if entry.status == OK else ({}, 0)
+        out.append(
+            ReportSeries(
+                name=entry.profile,
+                status=entry.status,
+                run_id=entry.run_id,
+                source=sweep.sweep_id,
+                diagnosis=row["diagnosis"],
+                hint=row["hint"],
+                decode_tok_s=row["decode_tok_s"],
+                ttft_ms=row["ttft_ms"],
+                speedup=row["speedup"],
+                throughput=row["aggregate_tok_s"],
+                latency=lat,
+                latency_level=level or None,
+                findings=[f["message"] for f in (entry.trace or {}).get("findings", [])],
+            )
+        )
+    return out
+
+
+def series_from_run(run: dict[str, Any], bench: list[dict[str, Any]]) -> ReportSeries:
+    """Pure: a stored run plus its bench results (newest first, as the store lists them)."""
+    from glmserve.sweep import SweepEntry
+
+    results = [b.get("result", b) for b in bench]
+    entry = SweepEntry(profile=run.get("profile", "?"), status=OK if results else "no bench")
+    entry.bench = _latest_per_mode(results)
+    crashed = run.get("state") in ("CRASHED", "STALLED")
+    diag = ": ".join(str(x) for x in (run.get("category"), run.get("root_cause")) if x)
+    lat, level = _latency_from(entry.bench)
+    return ReportSeries(
+        name=f"{entry.profile} ({run.get('run_id', '?')})",
+        status=run.get("state", "?").lower() if crashed or not results else OK,
+        run_id=run.get("run_id"),
+        source=run.get("run_id", ""),
+        diagnosis=diag,
+        hint=run.get("hint"),
+        decode_tok_s=entry.decode_tok_s(),
+        ttft_ms=entry.ttft_ms(),
+        throughput=entry.aggregate_tok_s(),
+        latency=lat,
+        latency_level=level or None,
+    )
+
+
+def _latest_per_mode(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: dict[str, dict[str, Any]] = {}
+    for r in results:  # newest first: keep the first of each mode
+        seen.setdefault(str(r.get("mode")), r)
+    return list(seen.values())
+
+
+def with_speedups(series: list[ReportSeries]) -> list[ReportSeries]:
+    """Fill missing speedups against the first series with a decode figure."""
+    base = next((s.decode_tok_s for s in series if s.decode_tok_s), None)
+    for s in series:
+        if s.speedup is None and s.decode_tok_s and base:
+            s.speedup = s.decode_tok_s / base
+    return series
+
+
+def load_report_data(ids: list[str]) -> ReportData:
+    """Each id is a sweep id (``$GLMSERVE_HOME/sweeps/<id>``) or a run id (or prefix)."""
+    if not ids:
+        raise ConfigError("report: give at least one SWEEP or RUN id")
+    sweeps = set(list_sweep_ids())
+    series: list[ReportSeries] = []
+    titles = []
+    store = None
+    try:
+        for ident in ids:
+            if ident in sweeps:
+                series += series_from_sweep(load_sweep(ident))
+                titles.append(f"sweep {ident}")
+                continue
+            if store is None:
+                from glmserve.store import RunStore
+
+                store = RunStore.open()
+            try:
+                run = store.get_run(ident)
+            except RunNotFound as exc:
+                raise RunNotFound(
+                    f"{ident!r} is neither a sweep nor a run (see `glmserve runs`)"
+                ) from exc
+            series.append(series_from_run(run.to_dict(), store.list_bench_results(run.run_id)))
+            titles.append(f"run {run.run_id}")
+    finally:
+        if store is not None:
+            store.close()
+    return ReportData(
+        title="glmserve report: " + ", ".join(titles), sources=ids, series=with_speedups(series)
+    )
+
+
+# --------------------------------------------------------------------------- SVG charts
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _nice_max(v: float) -> float:
+    if v <= 0:
+        return 1.0
+    mag = 10 ** math.floor(math.log10(v))
+    for m in (1, 2, 2.5, 5, 10):
+        if v <= m * mag:
+            return m * mag
+    return 10 * mag
+
+
+def _num(v: float) -> str:
+    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 1 else f"{v:.2f}"
+
+
+W, H = 720, 300
+ML, MR, MT, MB = 64, 16, 36, 56
+
+
+def _frame(
+    chart: str, title: str, unit: str, ymax: float, legend: list[tuple[str, str]]
+) -> list[str]:
+    parts = [
+        f'<svg class="chart" data-chart="{_e(chart)}" viewBox="0 0 {W} {H}" width="{W}" '
+        f'height="{H}" role="img" aria-label="{_e(title)}" xmlns="http://www.w3.org/2000/svg">',
+        f'<text x="{ML}" y="20" class="title">{_e(title)}</text>',
+    ]
+    ph = H - MT - MB
+    for i in range(5):
+        v = ymax * i / 4
+        y = MT + ph - ph * i / 4
+        parts.append(f'<line class="grid" x1="{ML}" x2="{W - MR}" y1="{y:.1f}" y2="{y:.1f}"/>')
+        parts.append(
+            f'<text class="tick" x="{ML - 6}" y="{y + 4:.1f}" text-anchor="end">{_num(v)}</text>'
+        )
+    parts.append(
+        f'<text class="unit" x="14" y="{MT + ph / 2:.0f}" '
+        f'transform="rotate(-90 14 {MT + ph / 2:.0f})" '
+        f'text-anchor="middle">{_e(unit)}</text>'
+    )
+    x = ML
+    for label, color in legend:
+        parts.append(f'<rect x="{x}" y="{H - 16}" width="10" height="10" fill="{color}"/>')
+        parts.append(f'<text class="legend" x="{x + 14}" y="{H - 7}">{_e(label)}</text>')
+        x += 24 + 7 * len(label)
+    return parts
+
+
+def bar_chart(
+    chart: str,
+    title: str,
+    unit: str,
+    groups: list[str],
+    series: list[str],
+    values: dict[tuple[str, str], float],
+    colors: dict[str, str],
+    notes: dict[str, str] | None = None,
+) -> str:
+    """Grouped bars: ``values[(group, series)]``; each bar a ``rect.bar`` with data attributes.
+
+    ``notes`` labels groups that have no bar (a crashed profile says "crashed" in place).
+    """
+    if not values:
+        return _no_data(chart, title)
+    ymax = _nice_max(max(values.values()))
+    parts = _frame(
+        chart, title, unit, ymax, [(s, colors[s]) for s in series] if len(series) > 1 else []
+    )
+    pw, ph = W - ML - MR, H - MT - MB
+    gw = pw / max(len(groups), 1)
+    bw = min(48.0, gw * 0.8 / max(len(series), 1))
+    for gi, g in enumerate(groups):
+        x0 = ML + gi * gw + (gw - bw * len(series)) / 2
+        if notes and g in notes:
+            parts.append(
+                f'<text class="missing" data-group="{_e(g)}" x="{ML + gi * gw + gw / 2:.1f}" '
+                f'y="{MT + ph - 8}" text-anchor="middle">{_e(notes[g])}</text>'
+            )
+        for si, s in enumerate(series):
+            v = values.get((g, s))
+            if v is None:
+                continue
+            h = ph * v / ymax
+            x, y = x0 + si * bw, MT + ph - h
+            parts.append(
+                f'<rect class="bar" data-group="{_e(g)}" data-series="{_e(s)}" '
+                f'data-value="{v:.6g}" '
+                f'x="{x:.1f}" y="{y:.1f}" width="{bw - 2:.1f}" height="{h:.1f}" fill="{colors[s]}">'
+                f"<title>{_e(g)} {_e(s)}: {_num(v)} {_e(unit)}</title></rect>"
+            )
+            if len(series) == 1:
+                parts.append(
+                    f'<text class="value" x="{x + bw / 2:.1f}" y="{y - 4:.1f}" '
+                    f'text-anchor="middle">{_num(v)}</text>'
+                )
+        parts.append(
+            f'<text class="xlabel" x="{ML + gi * gw + gw / 2:.1f}" y="{MT + ph + 16}" '
+            f'text-anchor="middle">{_e(g)}</text>'
+        )
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def line_chart(
+    chart: str,
+    title: str,
+    unit: str,
+    xlabel: str,
+    lines: dict[str, dict[int, float]],
+    colors: dict[str, str],
+) -> str:
+    """One polyline per series over a log2 x axis; each point a ``circle.point``."""
+    lines = {k: v for k, v in lines.items() if v}
+    if not lines:
+        return _no_data(chart, title)
+    xs = sorted({x for pts in lines.values() for x in pts})
+    ymax = _nice_max(max(y for pts in lines.values() for y in pts.values()))
+    parts = _frame(chart, title, unit, ymax, [(s, colors[s]) for s in lines])
+    pw, ph = W - ML - MR, H - MT - MB
+    lo, hi = math.log2(max(xs[0], 1)), math.log2(max(xs[-1], 1))
+
+    def px(x: int) -> float:
+        if hi == lo:
+            return ML + pw / 2
+        return ML + 12 + (pw - 24) * (math.log2(max(x, 1)) - lo) / (hi - lo)
+
+    for x in xs:
+        parts.append(
+            f'<text class="xlabel" x="{px(x):.1f}" y="{MT + ph + 16}" '
+            f'text-anchor="middle">{x}</text>'
+        )
+    parts.append(
+        f'<text class="unit" x="{ML + pw / 2:.0f}" y="{MT + ph + 32}" '
+        f'text-anchor="middle">{_e(xlabel)}</text>'
+    )
+    for name, pts in lines.items():
+        coords = [(px(x), MT + ph - ph * y / ymax, x, y) for x, y in sorted(pts.items())]
+        path = " ".join(f"{cx:.1f},{cy:.1f}" for cx, cy, _, _ in coords)
+        parts.append(
+            f'<polyline class="series" data-series="{_e(name)}" points="{path}" '
+            f'fill="none" stroke="{colors[name]}" stroke-width="2"/>'
+        )
+        for cx, cy, x, y in coords:
+            parts.append(
+                f'<circle class="point" data-series="{_e(name)}" data-x="{x}" data-value="{y:.6g}" '
+                f'cx="{cx:.1f}" cy="{cy:.1f}" r="4" fill="{colors[name]}">'
+                f"<title>{_e(name)} @{x}: {_num(y)} {_e(unit)}</title></circle>"
+            )
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def _no_data(chart: str, title: str) -> str:
+    return (
+        f'<p class="no-data" data-chart="{_e(chart)}">'
+        f"{_e(title)}: no data in the selected results</p>"
+    )
+
+
+# --------------------------------------------------------------------------- HTML
+
+
+def chart_specs(data: ReportData) -> list[dict[str, Any]]:
+    """Pure: what each chart plots (also drives the PNGs), in page order."""
+    colors = {s.name: PALETTE[i % len(PALETTE)] for i, s in enumerate(data.series)}
+    decode = {(s.name, "decode tok/s"): s.decode_tok_s for s in data.series if s.decode_tok_s}
+    specs: list[dict[str, Any]] = [
+        {
+            "kind": "bar",
+            "chart": "decode-tok-s",
+            "title": "Decode tok/s (single stream, median)",
+            "unit": "tok/s",
+            "groups": [s.name for s in data.series],
+            "series": ["decode tok/s"],
+            "values": decode,
+            "colors": {"decode tok/s": PALETTE[0]},
+            "notes": {s.name: s.status for s in data.series if not s.decode_tok_s},
+        },
+        {
+            "kind": "line",
+            "chart": "throughput",
+            "title": "Aggregate output tok/s vs concurrency",
+            "unit": "tok/s",
+            "xlabel": "concurrency",
+            "lines": {s.name: s.throughput for s in data.series},
+            "colors": colors,
+        },
+    ]
+    pcolors = dict(zip(PERCENTILES, ("#4269d0", "#efb118", "#ff725c"), strict=True))
+    for key, label in LATENCY_METRICS:
+        vals = {
+            (s.name, p): v
+            for s in data.series
+            for p, v in (s.latency.get(key) or {}).items()
+            if v is not None
+        }
+        groups = [s.name for s in data.series if any((s.name, p) in vals for p in PERCENTILES)]
+        specs.append(
+            {
+                "kind": "bar",
+                "chart": f"latency-{key.removesuffix('_ms')}",
+                "title": f"{label} percentiles (ms, lowest concurrency measured)",
+                "unit": "ms",
+                "groups": groups,
+                "series": list(PERCENTILES),
+                "values": vals,
+                "colors": pcolors,
+            }
+        )
+    return specs
+
+
+def _svg_for(spec: dict[str, Any]) -> str:
+    if spec["kind"] == "bar":
+        return bar_chart(
+            spec["chart"],
+            spec["title"],
+            spec["unit"],
+            spec["groups"],
+            spec["series"],
+            spec["values"],
+            spec["colors"],
+            spec.get("notes"),
+        )
+    return line_chart(
+        spec["chart"], spec["title"], spec["unit"], spec["xlabel"], spec["lines"], spec["colors"]
+    )
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d1d1f}
+h1{font-size:20px} h2{font-size:16px;margin-top:28px}
+table{border-collapse:collapse;font-size:13px} th,td{border:1px solid #ddd;padding:4px 8px}
+th{background:#f4f4f6;text-align:left} td.num{text-align:right;font-variant-numeric:tabular-nums}
+tr.status-ok td.status{color:#18794e} tr:not(.status-ok) td.status{color:#b42318;font-weight:600}
+svg.chart{display:block;margin:12px 0;background:#fff;border:1px solid #eee}
+svg .title{font-size:14px;font-weight:600}
+svg .tick,svg .xlabel,svg .legend,svg .value,svg .unit,svg .missing{font-size:11px;fill:#444}
+svg .missing{fill:#b42318;font-weight:600}
+svg .grid{stroke:#eee} .no-data{color:#b42318} .meta{color:#666;font-size:12px}
+"""
+
+
+def render_html(data: ReportData) -> str:
+    """Pure: the whole self-contained page (inline CSS + SVG, no scripts, no URLs)."""
+    levels = sorted({c for s in data.series for c in s.throughput})
+    head = [
+        "profile / run",
+        "status",
+        "decode tok/s",
+        "TTFT ms",
+        *[f"agg tok/s @{c}" for c in levels],
+        "speedup",
+        "diagnosis",
+    ]
+    rows = []
+    for s in data.series:
+        cells = [
+            f"<td>{_e(s.name)}</td>",
+            f'<td class="status">{_e(s.status)}</td>',
+            f'<td class="num">{_fmt(s.decode_tok_s)}</td>',
+            f'<td class="num">{_fmt(s.ttft_ms)}</td>',
+            *[f'<td class="num">{_fmt(s.throughput.get(c))}</td>' for c in levels],
+            f'<td class="num">{"-" if s.speedup is None else f"{s.speedup:.2f}x"}</td>',
+            f"<td>{_e(s.diagnosis)}{' — ' + _e(s.hint) if s.hint else ''}</td>",
+        ]
+        rows.append(
+            f'<tr class="status-{_e(s.status)}" data-series="{_e(s.name)}">{"".join(cells)}</tr>'
+        )
+    table = (
+        '<table class="summary"><thead><tr>'
+        + "".join(f"<th>{_e(h)}</th>" for h in head)
+        + "</tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table>"
+    )
+    charts = "\n".join(_svg_for(spec) for spec in chart_specs(data))
+    findings = [(s.name, f) for s in data.series for f in s.findings]
+    diag = [s for s in data.series if s.status != OK and (s.diagnosis or s.hint)]
+    extra = ""
+    if diag:
+        extra += (
+            '<h2>Diagnoses</h2><ul class="diagnoses">'
+            + "".join(
+                f"<li><b>{_e(s.name)}</b> ({_e(s.status)}): {_e(s.diagnosis)}"
+                f"{'<br><i>' + _e(s.hint) + '</i>' if s.hint else ''}</li>"
+                for s in diag
+            )
+            + "</ul>"
+        )
+    if findings:
+        extra += (
+            '<h2>Profiler findings</h2><ul class="findings">'
+            + "".join(f"<li><b>{_e(n)}</b>: {_e(f)}</li>" for n, f in findings)
+            + "</ul>"
+        )
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(data.generated_at))
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{_e(data.title)}</title><style>{_CSS}</style></head><body>"
+        f'<h1>{_e(data.title)}</h1><p class="meta">generated {stamp} from stored results '
+        f"({_e(', '.join(data.sources))}); nothing was re-measured.</p>"
+        f"<h2>Summary</h2>{table}<h2>Charts</h2>{charts}{extra}</body></html>\n"
+    )
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def write_html(data: ReportData, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_html(data), encoding="utf-8")
+    return path
+
+
+def write_pngs(data: ReportData, directory: Path) -> list[Path]:
+    """One PNG per chart with data (matplotlib, optional dependency)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ConfigError("--png needs matplotlib: pip install matplotlib") from exc
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for spec in chart_specs(data):
+        fig, ax = plt.subplots(figsize=(7.2, 3.0), dpi=100)
+        if spec["kind"] == "bar":
+            if not spec["values"]:
+                plt.close(fig)
+                continue
+            n = len(spec["series"])
+            width = 0.8 / n
+            for si, s in enumerate(spec["series"]):
+                xs = [
+                    gi + si * width - 0.4 + width / 2
+                    for gi, g in enumerate(spec["groups"])
+                    if (g, s) in spec["values"]
+                ]
+                ys = [spec["values"][(g, s)] for g in spec["groups"] if (g, s) in spec["values"]]
+                ax.bar(xs, ys, width=width * 0.95, color=spec["colors"][s], label=s)
+            ax.set_xticks(range(len(spec["groups"])), spec["groups"])
+            if n > 1:
+                ax.legend(fontsize=8)
+        else:
+            lines = {k: v for k, v in spec["lines"].items() if v}
+            if not lines:
+                plt.close(fig)
+                continue
+            for name, pts in lines.items():
+                xs = sorted(pts)
+                ax.plot(
+                    xs, [pts[x] for x in xs], marker="o", color=spec["colors"][name], label=name
+                )
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel(spec["xlabel"])
+            ax.legend(fontsize=8)
+        ax.set_title(spec["title"], fontsize=10)
+        ax.set_ylabel(spec["unit"])
+        ax.grid(axis="y", alpha=0.3)
+        fig.tight_layout()
+        out = directory / f"{spec['chart']}.png"
+        fig.savefig(out)
+        plt.close(fig)
+        written.append(out)
+    return written
