@@ -1,0 +1,84 @@
+"""A stand-in for ``python -m sglang.launch_server`` that needs no GPU.
+
+Matched against sglang 0.5.9 (PyPI wheel ``sglang-0.5.9-py3-none-any.whl``): argv (the
+modelled flags' option strings, types and choices), log lines (``model_runner.py``,
+``memory_pool.py``, ``scheduler.py``, ``scheduler_metrics_mixin.py``, ``http_server.py``,
+``engine.py``), HTTP and SSE shapes (``http_server.py``, ``tokenizer_manager.py``,
+``openai/serving_*.py``), metric names (``metrics/collector.py``) and profiler file names
+(``scheduler_profiler_mixin.py``).
+
+Run it as ``python -m glmserve.simulator <sglang flags> [--sim-* options]`` or
+``glmserve simulate ...``. Timing comes from ``costmodel`` (formula in its docstring and in
+``--sim-help``); faults from ``faults``; ground truth at ``GET /sim/trace`` and the effective
+model at ``GET /sim/config``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from glmserve.simulator import costmodel
+from glmserve.simulator.options import CRASH_KINDS, PHASES, SimUsageError
+
+SIM_HELP = f"""\
+glmserve simulate: SGLang 0.5.9-compatible server simulator (no GPU needed).
+
+usage: glmserve simulate --model-path MODEL [sglang flags...] [--sim-* options]
+       python -m glmserve.simulator --model-path MODEL [sglang flags...] [--sim-* options]
+
+Every sglang.launch_server flag is accepted; these are modelled: --model-path/--model,
+--served-model-name, --host, --port (30000), --tp-size/--tp, --max-running-requests,
+--max-total-tokens, --mem-fraction-static, --attention-backend, --kv-cache-dtype,
+--disable-cuda-graph (or --cuda-graph-max-bs 0), --num-continuous-decode-steps,
+--enable-metrics, --context-length, --max-prefill-tokens, --decode-log-interval,
+--skip-server-warmup, --stream-output. Others are listed once in the log.
+
+Simulator options:
+  --sim-speed X               run X times faster than real time (steps and phases)
+  --sim-tokens-per-chunk K    K tokens per SSE chunk (default 1)
+  --sim-load-seconds S, --sim-kv-seconds S, --sim-graphs-seconds S, --sim-warmup-seconds S
+  --sim-gpu-arch sm120|sm100|sm90   (trtllm_mla crashes at warmup unless sm100)
+  --sim-sglang-version V      version reported and logged (0.5.9)
+  --sim-crash-at PHASE        {"|".join(PHASES)}|after-ready:SECONDS
+  --sim-crash-kind KIND       {"|".join(CRASH_KINDS)}
+  --sim-hang-at PHASE         stop logging at PHASE, never become ready
+  --sim-worker-death-after S  after ready, a worker dies: process stays up, /health -> 503
+  --sim-config FILE.yaml      cost-model overrides (field: value)
+  --sim-<field> VALUE         one cost-model field, e.g. --sim-bandwidth-gbps 1500
+                              ({", ".join(costmodel.CostModel.field_names())})
+  --sim-help                  this text
+
+Endpoints: SGLang's /health /health_generate /model_info /server_info /v1/models /generate
+/v1/completions /v1/chat/completions /start_profile /stop_profile /flush_cache /metrics,
+plus GET /sim/trace (per-token emission times, step log) and GET /sim/config.
+
+Env: GLMSERVE_PATCHES=flashinfer_mla_gather_cast drops the whole-pool cast term (each rank
+logs the patch activation line); SGLANG_HEALTH_CHECK_TIMEOUT (20) and
+SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION behave as in SGLang.
+
+Exit status: 0 after SIGINT/normal end; 137 for a crash (the launcher SIGKILLs its tree);
+1 when the port is in use (uvicorn's bind error); 2 for bad arguments (argparse).
+
+Cost model:
+{costmodel.__doc__}"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m glmserve.simulator``; returns the process exit status."""
+    from glmserve.simulator import options
+    from glmserve.simulator.server import SimServer
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--sim-help" in args:
+        sys.stdout.write(SIM_HELP)
+        return 0
+    try:
+        opts = options.parse(args)
+    except SimUsageError as exc:
+        sys.stderr.write(f"glmserve simulate: error: {exc}\n")
+        return 2
+    try:
+        return asyncio.run(SimServer(opts).run())
+    except KeyboardInterrupt:
+        return 0

@@ -1,0 +1,253 @@
+"""The simulator's timing model: pure functions from a batch to a step time (no I/O).
+
+Why a model and not a replay: the point of the simulator is that clients (bench, watch, sweep)
+can be held against a ground truth they could not know otherwise. Every term below is a
+bandwidth or latency cost from DESIGN.md's physical picture of GLM-5-NVFP4 at TP8 on RTX PRO
+6000 (SM120, 1,792 GB/s); each parameter is overridable (``--sim-<name>`` or ``--sim-config``).
+
+Decode step (one token for each of the B running requests; C = sum of their context lengths)::
+
+    t_decode = fixed_step_ms + sched_overhead_ms / num_continuous_decode_steps
+             + (no_cuda_graph_ms            if CUDA graphs are disabled)
+             + weight_gb * 1e9 / (bw * weight_bw_eff)                       weights, per GPU
+             + B * per_seq_us                                               per-sequence cost
+             + C * 576 * kv_read_bytes * layers / (bw * kv_bw_eff)          KV read
+             + backend_overhead_ms[attention_backend]
+             + t_cast
+
+    t_cast = pool_tokens * 576 * 3 * layers / (bw * cast_bw_eff)        whole-pool FP8->BF16
+             when backend is flashinfer and the KV cache is FP8 and GLMSERVE_PATCHES does not
+             list flashinfer_mla_gather_cast;
+           = layers * gather_layer_us + C * 576 * 3 * layers / (bw * cast_bw_eff)
+             when that patch is active (gather the batch's rows, then cast);
+           = 0 for FP8-native backends (trtllm_mla, cutlass_mla, flashmla, ...).
+
+    (576 = kv_lora_rank 512 + rope 64; 3 bytes = 1 read as FP8 + 2 written as BF16;
+     kv_read_bytes = 2 when flashinfer reads the BF16 copy, else the KV dtype's size.)
+
+Prefill step (the new requests admitted at a step boundary, N prompt tokens in all)::
+
+    t_prefill = fixed_step_ms + weight term + (no_cuda_graph_ms if graphs off)
+              + N * prefill_us_per_token
+
+``auto`` KV dtype resolves to FP8 (as on the seeds' box: NVFP4 checkpoint on Blackwell); an
+unset attention backend resolves to flashinfer (SGLang's MLA default on SM120). The pool size
+is derived from memory: (mem_fraction_static * gpu_mem_gib - weight_mem_gib - reserve_gib) /
+(576 * kv bytes * layers), i.e. ~495K tokens at 0.92 with FP8, unless pool_tokens is set.
+
+Calibration (graphs disabled, as in every seed run): flashinfer+FP8 ~10 tok/s single stream
+(64.6 ms of a ~97 ms step is the cast, as the seeds' profile showed), the seeds' gather-then-cast
+patch ~13.5-14 tok/s, trtllm_mla ~52 tok/s (community runs without MTP).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+GATHER_CAST_PATCH = "flashinfer_mla_gather_cast"
+KV_ROW_ELEMS = 576  # kv_lora_rank (512) + qk_rope_head_dim (64), GLM-5 / DeepSeek MLA
+GIB = 1 << 30
+
+# Backends that read an FP8 pool natively (no cast), vs flashinfer's BF16-only MLA kernel.
+FP8_NATIVE_BACKENDS = {"trtllm_mla", "cutlass_mla", "flashmla", "fa3", "fa4", "nsa"}
+
+
+def _default_backend_overhead() -> dict[str, float]:
+    return {
+        "flashinfer": 13.2,  # BF16 MLA decode + per-layer plan() without graphs
+        "trtllm_mla": 0.0,
+        "cutlass_mla": 2.5,
+        "flashmla": 1.5,
+        "triton": 20.0,
+    }
+
+
+@dataclass
+class CostModel:
+    """Every knob of the timing model; field names are the ``--sim-<name>`` options."""
+
+    bandwidth_gbps: float = 1792.0  # RTX PRO 6000 HBM... GDDR7 bandwidth, GB/s
+    weight_gb: float = 9.8  # weights read per GPU per step at TP8
+    weight_bw_eff: float = 0.70
+    layers: int = 78
+    fixed_step_ms: float = 4.4  # launches, all-reduce latency, sampling
+    sched_overhead_ms: float = 1.0  # scheduler work per step, amortised by continuous decode
+    no_cuda_graph_ms: float = 6.0  # extra launch cost when CUDA graphs are disabled
+    per_seq_us: float = 40.0
+    kv_bw_eff: float = 0.80
+    cast_bw_eff: float = 0.576  # torch elementwise cast: 64.6 ms for the 495K pool (seeds)
+    gather_layer_us: float = 520.0  # per-layer cost of the seeds' unfused gather-then-cast
+    prefill_us_per_token: float = 60.0
+    backend_overhead_ms: dict[str, float] = field(default_factory=_default_backend_overhead)
+    gpu_mem_gib: float = 94.97
+    weight_mem_gib: float = 52.0
+    reserve_gib: float = 14.66  # activations, graphs, NSA indexer cache, fragmentation
+    pool_tokens: int = 0  # 0 = derive from memory
+    context_len: int = 202752
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+
+@dataclass(frozen=True)
+class ServerShape:
+    """The server flags the cost model depends on, already resolved (no 'auto')."""
+
+    attention_backend: str = "flashinfer"
+    kv_cache_dtype: str = "fp8_e4m3"  # fp8_e4m3 | fp8_e5m2 | bfloat16 | fp4_e2m1
+    cuda_graph: bool = False
+    num_continuous_decode_steps: int = 1
+    mem_fraction_static: float = 0.92
+    patches: tuple[str, ...] = ()
+
+
+def resolve_backend(backend: str | None) -> str:
+    """SGLang picks flashinfer for MLA on SM120 when ``--attention-backend`` is unset."""
+    return backend or "flashinfer"
+
+
+def resolve_kv_dtype(kv_cache_dtype: str | None) -> str:
+    """``auto`` resolves to FP8 e4m3 for the NVFP4 checkpoint on Blackwell (seeds' box)."""
+    if kv_cache_dtype in (None, "auto", "fp8_e4m3"):
+        return "fp8_e4m3"
+    if kv_cache_dtype in ("bf16", "bfloat16", "float16", "fp16"):
+        return "bfloat16"
+    return kv_cache_dtype
+
+
+def kv_bytes_per_elem(kv_dtype: str) -> float:
+    if kv_dtype.startswith("fp8"):
+        return 1.0
+    if kv_dtype.startswith("fp4"):
+        return 0.5625  # 4 bits + scales
+    return 2.0
+
+
+def is_fp8(kv_dtype: str) -> bool:
+    return kv_dtype.startswith("fp8")
+
+
+def pool_tokens(model: CostModel, shape: ServerShape) -> int:
+    """KV pool size (#tokens), as SGLang derives it from mem-fraction-static."""
+    if model.pool_tokens > 0:
+        return model.pool_tokens
+    free_gib = shape.mem_fraction_static * model.gpu_mem_gib - model.weight_mem_gib
+    free_gib -= model.reserve_gib
+    per_token = KV_ROW_ELEMS * kv_bytes_per_elem(shape.kv_cache_dtype) * model.layers
+    return max(0, int(free_gib * GIB / per_token))
+
+
+def kv_pool_gib(model: CostModel, shape: ServerShape) -> float:
+    per_token = KV_ROW_ELEMS * kv_bytes_per_elem(shape.kv_cache_dtype) * model.layers
+    return pool_tokens(model, shape) * per_token / GIB
+
+
+def cast_mode(shape: ServerShape) -> str:
+    """'whole_pool' | 'gather' | 'none': which FP8->BF16 cast the backend pays each step."""
+    if shape.attention_backend != "flashinfer" or not is_fp8(shape.kv_cache_dtype):
+        return "none"
+    return "gather" if GATHER_CAST_PATCH in shape.patches else "whole_pool"
+
+
+def _bw(model: CostModel, eff: float) -> float:
+    return model.bandwidth_gbps * 1e9 * eff
+
+
+def step_terms(model: CostModel, shape: ServerShape, batch: int, ctx_tokens: int) -> dict:
+    """Each term of one decode step, in seconds (the sum is the step time)."""
+    ncds = max(1, shape.num_continuous_decode_steps)
+    mode = cast_mode(shape)
+    # flashinfer attends over the BF16 copy; FP8-native backends read the pool as stored
+    kv_read_bytes = kv_bytes_per_elem(shape.kv_cache_dtype) if mode == "none" else 2.0
+    terms = {
+        "fixed": (model.fixed_step_ms + model.sched_overhead_ms / ncds) / 1e3,
+        "no_cuda_graph": 0.0 if shape.cuda_graph else model.no_cuda_graph_ms / 1e3,
+        "weights": model.weight_gb * 1e9 / _bw(model, model.weight_bw_eff),
+        "per_seq": batch * model.per_seq_us / 1e6,
+        "kv_read": ctx_tokens
+        * KV_ROW_ELEMS
+        * kv_read_bytes
+        * model.layers
+        / _bw(model, model.kv_bw_eff),
+        "backend": model.backend_overhead_ms.get(shape.attention_backend, 0.0) / 1e3,
+        "cast": 0.0,
+    }
+    cast_bytes_per_row = KV_ROW_ELEMS * 3 * model.layers
+    if mode == "whole_pool":
+        terms["cast"] = (
+            pool_tokens(model, shape) * cast_bytes_per_row / _bw(model, model.cast_bw_eff)
+        )
+    elif mode == "gather":
+        terms["cast"] = model.layers * model.gather_layer_us / 1e6 + ctx_tokens * (
+            cast_bytes_per_row
+        ) / _bw(model, model.cast_bw_eff)
+    return terms
+
+
+def decode_step_s(model: CostModel, shape: ServerShape, batch: int, ctx_tokens: int) -> float:
+    """Seconds one decode step takes with ``batch`` requests holding ``ctx_tokens`` in all."""
+    return sum(step_terms(model, shape, batch, ctx_tokens).values())
+
+
+def prefill_step_s(model: CostModel, shape: ServerShape, new_tokens: int) -> float:
+    """Seconds one prefill step takes for ``new_tokens`` prompt tokens."""
+    base = model.fixed_step_ms / 1e3 + model.weight_gb * 1e9 / _bw(model, model.weight_bw_eff)
+    if not shape.cuda_graph:
+        base += model.no_cuda_graph_ms / 1e3
+    return base + new_tokens * model.prefill_us_per_token / 1e6
+
+
+def predict_batch_run(
+    model: CostModel,
+    shape: ServerShape,
+    num_requests: int,
+    input_len: int,
+    output_len: int,
+    max_running: int,
+) -> dict[str, float]:
+    """Predicted wall time of ``num_requests`` identical requests that all arrive at t=0.
+
+    Waves of up to ``max_running`` requests: one prefill step (first token), then
+    ``output_len - 1`` decode steps whose context grows by one token per request per step.
+    This is what bench_serving with ``--request-rate inf`` exercises.
+    """
+    total = 0.0
+    left = num_requests
+    while left > 0:
+        wave = min(left, max_running)
+        total += prefill_step_s(model, shape, wave * input_len)
+        for j in range(1, output_len):
+            total += decode_step_s(model, shape, wave, wave * (input_len + j))
+        left -= wave
+    out_tokens = num_requests * output_len
+    return {
+        "duration_s": total,
+        "output_tokens": float(out_tokens),
+        "output_throughput": out_tokens / total if total > 0 else 0.0,
+    }
+
+
+def coerce_field(name: str, raw: Any) -> Any:
+    """Convert a CLI/YAML value to the type of CostModel field ``name`` (ValueError if bad)."""
+    by_name = {f.name: f for f in fields(CostModel)}
+    if name not in by_name:
+        raise KeyError(name)
+    default = getattr(CostModel(), name)
+    if isinstance(default, dict):
+        if isinstance(raw, dict):
+            return {str(k): float(v) for k, v in raw.items()}
+        out: dict[str, float] = {}
+        for part in str(raw).split(","):
+            key, _, val = part.partition("=")
+            out[key.strip()] = float(val)
+        return out
+    if isinstance(default, bool):
+        return str(raw).lower() in ("1", "true", "yes")
+    if isinstance(default, int):
+        return int(raw)
+    return float(raw)

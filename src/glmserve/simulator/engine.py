@@ -1,0 +1,397 @@
+"""Continuous-batching engine: the simulator's scheduler, paced by the cost model.
+
+Like SGLang's scheduler (``event_loop_normal``): at each step boundary new requests are
+admitted (up to ``--max-running-requests``, ``--max-prefill-tokens`` per prefill and the KV
+pool) and run as one prefill step that yields their first token; otherwise one decode step
+yields one token for every running request. With ``--num-continuous-decode-steps N`` the
+scheduler only looks for new requests every N decode steps.
+
+Pacing is absolute: step i ends at ``t0 + sum(d_0..d_i)`` (each d from the cost model, divided
+by ``--sim-speed``), so event-loop wake-up jitter never accumulates. Every token's generation
+time (step end) and emission time (when its chunk was written) are recorded on the server's
+``time.perf_counter`` clock and exposed as ground truth (``GET /sim/trace``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from glmserve.simulator import costmodel
+from glmserve.simulator.logs import ServerLog
+from glmserve.simulator.options import SimOptions
+
+VOCAB_SIZE = 151552  # GLM-5 tokenizer vocabulary
+_WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "that",
+    "for",
+    "it",
+    "as",
+    "with",
+    "was",
+    "on",
+    "be",
+    "by",
+    "at",
+    "this",
+    "from",
+    "have",
+    "or",
+    "an",
+    "are",
+    "not",
+    "but",
+    "which",
+    "one",
+    "all",
+    "their",
+    "there",
+    "been",
+    "has",
+    "more",
+    "will",
+    "would",
+    "can",
+    "when",
+    "who",
+    "about",
+    "into",
+    "than",
+    "model",
+    "token",
+    "cache",
+    "layer",
+    "batch",
+    "decode",
+    "kernel",
+    "stream",
+    "tensor",
+    "graph",
+    "memory",
+]
+TOKEN_TEXT = [" " + _WORDS[i % len(_WORDS)] for i in range(4096)]
+
+
+def token_id(seed: int, n: int) -> int:
+    """Deterministic 'sampled' token n of a request (temperature is irrelevant here)."""
+    return (seed * 40503 + n * 2654435761) % VOCAB_SIZE
+
+
+def token_text(tid: int) -> str:
+    return TOKEN_TEXT[tid & 4095]
+
+
+class Sink(Protocol):
+    """Where a request's tokens go (an SSE stream, or a future for non-streaming)."""
+
+    def flush(self, req: Request, now: float) -> None: ...
+
+
+class Request:
+    """One generation request as the scheduler sees it."""
+
+    __slots__ = (
+        "admitted",
+        "arrival",
+        "emit_times",
+        "finish",
+        "finished",
+        "flushed",
+        "gen_times",
+        "max_new",
+        "out_ids",
+        "prompt_tokens",
+        "rid",
+        "seed",
+        "sink",
+        "text_parts",
+        "traced",
+    )
+
+    def __init__(self, rid: str, prompt_tokens: int, max_new: int, sink: Sink | None) -> None:
+        self.rid = rid
+        self.prompt_tokens = prompt_tokens
+        self.max_new = max(1, max_new)
+        self.sink = sink
+        self.seed = hash(rid) & 0xFFFFFFF
+        self.out_ids: list[int] = []
+        self.text_parts: list[str] = []
+        self.gen_times: list[float] = []
+        self.emit_times: list[float] = []
+        self.flushed = 0  # tokens already handed to the sink
+        self.arrival = time.perf_counter()
+        self.admitted = 0.0
+        self.finish = 0.0
+        self.finished = False
+        self.traced = True
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.out_ids)
+
+    def abort(self) -> None:
+        """Client went away: the scheduler drops it at the next boundary (SGLang aborts)."""
+        self.sink = None
+        self.finished = True
+
+    def to_trace(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "max_new_tokens": self.max_new,
+            "completion_tokens": len(self.out_ids),
+            "arrival": self.arrival,
+            "admitted": self.admitted,
+            "finish": self.finish,
+            "gen_times": self.gen_times,
+            "emit_times": self.emit_times,
+        }
+
+
+class Engine:
+    """Runs steps forever on the event loop; ``submit`` adds a request."""
+
+    def __init__(self, opts: SimOptions, log: ServerLog, on_step: Callable | None = None) -> None:
+        self.opts = opts
+        self.log = log
+        self.scale = 1.0 / opts.speed
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self._wake = asyncio.Event()
+        self.dead = False
+        self.pool_tokens = opts.pool_tokens
+        self.max_running = opts.max_running_requests
+        self.max_prefill = max(1, int(opts.server.max_prefill_tokens or 16384))
+        self.log_interval = max(1, int(opts.server.decode_log_interval or 40))
+        self.k = opts.tokens_per_chunk
+        self.steps: deque[tuple] = deque(maxlen=opts.trace_max_steps)
+        self.trace: dict[str, Request] = {}
+        self.trace_order: deque[str] = deque()
+        self.step_count = 0
+        self.decode_since_admit = 0
+        self.last_gen_throughput = 0.0
+        self._tp_tokens = 0
+        self._tp_t0 = time.perf_counter()
+        self.counters = {
+            "prompt_tokens_total": 0,
+            "generation_tokens_total": 0,
+            "num_requests_total": 0,
+            "num_aborted_requests_total": 0,
+        }
+        self.latencies: dict[str, list[float]] = {"ttft": [], "itl": [], "e2e": []}
+        self.on_step = on_step
+        self.quiet_rids: set[str] = set()
+
+    # -- public -----------------------------------------------------------------------
+    def submit(self, req: Request, traced: bool = True) -> None:
+        req.traced = traced
+        if traced:
+            self.trace[req.rid] = req
+            self.trace_order.append(req.rid)
+            while len(self.trace_order) > self.opts.trace_max_requests:
+                self.trace.pop(self.trace_order.popleft(), None)
+        self.waiting.append(req)
+        self._wake.set()
+
+    def used_tokens(self) -> int:
+        return sum(r.prompt_tokens + len(r.out_ids) for r in self.running)
+
+    def step_time_s(self, batch: int, ctx: int) -> float:
+        return costmodel.decode_step_s(self.opts.model, self.opts.shape, batch, ctx)
+
+    # -- loop -------------------------------------------------------------------------
+    async def run(self) -> None:
+        clock = time.perf_counter
+        planned_end: float | None = None
+        while True:
+            if self.dead:
+                await asyncio.Event().wait()  # a dead worker never steps again
+            self.running = [r for r in self.running if not r.finished]
+            if not self.running and not self.waiting:
+                self._wake.clear()
+                await self._wake.wait()
+                planned_end = None
+                continue
+            now = clock()
+            start = now if planned_end is None or planned_end < now - 0.05 else planned_end
+            admit = self._admit() if self._may_admit() else []
+            if admit:
+                new_tokens = sum(r.prompt_tokens for r in admit)
+                model_s = costmodel.prefill_step_s(self.opts.model, self.opts.shape, new_tokens)
+                kind = "prefill"
+                batch, ctx = len(admit), new_tokens
+                self.decode_since_admit = 0
+            else:
+                batch = len(self.running)
+                if batch == 0:
+                    # everything waiting is blocked (pool full); wait for a change
+                    self._wake.clear()
+                    await self._wake.wait()
+                    planned_end = None
+                    continue
+                ctx = sum(r.prompt_tokens + len(r.out_ids) for r in self.running)
+                model_s = self.step_time_s(batch, ctx)
+                kind = "decode"
+                self.decode_since_admit += 1
+            end = start + model_s * self.scale
+            delay = end - clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if self.dead:
+                continue
+            emitted_at = clock()
+            if kind == "prefill":
+                for r in admit:
+                    r.admitted = start
+                self._emit(admit, end)
+                self.running.extend(r for r in admit if not r.finished)
+                self._log_prefill(admit, new_tokens)
+            else:
+                self._emit(self.running, end)
+                if self.decode_since_admit % self.log_interval == 0:
+                    self._log_decode()
+            self.step_count += 1
+            self.steps.append((self.step_count, kind, start, end, emitted_at, model_s, batch, ctx))
+            planned_end = end
+            if self.on_step is not None:
+                self.on_step(kind, batch)
+
+    def _may_admit(self) -> bool:
+        if not self.waiting:
+            return False
+        ncds = self.opts.shape.num_continuous_decode_steps
+        return not self.running or self.decode_since_admit % ncds == 0
+
+    def _admit(self) -> list[Request]:
+        admit: list[Request] = []
+        tokens = 0
+        used = self.used_tokens()
+        while self.waiting and len(self.running) + len(admit) < self.max_running:
+            r = self.waiting[0]
+            if r.finished:  # aborted while queued
+                self.waiting.popleft()
+                continue
+            need = r.prompt_tokens + r.max_new
+            if admit and tokens + r.prompt_tokens > self.max_prefill:
+                break
+            if used + need > self.pool_tokens and (self.running or admit):
+                break
+            self.waiting.popleft()
+            admit.append(r)
+            tokens += r.prompt_tokens
+            used += need
+        return admit
+
+    def _emit(self, reqs: list[Request], gen_t: float) -> None:
+        k = self.k
+        n_tokens = 0
+        clock = time.perf_counter
+        for r in reqs:
+            if r.finished:
+                continue
+            n = len(r.out_ids)
+            tid = (r.seed * 40503 + n * 2654435761) % VOCAB_SIZE
+            r.out_ids.append(tid)
+            r.text_parts.append(TOKEN_TEXT[tid & 4095])
+            r.gen_times.append(gen_t)
+            n_tokens += 1
+            done = n + 1 >= r.max_new
+            if done:
+                r.finished = True
+                r.finish = gen_t
+            if done or n + 1 - r.flushed >= k:
+                sink = r.sink
+                now = clock()
+                r.emit_times.extend([now] * (n + 1 - r.flushed))
+                r.flushed = n + 1
+                if sink is not None:
+                    sink.flush(r, now)
+                if done:
+                    self._account(r)
+        self._tp_tokens += n_tokens
+        self.counters["generation_tokens_total"] += n_tokens
+
+    def _account(self, r: Request) -> None:
+        if not r.traced:
+            return
+        c = self.counters
+        c["num_requests_total"] += 1
+        c["prompt_tokens_total"] += r.prompt_tokens
+        lat = self.latencies
+        if r.gen_times:
+            lat["ttft"].append(r.gen_times[0] - r.arrival)
+            lat["e2e"].append(r.gen_times[-1] - r.arrival)
+            if len(r.gen_times) > 1:
+                lat["itl"].append((r.gen_times[-1] - r.gen_times[0]) / (len(r.gen_times) - 1))
+        for v in lat.values():
+            if len(v) > 100000:
+                del v[: len(v) - 100000]
+
+    def _log_prefill(self, admit: list[Request], new_tokens: int) -> None:
+        if all(r.rid in self.quiet_rids for r in admit):
+            return
+        usage = self.used_tokens() / self.pool_tokens if self.pool_tokens else 0.0
+        self.log.line(
+            f"Prefill batch, #new-seq: {len(admit)}, #new-token: {new_tokens}, "
+            f"#cached-token: 0, token usage: {usage:.2f}, "
+            f"#running-req: {len(self.running) - len(admit)}, #queue-req: {len(self.waiting)}, ",
+            0,
+        )
+
+    def _log_decode(self) -> None:
+        now = time.perf_counter()
+        dt = now - self._tp_t0
+        if dt > 0:
+            self.last_gen_throughput = self._tp_tokens / dt
+        self._tp_tokens = 0
+        self._tp_t0 = now
+        used = self.used_tokens()
+        usage = used / self.pool_tokens if self.pool_tokens else 0.0
+        graph = "True" if self.opts.shape.cuda_graph else "False"
+        self.log.line(
+            f"Decode batch, #running-req: {len(self.running)}, #token: {used}, "
+            f"token usage: {usage:.2f}, cuda graph: {graph}, "
+            f"gen throughput (token/s): {self.last_gen_throughput:.2f}, "
+            f"#queue-req: {len(self.waiting)}, ",
+            0,
+        )
+
+    # -- ground truth -----------------------------------------------------------------
+    def trace_dict(self, rid: str | None = None, since_step: int = 0) -> dict[str, Any]:
+        reqs = (
+            {rid: self.trace[rid].to_trace()}
+            if rid and rid in self.trace
+            else {}
+            if rid
+            else {k: v.to_trace() for k, v in self.trace.items()}
+        )
+        steps = [
+            {
+                "i": s[0],
+                "kind": s[1],
+                "start": s[2],
+                "end": s[3],
+                "emitted": s[4],
+                "model_s": s[5],
+                "batch": s[6],
+                "ctx_tokens": s[7],
+            }
+            for s in self.steps
+            if s[0] > since_step
+        ]
+        return {
+            "clock": "time.perf_counter",
+            "wall_minus_perf": time.time() - time.perf_counter(),
+            "time_scale": self.scale,
+            "tokens_per_chunk": self.k,
+            "requests": reqs,
+            "steps": steps,
+        }

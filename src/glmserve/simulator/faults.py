@@ -1,0 +1,340 @@
+"""Crash log templates, modelled on real SGLang failure logs (sources cited per kind).
+
+Shape of a real SGLang crash (sglang 0.5.9, ``managers/scheduler.py`` ``run_scheduler_process``
+and ``entrypoints/engine.py``): the failing scheduler logs ``Scheduler hit an exception:`` plus
+the traceback and sends SIGQUIT to the launcher, which logs ``Received sigquit from a child
+process. It usually means the child failed.`` and calls ``kill_process_tree(os.getpid())``:
+SIGKILL to itself, so the shell sees exit status 137. After start-up the tokenizer manager's
+``running_phase_sigquit_handler`` logs ``SIGQUIT received. signum=..., frame=... It usually
+means one child failed.`` instead. Other ranks then fail with cascade errors (NCCL/gloo
+peers gone) *after* the root cause; a log classifier must pick the first root cause.
+
+Frame line numbers are those of sglang 0.5.9's source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SITE = "/root/venv/lib/python3.12/site-packages"
+SG = f"{SITE}/sglang/srt"
+
+# Where each kind's text comes from (public logs), for whoever maintains the templates.
+SOURCES = {
+    "oom": [
+        "https://github.com/sgl-project/sglang/issues/8864",
+        "https://github.com/QwenLM/Qwen3-Coder/issues/174",
+    ],
+    "flashinfer_fp8_static_assert": [
+        "../shared/seeds (flashinfer mla.cuh:523 static_assert(sizeof(DType) == 2))",
+        "https://github.com/flashinfer-ai/flashinfer/issues/2085",
+        "https://github.com/vllm-project/vllm/issues/31843",
+    ],
+    "no_kernel_image": [
+        "https://github.com/NVIDIA/cuda-samples/issues/170",
+        "https://github.com/sgl-project/sglang/issues/3713 (CUDA error frame format)",
+    ],
+    "tllm_unsupported_arch": [
+        "https://github.com/sgl-project/sglang/issues/40558",
+        "https://github.com/sgl-project/mini-sglang/issues/129",
+        "https://github.com/flashinfer-ai/flashinfer/issues/1466",
+    ],
+    "nccl_timeout": [
+        "https://github.com/sgl-project/sglang/issues/1693",
+        "https://github.com/hiyouga/LlamaFactory/issues/7396",
+    ],
+    "illegal_memory_access": [
+        "https://github.com/sgl-project/sglang/issues/3713",
+        "https://github.com/sgl-project/sglang/issues/8336",
+    ],
+    "port_in_use": [
+        "https://github.com/sgl-project/sglang/issues/2430",
+        "https://github.com/vllm-project/vllm/issues/8204 (uvicorn startup/shutdown lines)",
+    ],
+    "bad_args": ["python argparse (sglang 0.5.9 server_args.py add_cli_args)"],
+}
+
+_CUDA_TAIL = (
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+    "stacktrace below might be incorrect.\n"
+    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+)
+
+# Frames shared by every scheduler-side failure (outermost first).
+_INIT_FRAMES = [
+    ("managers/scheduler.py", 3130, "run_scheduler_process", "scheduler = Scheduler("),
+    ("managers/scheduler.py", 368, "__init__", "self.init_model_worker()"),
+    ("managers/scheduler.py", 564, "init_model_worker", "self.init_tp_model_worker()"),
+    ("managers/scheduler.py", 522, "init_tp_model_worker", "self.tp_worker = TpModelWorker("),
+    ("managers/tp_worker.py", 247, "__init__", "self._init_model_runner()"),
+    ("managers/tp_worker.py", 330, "_init_model_runner", "self._model_runner = ModelRunner("),
+    ("model_executor/model_runner.py", 413, "__init__", "self.initialize(min_per_gpu_memory)"),
+]
+_PHASE_FRAMES = {
+    "load": [
+        ("model_executor/model_runner.py", 493, "initialize", "self.load_model()"),
+        ("model_executor/model_runner.py", 1003, "load_model", "self.model = get_model("),
+        ("model_loader/__init__.py", 28, "get_model", "return loader.load_model("),
+        ("model_loader/loader.py", 664, "load_model", "self.load_weights_and_postprocess("),
+    ],
+    "kv": [
+        (
+            "model_executor/model_runner.py",
+            590,
+            "initialize",
+            "self.init_memory_pool(min_per_gpu_memory)",
+        ),
+        (
+            "model_executor/model_runner_kv_cache_mixin.py",
+            612,
+            "init_memory_pool",
+            "self.token_to_kv_pool = NSATokenToKVPool(",
+        ),
+        ("mem_cache/memory_pool.py", 1405, "__init__", "self._create_buffers()"),
+        ("mem_cache/memory_pool.py", 1429, "_create_buffers", "torch.zeros("),
+    ],
+    "graphs": [
+        ("model_executor/model_runner.py", 609, "initialize", "self.init_device_graphs()"),
+        (
+            "model_executor/model_runner.py",
+            2156,
+            "init_device_graphs",
+            "self.graph_runner = graph_runners[self.device](self)",
+        ),
+        ("model_executor/cuda_graph_runner.py", 373, "__init__", "raise Exception("),
+    ],
+}
+_RUN_FRAMES = [
+    ("managers/scheduler.py", 3171, "run_scheduler_process", "scheduler.event_loop_normal()"),
+    ("managers/scheduler.py", 1123, "event_loop_normal", "result = self.run_batch(batch)"),
+    (
+        "managers/scheduler.py",
+        2368,
+        "run_batch",
+        "batch_result = self.model_worker.forward_batch_generation(",
+    ),
+    ("managers/tp_worker.py", 456, "forward_batch_generation", "out = self.model_runner.forward("),
+    ("model_executor/model_runner.py", 2387, "forward", "output = self._forward_raw("),
+    ("model_executor/model_runner.py", 2488, "_forward_raw", "ret = self.forward_decode("),
+    ("model_executor/model_runner.py", 2300, "forward_decode", "return self.model.forward("),
+]
+_ATTN_FRAMES = {
+    "trtllm_mla": [
+        (
+            "layers/attention/trtllm_mla_backend.py",
+            1012,
+            "forward_decode",
+            "raw_out = flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(",
+        ),
+    ],
+    "flashinfer": [
+        (
+            "layers/attention/flashinfer_mla_backend.py",
+            638,
+            "forward_decode",
+            "o = decode_wrapper.run(",
+        ),
+    ],
+}
+
+
+@dataclass(frozen=True)
+class CrashLog:
+    """What a crash prints, split by where it goes (rank-prefixed or raw) and how it exits."""
+
+    failing_rank: int
+    traceback: str  # follows "Scheduler hit an exception: " on the failing rank's line
+    pre_lines: list[str]  # raw lines printed before the scheduler exception (NCCL, JIT)
+    exit_status: int = 137
+
+
+def _frame(path: str, line: int, func: str, code: str) -> str:
+    full = path if path.startswith("/") else f"{SG}/{path}"
+    return f'  File "{full}", line {line}, in {func}\n    {code}\n'
+
+
+def _traceback(frames: list[tuple[str, int, str, str]], exc: str) -> str:
+    body = "".join(_frame(*f) for f in frames)
+    return "Traceback (most recent call last):\n" + body + exc
+
+
+def exception_text(kind: str, rank: int, gpu_arch: str, phase: str) -> tuple[str, list[str]]:
+    """(exception lines that end the traceback, raw lines printed before it)."""
+    if kind == "oom":
+        return (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.14 GiB. GPU "
+            f"{rank} has a total capacity of 94.97 GiB of which 1.37 GiB is free. Including "
+            "non-PyTorch memory, this process has 93.58 GiB memory in use. Of the allocated "
+            "memory 90.86 GiB is allocated by PyTorch, and 1.21 GiB is reserved by PyTorch but "
+            "unallocated. If reserved but unallocated memory is large try setting "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
+            "documentation for Memory Management  "
+            "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)\n",
+            [],
+        )
+    if kind == "illegal_memory_access":
+        return (
+            "torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"
+            + _CUDA_TAIL,
+            [],
+        )
+    if kind == "no_kernel_image":
+        msg = (
+            "torch.AcceleratorError: CUDA error: no kernel image is available for execution "
+            "on the device\n" + _CUDA_TAIL
+        )
+        if phase == "graphs":
+            msg = "Exception: Capture cuda graph failed: " + msg + _GRAPH_HELP
+        return msg, []
+    if kind == "tllm_unsupported_arch":
+        return (
+            "RuntimeError: Error in function 'TllmGenFmhaRunner' at "
+            f"{SITE}/flashinfer/data/include/flashinfer/trtllm/fmha/fmhaRunner.cuh:30: "
+            "Unsupported architecture\n",
+            [],
+        )
+    if kind == "flashinfer_fp8_static_assert":
+        uri = (
+            "batch_mla_attention_dtype_q_bf16_dtype_kv_e4m3_dtype_o_bf16_dtype_idx_i32_"
+            "head_dim_ckv_512_head_dim_kpe_64_profiler_False"
+        )
+        cache = f"/root/.cache/flashinfer/0.6.3/{gpu_arch[2:]}a/cached_ops/{uri}"
+        return (
+            "RuntimeError: Ninja build failed. Ninja output:\n"
+            f"[1/3] /usr/local/cuda/bin/nvcc --generate-dependencies-with-compile "
+            f"--dependency-output {uri}/batch_mla_run.cuda.o.d -DPy_LIMITED_API=0x03090000 "
+            f"-gencode=arch=compute_{gpu_arch[2:]}a,code=sm_{gpu_arch[2:]}a -c "
+            f"/root/.cache/flashinfer/0.6.3/{gpu_arch[2:]}a/generated/{uri}/batch_mla_run.cu "
+            f"-o {cache}/batch_mla_run.cuda.o\n"
+            f"FAILED: [code=1] {cache}/batch_mla_run.cuda.o\n"
+            f"{SITE}/flashinfer/data/include/flashinfer/attention/mla.cuh(523): error: static "
+            "assertion failed\n"
+            "    static_assert(sizeof(DTypeKV) == 2);\n"
+            "    ^\n"
+            '          detected during instantiation of "cudaError_t '
+            "flashinfer::mla::BatchMLAPagedAttention<MASK_MODE,HEAD_DIM_CKV,HEAD_DIM_KPE,Params>"
+            "(Params, uint32_t, uint32_t, cudaStream_t) [with MASK_MODE=flashinfer::MaskMode::"
+            'kNone, HEAD_DIM_CKV=512U, HEAD_DIM_KPE=64U, Params=Params]"\n'
+            '1 error detected in the compilation of "batch_mla_run.cu".\n'
+            "ninja: build stopped: subcommand failed.\n",
+            [],
+        )
+    if kind == "nccl_timeout":
+        ts = "E1130 19:40:12.418254113"
+        pre = [
+            f"[rank{rank}]:[{ts} ProcessGroupNCCL.cpp:632] [Rank {rank}] Watchdog caught "
+            "collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, "
+            "NumelOut=1, Timeout(ms)=600000) ran for 600014 milliseconds before timing out.",
+            f"[rank{rank}]:[{ts} ProcessGroupNCCL.cpp:2271] [PG ID 2 PG GUID 3 Rank {rank}]  "
+            "failure detected by watchdog at work sequence id: 2 PG status: last enqueued work: "
+            "2, last completed work: 1",
+        ]
+        return (
+            f"torch.distributed.DistBackendError: [PG ID 2 PG GUID 3 Rank {rank}] Process group "
+            f"watchdog thread terminated with exception: [Rank {rank}] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+            "Timeout(ms)=600000) ran for 600014 milliseconds before timing out.\n",
+            pre,
+        )
+    raise ValueError(f"no scheduler template for crash kind {kind!r}")
+
+
+_GRAPH_HELP = (
+    "Possible solutions:\n"
+    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+    "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
+    "3. disable torch compile by not using --enable-torch-compile\n"
+    "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)\n"
+    "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
+)
+
+
+def scheduler_crash(kind: str, phase: str, gpu_arch: str, backend: str, tp_size: int) -> CrashLog:
+    """The failing rank's traceback for ``kind`` at ``phase`` (load, kv, ..., after-ready)."""
+    rank = min(3, tp_size - 1) if kind in ("oom", "nccl_timeout") else 0
+    exc, pre = exception_text(kind, rank, gpu_arch, phase)
+    if phase in _PHASE_FRAMES:
+        frames = _INIT_FRAMES + _PHASE_FRAMES[phase]
+    else:
+        frames = _RUN_FRAMES + _ATTN_FRAMES.get(backend, _ATTN_FRAMES["flashinfer"])
+    if kind == "tllm_unsupported_arch":
+        frames = (
+            _RUN_FRAMES
+            + _ATTN_FRAMES["trtllm_mla"]
+            + [
+                (
+                    f"{SITE}/flashinfer/decode.py",
+                    2642,
+                    "trtllm_batch_decode_with_kv_cache_mla",
+                    "run_func(",
+                ),
+            ]
+        )
+    if kind == "flashinfer_fp8_static_assert":
+        frames = [
+            *_RUN_FRAMES,
+            (
+                "layers/attention/flashinfer_mla_backend.py",
+                431,
+                "init_forward_metadata",
+                "self.indices_updater_decode.update(",
+            ),
+            (
+                f"{SITE}/flashinfer/mla.py",
+                281,
+                "plan",
+                "self._cached_module = get_batch_mla_module(",
+            ),
+            (f"{SITE}/flashinfer/jit/core.py", 310, "build_and_load", "self.build(verbose)"),
+            (
+                f"{SITE}/flashinfer/jit/cpp_ext.py",
+                339,
+                "run_ninja",
+                "raise RuntimeError(msg) from e",
+            ),
+        ]
+    return CrashLog(failing_rank=rank, traceback=_traceback(frames, exc), pre_lines=pre)
+
+
+def cascade_lines(
+    failing_rank: int, tp_size: int, after_ready: bool
+) -> list[tuple[int | None, str]]:
+    """(tp or None, message) lines that follow the root cause as the tree is torn down."""
+    lines: list[tuple[int | None, str]] = []
+    if after_ready:
+        lines.append(
+            (None, "SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+        )
+    else:
+        lines.append(
+            (None, "Received sigquit from a child process. It usually means the child failed.")
+        )
+    for r in range(tp_size):
+        if r == failing_rank:
+            continue
+        lines.append(
+            (
+                r,
+                "Scheduler hit an exception: Traceback (most recent call last):\n"
+                f'  File "{SG}/distributed/parallel_state.py", line 512, in all_reduce\n'
+                "    torch.distributed.all_reduce(input_, group=self.device_group)\n"
+                "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+                f"Connection closed by peer [127.0.0.1]:{29500 + failing_rank}",
+            )
+        )
+        break  # one cascade line is typical before the SIGKILL lands
+    return lines
+
+
+def port_in_use_lines(pid: int, host: str, port: int) -> list[str]:
+    """uvicorn's bind failure as SGLang 0.5.9 prints it, then uvicorn exits with status 1."""
+    return [
+        f"INFO:     Started server process [{pid}]",
+        "INFO:     Waiting for application startup.",
+        "INFO:     Application startup complete.",
+        f"ERROR:    [Errno 98] error while attempting to bind on address ('{host}', {port}): "
+        "address already in use",
+        "INFO:     Waiting for application shutdown.",
+        "INFO:     Application shutdown complete.",
+    ]

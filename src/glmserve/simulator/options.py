@@ -1,0 +1,313 @@
+"""Command line of the simulator: ``sglang.launch_server`` flags plus ``--sim-*`` options.
+
+SGLang's flags are parsed with argparse the way SGLang 0.5.9 parses them (same option
+strings, types and choices for the flags the simulator models), so a bad value fails with
+argparse's usage + error text and exit status 2, as the real launcher does. Flags it does not
+model are accepted (real profiles carry dozens) and listed once in the log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from glmserve.simulator import costmodel
+from glmserve.simulator.costmodel import CostModel, ServerShape
+
+PROG = "launch_server.py"  # what argparse prints for `python -m sglang.launch_server`
+
+# sglang 0.5.9 server_args.ATTENTION_BACKEND_CHOICES
+ATTENTION_BACKEND_CHOICES = [
+    "triton",
+    "torch_native",
+    "flex_attention",
+    "nsa",
+    "cutlass_mla",
+    "fa3",
+    "fa4",
+    "flashinfer",
+    "flashmla",
+    "trtllm_mla",
+    "trtllm_mha",
+    "dual_chunk_flash_attn",
+    "aiter",
+    "wave",
+    "intel_amx",
+    "ascend",
+    "intel_xpu",
+]
+KV_CACHE_DTYPE_CHOICES = ["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"]
+
+PHASES = ["load", "kv", "graphs", "warmup"]
+CRASH_KINDS = [
+    "oom",
+    "flashinfer_fp8_static_assert",
+    "no_kernel_image",
+    "tllm_unsupported_arch",
+    "nccl_timeout",
+    "illegal_memory_access",
+    "port_in_use",
+    "bad_args",
+]
+# Where each crash kind happens when --sim-crash-at is not given.
+NATURAL_PHASE = {
+    "oom": "kv",
+    "flashinfer_fp8_static_assert": "warmup",
+    "no_kernel_image": "graphs",
+    "tllm_unsupported_arch": "warmup",
+    "nccl_timeout": "load",
+    "illegal_memory_access": "warmup",
+    "port_in_use": "serve",
+    "bad_args": "args",
+}
+# What fails at each phase when only --sim-crash-at is given.
+NATURAL_KIND = {
+    "load": "oom",
+    "kv": "oom",
+    "graphs": "illegal_memory_access",
+    "warmup": "illegal_memory_access",
+    "after-ready": "illegal_memory_access",
+}
+
+
+def sglang_parser() -> argparse.ArgumentParser:
+    """The subset of SGLang 0.5.9's ``ServerArgs.add_cli_args`` the simulator models."""
+    p = argparse.ArgumentParser(prog=PROG, add_help=True)
+    p.add_argument("--model-path", "--model", dest="model_path", type=str, required=True)
+    p.add_argument("--tokenizer-path", type=str, default=None)
+    p.add_argument("--served-model-name", type=str, default=None)
+    p.add_argument("--host", type=str, default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument(
+        "--tensor-parallel-size", "--tp-size", "--tp", dest="tp_size", type=int, default=1
+    )
+    p.add_argument("--max-running-requests", type=int, default=None)
+    p.add_argument("--max-total-tokens", type=int, default=None)
+    p.add_argument("--mem-fraction-static", type=float, default=None)
+    p.add_argument("--attention-backend", type=str, choices=ATTENTION_BACKEND_CHOICES, default=None)
+    p.add_argument("--kv-cache-dtype", type=str, choices=KV_CACHE_DTYPE_CHOICES, default="auto")
+    p.add_argument("--disable-cuda-graph", action="store_true")
+    p.add_argument("--cuda-graph-max-bs", type=int, default=None)
+    p.add_argument("--num-continuous-decode-steps", type=int, default=1)
+    p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--context-length", type=int, default=None)
+    p.add_argument("--chunked-prefill-size", type=int, default=None)
+    p.add_argument("--max-prefill-tokens", type=int, default=16384)
+    p.add_argument("--decode-log-interval", type=int, default=40)
+    p.add_argument("--skip-server-warmup", action="store_true")
+    p.add_argument("--stream-output", action="store_true")
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--log-level", type=str, default="info")
+    p.add_argument("--random-seed", type=int, default=None)
+    return p
+
+
+def sim_parser() -> argparse.ArgumentParser:
+    """``--sim-*`` options: phases, faults, time scale, cost-model overrides."""
+    p = argparse.ArgumentParser(prog="glmserve simulate", add_help=False)
+    p.add_argument("--sim-help", action="store_true")
+    p.add_argument("--sim-config", type=str, default=None)
+    p.add_argument("--sim-speed", type=float, default=1.0)
+    p.add_argument("--sim-tokens-per-chunk", type=int, default=1)
+    p.add_argument("--sim-load-seconds", type=float, default=1.5)
+    p.add_argument("--sim-kv-seconds", type=float, default=0.3)
+    p.add_argument("--sim-graphs-seconds", type=float, default=1.0)
+    p.add_argument("--sim-warmup-seconds", type=float, default=0.5)
+    p.add_argument("--sim-gpu-arch", type=str, default="sm120", choices=["sm90", "sm100", "sm120"])
+    p.add_argument("--sim-sglang-version", type=str, default="0.5.9")
+    p.add_argument("--sim-crash-at", type=str, default=None)
+    p.add_argument("--sim-crash-kind", type=str, default=None, choices=CRASH_KINDS)
+    p.add_argument("--sim-hang-at", type=str, default=None, choices=[*PHASES, "serve"])
+    p.add_argument("--sim-worker-death-after", type=float, default=None)
+    p.add_argument("--sim-trace-max-requests", type=int, default=200000)
+    p.add_argument("--sim-trace-max-steps", type=int, default=200000)
+    for name in CostModel.field_names():
+        p.add_argument("--sim-" + name.replace("_", "-"), dest="cm_" + name, default=None)
+    return p
+
+
+@dataclass
+class SimOptions:
+    """Everything the simulator needs, resolved once from argv + env + optional YAML."""
+
+    server: argparse.Namespace
+    unknown: list[str]
+    model: CostModel
+    shape: ServerShape
+    speed: float = 1.0
+    tokens_per_chunk: int = 1
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    gpu_arch: str = "sm120"
+    sglang_version: str = "0.5.9"
+    crash_at: str | None = None  # load|kv|graphs|warmup|after-ready|serve|args
+    crash_after_s: float = 0.0  # for after-ready
+    crash_kind: str | None = None
+    hang_at: str | None = None
+    worker_death_after: float | None = None
+    trace_max_requests: int = 200000
+    trace_max_steps: int = 200000
+    patches: tuple[str, ...] = ()
+
+    @property
+    def served_model_name(self) -> str:
+        return self.server.served_model_name or self.server.model_path
+
+    @property
+    def max_running_requests(self) -> int:
+        v = self.server.max_running_requests
+        return int(v) if v else 2048
+
+    @property
+    def pool_tokens(self) -> int:
+        if self.server.max_total_tokens:
+            return int(self.server.max_total_tokens)
+        return costmodel.pool_tokens(self.model, self.shape)
+
+
+class SimUsageError(Exception):
+    """A ``--sim-*`` option is wrong (not an SGLang flag: exit 2 with one line)."""
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Separate ``--sim-*`` options (and their values) from SGLang's flags."""
+    sim_flags = {a for act in sim_parser()._actions for a in act.option_strings}
+    sglang, sim = [], []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        name = tok.split("=", 1)[0]
+        if name.startswith("--sim-"):
+            if name not in sim_flags:
+                raise SimUsageError(f"unknown simulator option {name} (see --sim-help)")
+            sim.append(tok)
+            takes_value = name != "--sim-help"
+            if takes_value and "=" not in tok:
+                if i + 1 >= len(argv):
+                    raise SimUsageError(f"{name} needs a value")
+                sim.append(argv[i + 1])
+                i += 1
+        else:
+            sglang.append(tok)
+        i += 1
+    return sglang, sim
+
+
+def load_yaml_overrides(path: str) -> dict[str, Any]:
+    """Cost-model overrides from a YAML mapping (``field: value``); yaml.safe_load only."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise SimUsageError(f"--sim-config {path}: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else path
+        raise SimUsageError(f"--sim-config {where}: invalid YAML") from exc
+    if not isinstance(data, dict):
+        raise SimUsageError(f"--sim-config {path}: expected a mapping of cost-model fields")
+    return data
+
+
+def build_cost_model(sim: argparse.Namespace) -> CostModel:
+    """Defaults, then ``--sim-config`` YAML, then ``--sim-<field>`` flags (last wins)."""
+    model = CostModel()
+    if sim.sim_config:
+        for key, raw in load_yaml_overrides(sim.sim_config).items():
+            name = str(key).replace("-", "_")
+            try:
+                setattr(model, name, costmodel.coerce_field(name, raw))
+            except KeyError as exc:
+                raise SimUsageError(
+                    f"--sim-config {sim.sim_config}: unknown field {key!r} "
+                    f"(valid: {', '.join(CostModel.field_names())})"
+                ) from exc
+            except (TypeError, ValueError) as exc:
+                raise SimUsageError(f"--sim-config {sim.sim_config}: bad value for {key}") from exc
+    for name in CostModel.field_names():
+        raw = getattr(sim, "cm_" + name)
+        if raw is None:
+            continue
+        try:
+            setattr(model, name, costmodel.coerce_field(name, raw))
+        except (TypeError, ValueError) as exc:
+            flag = "--sim-" + name.replace("_", "-")
+            raise SimUsageError(f"{flag}: bad value {raw!r}") from exc
+    return model
+
+
+def active_patches(env: dict[str, str] | None = None) -> tuple[str, ...]:
+    raw = (env if env is not None else os.environ).get("GLMSERVE_PATCHES", "")
+    return tuple(p.strip() for p in raw.replace(";", ",").split(",") if p.strip())
+
+
+def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:
+    """argv -> SimOptions. SGLang flag errors exit 2 via argparse (as SGLang does);
+    ``--sim-*`` errors raise SimUsageError."""
+    sglang_argv, sim_argv = split_argv(argv)
+    sim = sim_parser().parse_args(sim_argv)
+    server, unknown = sglang_parser().parse_known_args(sglang_argv)
+    model = build_cost_model(sim)
+    patches = active_patches(env)
+    cuda_graph = not (server.disable_cuda_graph or server.cuda_graph_max_bs == 0)
+    shape = ServerShape(
+        attention_backend=costmodel.resolve_backend(server.attention_backend),
+        kv_cache_dtype=costmodel.resolve_kv_dtype(server.kv_cache_dtype),
+        cuda_graph=cuda_graph,
+        num_continuous_decode_steps=max(1, server.num_continuous_decode_steps),
+        mem_fraction_static=server.mem_fraction_static or 0.92,
+        patches=patches,
+    )
+    if sim.sim_speed <= 0:
+        raise SimUsageError("--sim-speed must be > 0")
+    if sim.sim_tokens_per_chunk < 1:
+        raise SimUsageError("--sim-tokens-per-chunk must be >= 1")
+    crash_at, crash_after = None, 0.0
+    if sim.sim_crash_at:
+        crash_at = sim.sim_crash_at
+        if crash_at.startswith("after-ready"):
+            _, _, secs = crash_at.partition(":")
+            try:
+                crash_after = float(secs) if secs else 0.0
+            except ValueError as exc:
+                raise SimUsageError(f"--sim-crash-at {crash_at}: want after-ready:SECONDS") from exc
+            crash_at = "after-ready"
+        elif crash_at not in PHASES:
+            raise SimUsageError(
+                f"--sim-crash-at {crash_at}: choose from {', '.join(PHASES)}, after-ready:SECONDS"
+            )
+    kind = sim.sim_crash_kind
+    if crash_at and not kind:
+        kind = NATURAL_KIND[crash_at]
+    if kind and not crash_at:
+        crash_at = NATURAL_PHASE[kind]
+    phase_seconds = {
+        "load": sim.sim_load_seconds,
+        "kv": sim.sim_kv_seconds,
+        "graphs": sim.sim_graphs_seconds,
+        "warmup": sim.sim_warmup_seconds,
+    }
+    return SimOptions(
+        server=server,
+        unknown=unknown,
+        model=model,
+        shape=shape,
+        speed=sim.sim_speed,
+        tokens_per_chunk=sim.sim_tokens_per_chunk,
+        phase_seconds=phase_seconds,
+        gpu_arch=sim.sim_gpu_arch,
+        sglang_version=sim.sim_sglang_version,
+        crash_at=crash_at,
+        crash_after_s=crash_after,
+        crash_kind=kind,
+        hang_at=sim.sim_hang_at,
+        worker_death_after=sim.sim_worker_death_after,
+        trace_max_requests=sim.sim_trace_max_requests,
+        trace_max_steps=sim.sim_trace_max_steps,
+        patches=patches,
+    )
