@@ -473,11 +473,26 @@ def _crash_hint(line: str, f: Facts) -> str:
             "a device-side assert (index out of range in a kernel): rerun with "
             "CUDA_LAUNCH_BLOCKING=1 to see which; often a tokenizer/vocab or backend mismatch."
         )
-    if re.search(r"^(?:\w+\.)*(?:Killed|SIGKILL)|^Killed\b", line):
+    if re.search(r"Response \[5\d\d\]|warmup", line):
+        return (
+            "the warmup request to the server's own HTTP port failed: an http_proxy/https_proxy "
+            "in the environment often intercepts it (set no_proxy=127.0.0.1,localhost), or a "
+            "scheduler died during warmup (look above)."
+        )
+    if re.search(r"^Killed\b|SIGKILL", line):
         return "the server was SIGKILLed (host OOM killer? check `dmesg | tail`)."
     return (
-        "no specific rule matched: read the traceback that ends at this line; a phase-specific "
-        f"failure (phase {f.phase.value}) - rerun with --log-level debug to narrow it down."
+        f"no specific rule matched this exception (phase {f.phase.value}): read the traceback "
+        "that ends at this line; rerun with --log-level debug (and CUDA_LAUNCH_BLOCKING=1 for "
+        "CUDA errors) to narrow it down."
+    )
+
+
+def _host_oom_hint(_m: re.Match[str], _f: Facts) -> str:
+    return (
+        "host (CPU) memory ran out, not GPU memory: check free RAM and container limits "
+        "(docker --memory/--shm-size, ulimit -v/-l), and lower host-side buffers "
+        "(--hicache-size, --cpu-offload-gb, weight loader threads)."
     )
 
 
@@ -568,6 +583,7 @@ RULES: list[Rule] = [
         _not_enough_memory_hint,
     ),
     _r(r"memory capacity is unbalanced", C.OOM, _unbalanced_hint),
+    _r(r"\[Errno 12\] Cannot allocate memory|Cannot allocate memory", C.OOM, _host_oom_hint),
     _r(
         r"CUDA out of memory|OutOfMemoryError|out of memory|CUBLAS_STATUS_ALLOC_FAILED"
         r"|cudaErrorMemoryAllocation|Memory pool.{0,30}allocation failed|\bOOM\b.{0,30}\b(?:error|kill)",
@@ -613,6 +629,16 @@ RULES: list[Rule] = [
         C.WEIGHT_LOADING,
         _weights_hint,
     ),
+    _r(
+        r"could finish the model loading, but there are other ranks",
+        C.WEIGHT_LOADING,
+        _fixed(
+            "another TP rank failed or stalled while loading weights (often OOM or a slow "
+            "disk/node): find that rank's first error above, check free GPU memory and the "
+            "checkpoint path on every node."
+        ),
+        weak=True,
+    ),
     _r(r"^(?P<prog>[\w.\-]+(?:\.py)?): error: (?P<msg>.*)", C.BAD_ARGS, _bad_args_hint),
     _r(
         r"^error: (?P<msg>(?:unrecognized arguments|argument --|ambiguous option|the following "
@@ -639,25 +665,23 @@ RULES: list[Rule] = [
     ),
 ]
 
-# Cascade: the launcher/bash reacting to a death that was reported (or not) elsewhere.
+# Cascade: the launcher, bash or a parent process reacting to a death reported elsewhere.
 _CASCADE = re.compile(
-    r"Received sigquit from a child process|sigquit from a child|^Killed\b|\bKilled$"
+    r"Received sigquit from a child|sigquit from a child|^Killed\b|\bKilled$"
     r"|scheduler is dead|died during initialization|Child process unexpectedly failed"
     r"|hit an exception:|Initialization failed\. Please see the error messages above"
-    r"|exited with (?:exit )?code -?\d+|exitcode=-?\d+|Process Process-[\d:]+:$",
+    r"|exited with (?:exit )?code -?\d+|exitcode=-?\d+|^Process [\w-]+(?::\d+)*:$"
+    r"|^Exception in [\w ]+:$|^Exception in thread ",
     re.IGNORECASE,
 )
-# Lines that are an explicit SGLang failure report carrying their own message.
-_REPORT = re.compile(
-    r"Initialization failed\. warmup error:|Capture cuda graph failed:|"
-    r"Exception in (?:run_tp_server|ModelTpServer|ControllerSingle|ControllerMulti)"
-)
-# A Python exception line ("RuntimeError: ...", "torch.OutOfMemoryError: ...", "c10::Error: ..")
+# SGLang's own failure reports that carry the message on the same line.
+_REPORT = re.compile(r"Initialization failed\. warmup error:|Capture cuda graph failed:")
+# A Python exception line ("RuntimeError: ...", "torch.OutOfMemoryError: ...", "c10::Error: ..").
 _EXCEPTION = re.compile(
     r"^(?:[A-Za-z_]\w*(?:\.|::))*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault)"
     r"|Exception)(?::\s|:$|$)"
-    r"|^Fatal Python error|Segmentation fault|Aborted \(core dumped\)|core dumped"
-    r"|^terminate called after throwing|CUDA error: "
+    r"|^Fatal Python error|^Segmentation fault|Aborted \(core dumped\)"
+    r"|^terminate called after throwing"
 )
 # Traceback frames that say which subsystem a generic exception came from (deepest wins).
 _FRAME_CTX: list[tuple[re.Pattern[str], Category]] = [
@@ -672,8 +696,8 @@ _FRAME_CTX: list[tuple[re.Pattern[str], Category]] = [
     (re.compile(r"server_args\.py|argparse\.py"), C.BAD_ARGS),
     (
         re.compile(
-            r"triton/compiler|triton/runtime/jit\.py|cpp_extension\.py|flashinfer/jit|"
-            r"tvm_ffi|torch/_inductor"
+            r"triton/compiler|cpp_extension\.py|flashinfer/jit|tvm_ffi|torch/_inductor|"
+            r"jit_kernel|/jit/"
         ),
         C.COMPILE_ERROR,
     ),
@@ -685,25 +709,28 @@ _FRAME_CTX: list[tuple[re.Pattern[str], Category]] = [
         C.NCCL,
     ),
 ]
-_FRAME = re.compile(r'^\s*File "')
+_FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
 _TRACEBACK = re.compile(
-    r"Traceback \(most recent call last\)|^During handling of the above|"
-    r"^The above exception was the direct cause"
+    r"Traceback \(most recent call last\)|^During handling of the above"
+    r"|^The above exception was the direct cause"
 )
 
-# Progress markers: (regex, state reached). A marker only moves the phase forward.
+# Progress markers: (regex, state reached or None for "progress, same phase").
 _PROGRESS: list[tuple[re.Pattern[str], State | None]] = [
     (re.compile(r"The server is fired up and ready to roll"), State.READY),
+    # A client request answered on the OpenAI routes: the server is serving (wait_for_server
+    # polls GET /v1/models before ready, so only POSTs count).
+    (re.compile(r'"POST /v1/\S+ HTTP/[\d.]+" 200'), State.READY),
     (
         re.compile(
             r"Uvicorn running on|Application startup complete|Waiting for application "
             r"startup|GET /(?:get_)?model_info|\bwarm ?up\b",
-            re.I,
+            re.IGNORECASE,
         ),
         State.WARMUP,
     ),
     (
-        re.compile(r"Capture .{0,40}cuda graph|Capturing batches|Capture .{0,20}graph begin", re.I),
+        re.compile(r"Capture .{0,40}cuda graph|Capturing (?:batches|num tokens)", re.IGNORECASE),
         State.CAPTURING_GRAPHS,
     ),
     (
@@ -712,24 +739,31 @@ _PROGRESS: list[tuple[re.Pattern[str], State | None]] = [
     ),
     (
         re.compile(
-            r"Load weight begin|Loading (?:safetensors|pt) checkpoint shards|"
+            r"Load weight (?:begin|end)|Loading (?:safetensors|pt) checkpoint shards|"
             r"Multi-thread loading shards|Loading weights"
         ),
         State.LOADING_WEIGHTS,
     ),
     (
         re.compile(
-            r"Load weight end|Init torch distributed (?:begin|ends)|Prefill batch|"
-            r"Decode batch"
+            r"Init torch distributed (?:begin|ends)|Prefill batch|Decode batch|"
+            r"Compiling num tokens|flashinfer\.jit: (?:Loading|Finished)"
         ),
         None,
     ),
 ]
 
+# Decorations in front of SGLang's own "[ts TPn] " prefix, stripped repeatedly:
+_DECOR = re.compile(
+    r"^(?:\s*>\s?)+"  # markdown quotes
+    r"|^\s*\([\w.-]+ pid=\d+(?:, ip=[\d.]+)?\)\s?"  # Ray: "(SGLangEngine pid=23902) "
+    r"|^\s*\[\d{4}-\d\d-\d\dT[\d:.]+Z?\]\s?"  # CI: "[2025-11-06T02:10:00.702Z] "
+    r"|^\s*\d{4}-\d\d-\d\dT[\d:.]+Z?\s"  # kubectl --timestamps
+    r"|^\s*\d{4}-\d\d-\d\d [\d:,.]+ \| \w+ \| [\w.]+ \| "  # "date | ERROR | stderr | "
+    r"|^[\w.-]+\s+\| "  # docker compose "name  | "
+)
 _PREFIX = re.compile(
-    r"^\s*(?:[\w.-]+\s+\|\s)?(?:>\s?)*\s*"  # docker-compose "name  | " and markdown quotes
-    r"(?:\d{4}-\d\d-\d\dT[\d:.]+Z?\s+)?"  # kubectl --timestamps
-    r"\[(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)(?P<tags>(?:\s+[A-Z]{2,4}\d+)*)\]\s?"
+    r"^\s*\[(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)(?P<tags>(?:\s+[A-Z]{2,4}\d+)*)\]\s?"
 )
 _TP_TAG = re.compile(r"\bTP(\d+)\b")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
@@ -744,7 +778,7 @@ def _anon(pattern: str) -> str:
     return re.sub(r"\(\?P<\w+>", "(?:", pattern)
 
 
-# One prefilter so ordinary INFO lines cost a single regex scan.
+# One prefilter so ordinary INFO lines cost one or two regex scans.
 _INTERESTING = re.compile(
     "|".join(
         [f"(?:{_anon(r.pattern.pattern)})" for r in RULES if not r.pattern.flags & re.IGNORECASE]
@@ -754,14 +788,12 @@ _INTERESTING = re.compile(
             _EXCEPTION.pattern,
             _TRACEBACK.pattern,
             _FRAME.pattern,
-            r"glmserve patch",
         ]
     ),
-    re.MULTILINE,
 )
 _INTERESTING_I = re.compile(
     "|".join(f"(?:{_anon(r.pattern.pattern)})" for r in RULES if r.pattern.flags & re.IGNORECASE)
-    + r"|sigquit|killed",
+    + r"|sigquit|killed|exception in",
     re.IGNORECASE,
 )
 
@@ -783,6 +815,26 @@ def _clean(raw: str) -> str:
     return raw.rstrip("\n").rstrip("\r")
 
 
+def _split_prefix(raw: str) -> tuple[str, str, bool]:
+    """(body, rank tags, has_sglang_prefix) with quotes/Ray/CI decorations removed."""
+    text = raw
+    tags = ""
+    prefixed = False
+    for _ in range(6):
+        m = _DECOR.match(text)
+        if m and m.end() > 0:
+            text = text[m.end() :]
+            continue
+        p = _PREFIX.match(text)
+        if p:
+            text = text[p.end() :]
+            tags = tags or (p.group("tags") or "")
+            prefixed = True
+            continue
+        break
+    return text, tags, prefixed
+
+
 class LogDiagnoser:
     """Incremental classifier: ``feed`` lines in order, read ``.diagnosis`` at any time."""
 
@@ -797,6 +849,7 @@ class LogDiagnoser:
         self._patches: list[str] = []
         self._patch_ranks: set[int | str] = set()
         self._frame_ctx: Category | None = None
+        self._after_frame = False  # the next non-blank line is a frame's source line
         self._strong: _Candidate | None = None  # best fatal rule match
         self._generic: _Candidate | None = None  # first exception / weak rule
         self._warning: _Candidate | None = None  # first non-fatal rule match
@@ -810,7 +863,7 @@ class LogDiagnoser:
         """Consume one log line; return the new diagnosis if the verdict changed, else None.
 
         "Changed" means a new state, or a crash verdict whose root cause was refined. A chunk
-        with embedded newlines is split and counted as several lines."""
+        with embedded newlines is split and counted as several lines; never raises on junk."""
         if isinstance(line, bytes):
             line = line.decode("utf-8", "replace")
         elif not isinstance(line, str):
@@ -838,6 +891,7 @@ class LogDiagnoser:
 
     @property
     def diagnosis(self) -> Diagnosis:
+        """The verdict so far (a fresh object; the diagnoser keeps no reference to it)."""
         best = self._root() if self._crashed else None
         d = Diagnosis(
             state=State.CRASHED if best else self._phase,
@@ -870,16 +924,12 @@ class LogDiagnoser:
         return self._strong or self._generic or self._warning or self._marker
 
     def _consume(self, raw: str) -> None:
-        m = _PREFIX.match(raw)
-        if m:
-            body = raw[m.end() :]
-            tags = m.group("tags") or ""
-        else:
-            body = raw.lstrip()
-            if body.startswith(">"):
-                body = body.lstrip("> ")
-            tags = ""
+        body, tags, prefixed = _split_prefix(raw)
+        stripped = body.strip()
+        if not stripped:
+            return
         n = self.lines_seen
+        after_frame, self._after_frame = self._after_frame, False
         if _SERVER_ARGS.search(body):
             self._parse_server_args(body)
             return
@@ -888,19 +938,23 @@ class LogDiagnoser:
             if pa:
                 self._record_patch(pa, tags)
                 return
-        if not (_INTERESTING.search(body) or _INTERESTING_I.search(body)):
-            self._progress(body, n)
-            return
-        stripped = body.strip()
-        if _TRACEBACK.search(stripped):
-            self._frame_ctx = None
-            if "hit an exception" in stripped:
-                self._add_marker(n, stripped)
+        if not (_INTERESTING.search(stripped) or _INTERESTING_I.search(stripped)):
+            if not after_frame:
+                self._progress(body, n)
             return
         if _FRAME.match(body):
             for pat, cat in _FRAME_CTX:
                 if pat.search(body):
                     self._frame_ctx = cat
+            self._after_frame = True
+            return
+        if after_frame and not prefixed and not _EXCEPTION.search(stripped):
+            return  # the source line a traceback prints under a frame: code, not an error
+        if _TRACEBACK.search(stripped):
+            if "Traceback" in stripped:
+                self._frame_ctx = None
+            if _CASCADE.search(stripped) or _REPORT.search(stripped):
+                self._add_marker(n, stripped)
             return
         if _CASCADE.search(stripped) and not _REPORT.search(stripped):
             self._add_marker(n, stripped)
@@ -916,44 +970,48 @@ class LogDiagnoser:
                 r.hint(rm, self._facts()),
                 r.priority,
             )
+            if is_exc:
+                self._frame_ctx = None
             if not r.fatal:
                 if self._warning is None:
                     self._warning = cand
-                return self._maybe_crash(fatal=False)
-            if r.weak:
+                self._maybe_crash(fatal=False)
+            elif r.weak:
                 if self._generic is None:
                     self._generic = cand
-                return self._maybe_crash(fatal=False, exception=True)
-            if self._strong is None or cand.priority > self._strong.priority:
-                self._strong = cand
-            if is_exc:
-                self._frame_ctx = None
-            return self._maybe_crash(fatal=True)
+                self._maybe_crash(fatal=False, exception=True)
+            else:
+                if self._strong is None or cand.priority > self._strong.priority:
+                    self._strong = cand
+                self._maybe_crash(fatal=True)
+            return
         if is_exc:
             cat = self._frame_ctx or C.CRASH
-            ctx_hint = self._ctx_hint(cat, stripped)
             if self._generic is None:
-                self._generic = _Candidate(n, stripped[:MAX_ROOT_CAUSE_CHARS], cat, ctx_hint, 0)
+                self._generic = _Candidate(
+                    n, stripped[:MAX_ROOT_CAUSE_CHARS], cat, self._ctx_hint(cat, stripped), 0
+                )
             self._frame_ctx = None
-            return self._maybe_crash(fatal=False, exception=True)
+            self._maybe_crash(fatal=False, exception=True)
+            return
         self._progress(body, n)
 
     def _ctx_hint(self, cat: Category, line: str) -> str:
-        fake = re.match(r"(?P<msg>.*)", line)
-        assert fake is not None
+        whole = re.match(r"(?P<msg>.*)", line)
+        assert whole is not None
         facts = self._facts()
         if cat is C.WEIGHT_LOADING:
-            return _weights_hint(fake, facts)
+            return _weights_hint(whole, facts)
         if cat is C.BAD_ARGS:
             return (
-                "SGLang's ServerArgs rejected the flag combination: "
-                + line[:200]
-                + " - fix the profile (`glmserve check` validates it)."
+                "SGLang's ServerArgs rejected the flag combination ("
+                + line[:160]
+                + "): fix the profile; `glmserve check` validates it."
             )
         if cat is C.COMPILE_ERROR:
-            return _compile_hint(fake, facts)
+            return _compile_hint(whole, facts)
         if cat is C.NCCL:
-            return _nccl_hint(fake, facts)
+            return _nccl_hint(whole, facts)
         return _crash_hint(line, facts)
 
     def _match_rule(self, text: str) -> tuple[re.Match[str], Rule] | None:
@@ -965,25 +1023,21 @@ class LogDiagnoser:
 
     def _add_marker(self, n: int, text: str) -> None:
         if self._marker is None:
-            cat = C.CRASH
-            self._marker = _Candidate(
-                n,
-                text[:MAX_ROOT_CAUSE_CHARS],
-                cat,
+            hint = (
                 _crash_hint(text, self._facts())
                 if "Killed" in text
-                else "the server reported a failed child process but the "
-                "log holds no error line for it: read the log above it; a "
-                "silent SIGKILL is often the host OOM killer (dmesg).",
-                0,
+                else "a child process died but the log holds no error line for it: read the "
+                "lines above; a silent SIGKILL is often the host OOM killer (dmesg)."
             )
+            self._marker = _Candidate(n, text[:MAX_ROOT_CAUSE_CHARS], C.CRASH, hint, 0)
         self._crashed = True
 
     def _maybe_crash(self, *, fatal: bool, exception: bool = False) -> None:
         if self._crashed:
             return
         if self._phase is State.READY:
-            # Per-request errors are logged with tracebacks while the server keeps serving.
+            # Per-request errors are logged with tracebacks while the server keeps serving:
+            # after READY only a fatal rule or a cascade marker proves a crash.
             if fatal:
                 self._crashed = True
             return
