@@ -10,8 +10,10 @@ its ratio to the device's copy bandwidth measured in this same run, and the spee
 Timing: CUDA events around many back-to-back launches, median of several repeats; the
 index/output sets rotate so repeated launches do not just re-read L2 (60 MB on an H200).
 Small sizes are also timed by replaying a CUDA graph of the launches (launch gaps removed),
-which is how a graph-captured decode step would see them. Every configuration is checked bit
-for bit against torch before it is timed. ``--sweep`` also times a grid of launch configs.
+which is how a graph-captured decode step would see them. "lean" is the patch's own eager
+launcher (``FusedGatherCast``), "default"/"best" go through the validating ``gather_cast``.
+Every configuration is checked bit for bit against torch before it is timed. ``--sweep`` also
+times a grid of launch configs.
 
     python3 benchmarks/gather_cast.py --sweep --json results.json
 """
@@ -126,6 +128,15 @@ def bench(pool_rows: int, sizes: list[int], configs: list[dict], with_graph: boo
             if with_graph and n <= 65536:
                 entry["graph_ms"] = _graph_ms(launch, sets=min(sets, 32))
             results.append(entry)
+        lean = gc.FusedGatherCast()
+        flat_out = torch.empty((n, 1, ROW), dtype=torch.bfloat16, device="cuda")
+        lean(pool, idxs[0], flat_out, n)
+        lean_exact = torch.equal(flat_out.view(torch.int16), ref)
+
+        def lean_launch(i, lean=lean, idxs=idxs, outs=outs, n=n):
+            lean(pool, idxs[i % len(idxs)], outs[i % len(idxs)], n)
+
+        lean_ms = _median_ms(lean_launch, iters=iters)
         default = gc.default_config(n)
         timed = [r for r in results if r.get("exact")]
         if not timed:
@@ -138,6 +149,7 @@ def bench(pool_rows: int, sizes: list[int], configs: list[dict], with_graph: boo
                 "n": n,
                 "sets": sets,
                 "index_select_ms": isel_ms,
+                "lean": {"config": default, "exact": lean_exact, "ms": lean_ms},
                 "default": chosen,
                 "best": best,
                 "all": results,
@@ -145,6 +157,14 @@ def bench(pool_rows: int, sizes: list[int], configs: list[dict], with_graph: boo
             }
         )
     return {"copy_gbs": copy_gbs, "whole_pool_ms": whole_ms, "pool_rows": pool_rows, "rows": rows}
+
+
+def _label(cfg: dict) -> str:
+    tags = [f"B{cfg['BLOCK_ROWS']}w{cfg['num_warps']}i{cfg.get('ITERS', 1)}"]
+    tags += ["hints"] if cfg.get("HINTS") else []
+    tags += ["intconv"] if cfg.get("INT_CONVERT") else []
+    tags += [f"fixnan={cfg['FIX_NAN']}"] if "FIX_NAN" in cfg else []
+    return " ".join(tags)
 
 
 def _fmt_row(n: int, label: str, ms: float, copy_gbs: float, whole: float, isel: float) -> str:
@@ -172,7 +192,7 @@ def report(res: dict) -> str:
             lines.append(f"{n:>8} NO CONFIG WAS BIT-EXACT: {r['all']}")
             continue
         lines.append(_fmt_row(n, "torch index_select+to (baseline)", isel, copy_gbs, whole, isel))
-        for tag in ("default", "best"):
+        for tag in ("lean", "default", "best"):
             e = r[tag]
             cfg = e["config"]
             label = (
@@ -181,7 +201,11 @@ def report(res: dict) -> str:
             lines.append(_fmt_row(n, label, e["ms"], copy_gbs, whole, isel))
             if "graph_ms" in e:
                 lines.append(_fmt_row(n, label + " graph", e["graph_ms"], copy_gbs, whole, isel))
-        lines.append(f"{'':>8} all configs bit-exact vs torch: {r['all_exact']}")
+        lines.append(
+            f"{'':>8} all configs bit-exact vs torch: {r['all_exact']}; "
+            f"lean path bit-exact: {r['lean']['exact']}; "
+            f"native NaN matches torch: {gc.native_nan_matches_torch('cuda')}"
+        )
     return "\n".join(lines)
 
 
@@ -197,10 +221,21 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     configs = []
     if args.sweep:
-        for conv in (False, True):
-            for block in (1, 2, 4, 8, 16, 32):
-                for warps in (2, 4, 8):
-                    configs.append({"BLOCK_ROWS": block, "num_warps": warps, "INT_CONVERT": conv})
+        for hints in (False, True):
+            for iters in (1, 4):
+                for block in (2, 4, 8, 16):
+                    for warps in (1, 2, 4):
+                        configs.append(
+                            {
+                                "BLOCK_ROWS": block,
+                                "num_warps": warps,
+                                "ITERS": iters,
+                                "HINTS": hints,
+                            }
+                        )
+        for fix in (False, True):  # cost of the NaN fix-up, and whether it is needed
+            configs.append({**gc.CONFIG_LARGE, "FIX_NAN": fix})
+        configs.append({**gc.CONFIG_LARGE, "INT_CONVERT": True})
     for n in sizes:
         if gc.default_config(n) not in configs:
             configs.append(gc.default_config(n))

@@ -119,21 +119,24 @@ def _gather_cast_torch(
 if triton is not None:
 
     @triton.jit
-    def _convert(x, nan_pos, nan_neg, INT_CONVERT: tl.constexpr):
-        """uint8 e4m3fn tile -> int16 bf16 bits tile (see convert_e4m3_bits_torch)."""
-        b = x.to(tl.int32)
-        mag = b & 0x7F
+    def _convert(x, nan_pos, nan_neg, INT_CONVERT: tl.constexpr, FIX_NAN: tl.constexpr):
+        """8-bit e4m3fn tile -> int16 bf16 bits tile (rule: see convert_e4m3_bits_torch)."""
+        x8 = x.to(tl.uint8, bitcast=True)
         if INT_CONVERT:
+            b = x8.to(tl.int32)
+            mag = b & 0x7F
             sign = (b & 0x80) << 8
             normal = sign | ((mag << 4) + ((127 - 7) << 7))
             sub = ((b & 7).to(tl.float32) * 0.001953125).to(tl.int32, bitcast=True) >> 16
             bits = tl.where((mag >> 3) == 0, sign | sub, normal)
-        else:
-            y = x.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16)
-            bits = y.to(tl.int16, bitcast=True).to(tl.int32)
-        nan = tl.where(b >= 0x80, nan_neg, nan_pos)
-        bits = tl.where(mag == 0x7F, nan, bits)
-        return bits.to(tl.int16)
+            bits = tl.where(mag == 0x7F, tl.where(b >= 0x80, nan_neg, nan_pos), bits)
+            return bits.to(tl.int16)
+        y = x8.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16).to(tl.int16, bitcast=True)
+        if FIX_NAN:
+            mag8 = x8 & 0x7F
+            nan = tl.where(x8 >= 0x80, nan_neg, nan_pos).to(tl.int16)
+            y = tl.where(mag8 == 0x7F, nan, y)
+        return y
 
     @triton.jit
     def _gather_cast_kernel(
@@ -149,71 +152,152 @@ if triton is not None:
         nan_neg,
         WIDTH_A: tl.constexpr,
         WIDTH_B: tl.constexpr,
+        B_OFFSET: tl.constexpr,
         BLOCK_ROWS: tl.constexpr,
+        ITERS: tl.constexpr,
         INT_CONVERT: tl.constexpr,
+        FIX_NAN: tl.constexpr,
+        HINTS: tl.constexpr,
     ):
-        """One program per BLOCK_ROWS rows; the row is two power-of-2 tiles (512 + 64)."""
+        """Each program converts ITERS x BLOCK_ROWS rows, each row as two power-of-2 tiles
+        (512 + 64 for MLA). ``out_b_ptr + B_OFFSET`` is where the second tile goes: the
+        same buffer at offset 512, or a separate ``[n, 64]`` view with offset 0."""
         pid = tl.program_id(0)
-        rows = pid * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-        rmask = rows < n_rows
-        src = tl.load(idx_ptr + rows, mask=rmask, other=0).to(tl.int64)
-        src_row = pool_ptr + src[:, None] * pool_stride
-        rows64 = rows.to(tl.int64)[:, None]
         cols_a = tl.arange(0, WIDTH_A)[None, :]
         cols_b = tl.arange(0, WIDTH_B)[None, :]
-        m = rmask[:, None]
-        xa = tl.load(src_row + cols_a, mask=m, other=0)
-        xb = tl.load(src_row + WIDTH_A + cols_b, mask=m, other=0)
-        ya = _convert(xa, nan_pos, nan_neg, INT_CONVERT)
-        yb = _convert(xb, nan_pos, nan_neg, INT_CONVERT)
-        tl.store(out_a_ptr + rows64 * out_a_stride + cols_a, ya, mask=m)
-        tl.store(out_b_ptr + rows64 * out_b_stride + cols_b, yb, mask=m)
+        for it in tl.static_range(ITERS):
+            rows = (pid * ITERS + it) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+            rmask = rows < n_rows
+            src = tl.load(idx_ptr + rows, mask=rmask, other=0).to(tl.int64)
+            src_row = pool_ptr + src[:, None] * pool_stride
+            rows64 = rows.to(tl.int64)[:, None]
+            m = rmask[:, None]
+            if HINTS:
+                xa = tl.load(src_row + cols_a, mask=m, other=0, eviction_policy="evict_first")
+                xb = tl.load(
+                    src_row + WIDTH_A + cols_b, mask=m, other=0, eviction_policy="evict_first"
+                )
+            else:
+                xa = tl.load(src_row + cols_a, mask=m, other=0)
+                xb = tl.load(src_row + WIDTH_A + cols_b, mask=m, other=0)
+            ya = _convert(xa, nan_pos, nan_neg, INT_CONVERT, FIX_NAN)
+            yb = _convert(xb, nan_pos, nan_neg, INT_CONVERT, FIX_NAN)
+            ya = ya.to(out_a_ptr.dtype.element_ty, bitcast=True)
+            yb = yb.to(out_b_ptr.dtype.element_ty, bitcast=True)
+            pa = out_a_ptr + rows64 * out_a_stride + cols_a
+            pb = out_b_ptr + B_OFFSET + rows64 * out_b_stride + cols_b
+            if HINTS:
+                tl.store(pa, ya, mask=m, cache_modifier=".cs")
+                tl.store(pb, yb, mask=m, cache_modifier=".cs")
+            else:
+                tl.store(pa, ya, mask=m)
+                tl.store(pb, yb, mask=m)
 
 
 def _is_pow2(x: int) -> bool:
     return x > 0 and (x & (x - 1)) == 0
 
 
+# Tuned on an H200 (benchmarks/results/gather_cast_h200.md): small batches want more,
+# smaller programs to spread over the 132 SMs; large ones 2-warp programs of 8 rows.
+_SMALL_BATCH_ROWS = 8192
+CONFIG_SMALL: dict[str, Any] = {"BLOCK_ROWS": 4, "num_warps": 2, "ITERS": 1, "HINTS": False}
+CONFIG_LARGE: dict[str, Any] = {"BLOCK_ROWS": 8, "num_warps": 2, "ITERS": 1, "HINTS": False}
+
+
 def default_config(n_rows: int) -> dict[str, Any]:
-    """Launch parameters by batch size (tuned on an H200: benchmarks/results/gather_cast*)."""
-    if n_rows <= 8192:
-        return {"BLOCK_ROWS": 4, "num_warps": 4, "INT_CONVERT": False}
-    return {"BLOCK_ROWS": 8, "num_warps": 8, "INT_CONVERT": False}
+    """Launch parameters by batch size (the conversion variant is chosen per device)."""
+    return dict(CONFIG_SMALL if n_rows <= _SMALL_BATCH_ROWS else CONFIG_LARGE)
 
 
-def _gather_cast_triton(
-    pool2: torch.Tensor,
+def _launch(
+    pool: torch.Tensor,
     idx: torch.Tensor,
     out_a: torch.Tensor,
     out_b: torch.Tensor,
-    config: dict[str, Any] | None,
+    n: int,
+    strides: tuple[int, int, int],
+    widths: tuple[int, int, int],
+    cfg: dict[str, Any],
 ) -> None:
-    n = idx.shape[0]
-    cfg = dict(default_config(n))
-    if config:
-        cfg.update(config)
-    block_rows = int(cfg.pop("BLOCK_ROWS"))
-    num_warps = int(cfg.pop("num_warps"))
-    int_convert = bool(cfg.pop("INT_CONVERT"))
-    lo, hi = nan_bits(str(pool2.device))
-    grid = (triton.cdiv(n, block_rows),)
-    _gather_cast_kernel[grid](
-        pool2,
+    """Launch the kernel with as little Python as possible (it runs once per layer)."""
+    block_rows = cfg["BLOCK_ROWS"]
+    iters = cfg.get("ITERS", 1)
+    int_convert = cfg.get("INT_CONVERT", False)
+    lo, hi = nan_bits(str(pool.device))
+    fix_nan = cfg.get("FIX_NAN")
+    if fix_nan is None:
+        fix_nan = not int_convert and not native_nan_matches_torch(str(pool.device))
+    _gather_cast_kernel[(triton.cdiv(n, block_rows * iters),)](
+        pool,
         idx,
         out_a,
         out_b,
         n,
-        pool2.stride(0),
-        out_a.stride(0),
-        out_b.stride(0),
+        strides[0],
+        strides[1],
+        strides[2],
         lo,
         hi,
-        WIDTH_A=out_a.shape[1],
-        WIDTH_B=out_b.shape[1],
+        WIDTH_A=widths[0],
+        WIDTH_B=widths[1],
+        B_OFFSET=widths[2],
         BLOCK_ROWS=block_rows,
+        ITERS=iters,
         INT_CONVERT=int_convert,
-        num_warps=num_warps,
+        FIX_NAN=bool(fix_nan),
+        HINTS=cfg.get("HINTS", False),
+        num_warps=cfg["num_warps"],
     )
+
+
+@functools.cache
+def native_nan_matches_torch(device: str) -> bool:
+    """Whether Triton's own e4m3 -> bf16 conversion already gives torch's bits for all 256
+    patterns on ``device`` (then the kernel skips its NaN fix-up). Checked, not assumed."""
+    raw = torch.arange(256, dtype=torch.uint8, device=device).view(2, 128)
+    idx = torch.arange(2, dtype=torch.int32, device=device)
+    out = torch.empty((2, 128), dtype=torch.int16, device=device)
+    cfg = {"BLOCK_ROWS": 2, "num_warps": 1, "FIX_NAN": False}
+    _launch(raw, idx, out, out, 2, (128, 128, 128), (64, 64, 64), cfg)
+    want = raw.view(FP8_DTYPE).to(torch.bfloat16).view(torch.int16)
+    return bool(torch.equal(out, want))
+
+
+class FusedGatherCast:
+    """The patch's hot path: ``out[:n] = pool[idx[:n]].to(bf16)`` once per layer.
+
+    Validation happens once (``check``); ``__call__`` only launches. ``pool`` is the
+    layer's ``[N, 1, D]`` (or ``[N, D]``) 8-bit buffer as SGLang hands it out, ``out`` a
+    persistent bf16 buffer with the same row width whose first ``n`` rows are written.
+    Without Triton or off CUDA it runs the torch implementation.
+    """
+
+    def __init__(self, split: int = 512) -> None:
+        self.split = split
+
+    def check(self, pool: torch.Tensor, out: torch.Tensor) -> None:
+        pool2 = _check_args(pool, torch.empty(0, dtype=torch.int64, device=pool.device))
+        width = pool2.shape[1]
+        if out.dtype != torch.bfloat16 or out.shape[-1] != width or out.stride(-1) != 1:
+            raise ValueError(f"gather_cast: out must be bf16 [*, {width}] rows, got {out.shape}")
+
+    def __call__(self, pool: torch.Tensor, idx: torch.Tensor, out: torch.Tensor, n: int) -> None:
+        width = pool.shape[-1]
+        if triton is not None and pool.is_cuda:
+            _launch(
+                pool,
+                idx,
+                out,
+                out,
+                n,
+                (pool.stride(0), out.stride(0), out.stride(0)),
+                (self.split, width - self.split, self.split),
+                CONFIG_SMALL if n <= _SMALL_BATCH_ROWS else CONFIG_LARGE,
+            )
+        else:
+            o = out[:n]
+            gather_cast_into(pool, idx[:n], o[..., : self.split], o[..., self.split :])
 
 
 def gather_cast_into(
@@ -245,11 +329,11 @@ def gather_cast_into(
     tiles_ok = _is_pow2(a_width) and _is_pow2(width - a_width)
     if force_triton and (triton is None or not tiles_ok):
         raise RuntimeError("gather_cast: force_triton needs Triton and power-of-2 row tiles")
-    use_triton = force_triton or (
-        triton is not None and not force_torch and pool2.is_cuda and tiles_ok
-    )
-    if use_triton:
-        _gather_cast_triton(pool2, idx, out_a, out_b, config)
+    if force_triton or (triton is not None and not force_torch and pool2.is_cuda and tiles_ok):
+        cfg = default_config(n)
+        cfg.update(config or {})
+        strides = (pool2.stride(0), out_a.stride(0), out_b.stride(0))
+        _launch(pool2, idx, out_a, out_b, n, strides, (a_width, width - a_width, 0), cfg)
     else:
         _gather_cast_torch(pool2, idx, out_a, out_b)
 
