@@ -369,7 +369,8 @@ def _weights_hint(m: re.Match[str], f: Facts) -> str:
     if missing:
         return (
             f"the model path{where} lacks {missing.group(1).rstrip('.')}: point --model-path at "
-            "the directory holding config.json and the *.safetensors shards, or finish the download."
+            "the directory holding config.json and the *.safetensors shards, or finish the "
+            "download."
         )
     return (
         f"the checkpoint{where} could not be read: check the path, that every shard is fully "
@@ -405,7 +406,11 @@ def _bad_args_hint(m: re.Match[str], _f: Facts) -> str:
 def _port_hint(m: re.Match[str], f: Facts) -> str:
     line = m.string
     port = None
-    for pat in (r"\(['\"][^'\"]*['\"],\s*(\d{2,5})\)", r":(\d{2,5})\b", r"[Pp]ort\D{0,3}(\d{2,5})"):
+    for pat in (
+        r"\(['\"][^'\"]*['\"],\s*(\d{2,5})[,)]",
+        r"[\w\]]:(\d{2,5})\b",
+        r"[Pp]ort\D{0,3}(\d{2,5})",
+    ):
         p = re.search(pat, line)
         if p:
             port = p.group(1)
@@ -501,7 +506,8 @@ class Rule:
     """One root-cause pattern. ``priority`` breaks ties between rules seen in the same crash
     (3 = a diagnosis that explains the others, 1 = a symptom such as a compile failure);
     ``weak`` rules are usually a consequence of another rank's failure; ``fatal=False`` rules
-    (warnings) only explain a crash that other lines prove."""
+    (warnings) only explain a crash that other lines prove; ``needs_error`` rules are phrases
+    that warnings use too, so they count as fatal only on an error/exception line."""
 
     pattern: re.Pattern[str]
     category: Category
@@ -509,6 +515,7 @@ class Rule:
     priority: int = 2
     weak: bool = False
     fatal: bool = True
+    needs_error: bool = False
 
 
 def _r(
@@ -519,9 +526,10 @@ def _r(
     *,
     weak: bool = False,
     fatal: bool = True,
+    needs_error: bool = False,
     flags: int = 0,
 ) -> Rule:
-    return Rule(re.compile(regex, flags), category, hint, priority, weak, fatal)
+    return Rule(re.compile(regex, flags), category, hint, priority, weak, fatal, needs_error)
 
 
 _I = re.IGNORECASE
@@ -544,7 +552,10 @@ RULES: list[Rule] = [
     ),
     _r(
         r"(?:kv[_ -]?cache[_ -]?dtype|kv_data_type|dtype_kv)\W.{0,80}\b(?:not supported|unsupported"
-        r"|is not implemented)|(?:unsupported|not supported)\W.{0,40}kv[_ -]?cache[_ -]?dtype",
+        r"|is not implemented|only supports?|must be)"
+        r"|(?:unsupported|not supported)\W.{0,40}kv[_ -]?cache[_ -]?dtype"
+        r"|(?:fp8|float8\w*|e4m3|e5m2)[ _-]?kv[ _-]?cache.{0,60}(?:not supported|unsupported"
+        r"|not implemented)",
         C.UNSUPPORTED_KV_DTYPE,
         _fixed(
             "this attention backend cannot read this KV cache dtype: use profile "
@@ -552,6 +563,7 @@ RULES: list[Rule] = [
         ),
         3,
         flags=_I,
+        needs_error=True,
     ),
     _r(
         r"TllmGen\w*.{0,200}Unsupported architecture|Unsupported architecture.{0,200}TllmGen",
@@ -562,12 +574,13 @@ RULES: list[Rule] = [
     _r(r"no kernel image is available for execution", C.UNSUPPORTED_ARCH, _no_kernel_image_hint, 3),
     _r(
         r"Unsupported (?:CUDA |GPU )?arch(?:itecture)?\b|(?:sm_?\d+|compute capability \d+\.\d+)"
-        r".{0,40}\bnot supported|only supported on (?:sm|SM|Hopper|Blackwell|Ampere)"
-        r"|FlashAttention only supports Ampere|requires (?:sm|SM)_?\d+",
+        r".{0,40}\bnot supported|only supports? (?:on )?(?:sm|SM|Hopper|Blackwell|Ampere|compute)"
+        r"|only supported on (?:sm|SM|Hopper|Blackwell|Ampere)|FlashAttention only supports Ampere"
+        r"|requires (?:sm|SM)_?\d+|not supported on (?:CUDA arch|this GPU|your GPU|this device)",
         C.UNSUPPORTED_ARCH,
         _arch_hint,
         3,
-        flags=0,
+        needs_error=True,
     ),
     _r(
         r"with CUDA capability sm_\d+ is not compatible with the current PyTorch",
@@ -583,17 +596,20 @@ RULES: list[Rule] = [
         _not_enough_memory_hint,
     ),
     _r(r"memory capacity is unbalanced", C.OOM, _unbalanced_hint),
-    _r(r"\[Errno 12\] Cannot allocate memory|Cannot allocate memory", C.OOM, _host_oom_hint),
+    _r(r"Cannot allocate memory", C.OOM, _host_oom_hint),
     _r(
-        r"CUDA out of memory|OutOfMemoryError|out of memory|CUBLAS_STATUS_ALLOC_FAILED"
-        r"|cudaErrorMemoryAllocation|Memory pool.{0,30}allocation failed|\bOOM\b.{0,30}\b(?:error|kill)",
+        r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED"
+        r"|cudaErrorMemoryAllocation|Memory pool.{0,30}allocation failed",
         C.OOM,
         _oom_hint,
-        flags=_I,
     ),
+    # "... out of memory" in SGLang's own RuntimeErrors (Prefill / alloc_req_slots / token pool):
+    # only when the line is an error - warnings say "may run out of memory" too.
+    _r(r"out of memory", C.OOM, _oom_hint, flags=_I, needs_error=True),
     _r(
         r"illegal memory access|an illegal instruction was encountered|misaligned address"
-        r"|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS",
+        r"|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS|unspecified launch failure"
+        r"|Memory access fault by GPU",
         C.ILLEGAL_MEMORY_ACCESS,
         _ima_hint,
         flags=_I,
@@ -601,14 +617,15 @@ RULES: list[Rule] = [
     _r(
         r"NCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclInvalidUsage"
         r"|ncclRemoteError|unhandled system error|unhandled cuda error|NCCL_ERROR|Failed to "
-        r"initialize NCCL|ncclCommInitRank failed",
+        r"initialize NCCL|ncclCommInitRank failed|setting up NCCL communicator"
+        r"|peer access is not supported|cudaErrorPeerAccess|Gloo connectFullMesh failed",
         C.NCCL,
         _nccl_hint,
         flags=_I,
     ),
     _r(
         r"Watchdog caught collective operation timeout|ProcessGroupNCCL.{0,80}(?:timeout|Timeout|"
-        r"timed out)|NCCL communicator was aborted|DistBackendError|DistNetworkError"
+        r"timed out)|NCCL communicator was aborted|DistBackendError|DistNetworkError|DistStoreError"
         r"|collective operation timeout",
         C.NCCL,
         _nccl_hint,
@@ -622,12 +639,19 @@ RULES: list[Rule] = [
         r"|Error while deserializing header|incomplete metadata|RepositoryNotFoundError"
         r"|GatedRepoError|EntryNotFoundError|LocalEntryNotFoundError|HFValidationError"
         r"|is not a local folder and is not a valid model identifier|Cannot find any model weights"
-        r"|No such file or directory: .{0,300}\.(?:safetensors|bin|pt|json)\b|Can't load "
-        r"(?:the )?(?:config|tokenizer|weights)|couldn't connect to 'https://huggingface.co'"
-        r"|\bunexpected EOF\b.{0,40}safetensors|Failed to load weights|weights? .{0,40}not found in "
-        r"(?:the )?checkpoint",
+        r"|Can't load (?:the )?(?:config|tokenizer|weights)|couldn't connect to 'https://huggingface"
+        r"|\bunexpected EOF\b.{0,40}safetensors|Failed to load weights|PytorchStreamReader failed"
+        r"|weights? .{0,40}not found in (?:the )?checkpoint|does not recognize this architecture"
+        r"|Model architectures? \[.{0,200}\] (?:are|is) not supported",
         C.WEIGHT_LOADING,
         _weights_hint,
+    ),
+    _r(
+        r"No such file or directory: .{0,300}\.(?:safetensors|bin|pt|json|model)\b"
+        r"|huggingface\.co.{0,200}(?:Max retries|timed out|ConnectionError)",
+        C.WEIGHT_LOADING,
+        _weights_hint,
+        needs_error=True,
     ),
     _r(
         r"could finish the model loading, but there are other ranks",
@@ -639,29 +663,50 @@ RULES: list[Rule] = [
         ),
         weak=True,
     ),
-    _r(r"^(?P<prog>[\w.\-]+(?:\.py)?): error: (?P<msg>.*)", C.BAD_ARGS, _bad_args_hint),
+    _r(
+        r"^(?P<prog>[\w.\-]+(?: [\w.\-]+)?): error: (?P<msg>.*)",
+        C.BAD_ARGS,
+        _bad_args_hint,
+    ),
     _r(
         r"^error: (?P<msg>(?:unrecognized arguments|argument --|ambiguous option|the following "
         r"arguments are required).*)",
         C.BAD_ARGS,
         _bad_args_hint,
     ),
+    _r(r"ServerArgs\.__init__\(\) got an unexpected keyword", C.BAD_ARGS, _bad_args_hint),
     _r(
-        r"Address already in use|address already in use|\[Errno 98\]|EADDRINUSE"
-        r"|[Pp]ort \d+ is (?:already )?(?:in use|used|not available)|Can not bind .{0,40}port",
+        r"Address already in use|address already in use|\[Errno 98\]|EADDRINUSE",
         C.PORT_IN_USE,
         _port_hint,
     ),
     _r(
-        r"CompilationError|triton\.compiler\.errors|nvcc fatal|ptxas (?:fatal|error)|ninja: build "
-        r"stopped|Error building extension|error: command '[^']*nvcc' failed|Ninja build failed"
-        r"|unsupported toolchain|device kernel image is invalid|OutOfResources: out of resource"
-        r"|fatal error: [\w./-]+\.(?:h|hpp|cuh): No such file|CalledProcessError: Command '\[?'ninja"
-        r"|\.cu(?:h)?\(\d+\): error|JIT compil\w+ failed|failed to compile",
+        r"[Pp]ort \d+ is (?:already )?(?:in use|used|not available)|Can not bind .{0,40}port",
+        C.PORT_IN_USE,
+        _port_hint,
+        needs_error=True,
+    ),
+    _r(
+        r"Value 'sm_\d+a?' is not defined for option|nvcc fatal\s*: Unsupported gpu architecture",
+        C.COMPILE_ERROR,
+        _fixed(
+            "the CUDA toolkit (nvcc/ptxas) is too old for this GPU: sm_120 needs CUDA >= 12.8; "
+            "point CUDA_HOME at a newer toolkit or use prebuilt kernels (flashinfer-cubin)."
+        ),
+        2,
+    ),
+    _r(
+        r"CompilationError|triton\.compiler\.errors|nvcc fatal|ptxas (?:fatal|error)|PTXASError"
+        r"|ninja: build stopped|Error building extension|error: command '[^']*nvcc' failed"
+        r"|Ninja build failed|unsupported toolchain|device kernel image is invalid"
+        r"|OutOfResources: out of resource|InductorError|BackendCompilerFailed"
+        r"|fatal error: [\w./-]+\.(?:h|hpp|cuh): No such file"
+        r"|CalledProcessError: Command '\[?'ninja"
+        r"|\.(?:cu|cuh|h|hpp|cpp|cc)\(\d+\): (?:error|fatal)"
+        r"|JIT compil\w+ failed|failed to compile",
         C.COMPILE_ERROR,
         _compile_hint,
         1,
-        flags=0,
     ),
 ]
 
@@ -670,10 +715,14 @@ _CASCADE = re.compile(
     r"Received sigquit from a child|sigquit from a child|^Killed\b|\bKilled$"
     r"|scheduler is dead|died during initialization|Child process unexpectedly failed"
     r"|hit an exception:|Initialization failed\. Please see the error messages above"
-    r"|exited with (?:exit )?code -?\d+|exitcode=-?\d+|^Process [\w-]+(?::\d+)*:$"
+    r"|exited with (?:exit )?code (?:-\d+|[1-9]\d*)|exitcode=(?:-\d+|[1-9]\d*)"
+    r"|^Process [\w-]+(?::\d+)*:$"
     r"|^Exception in [\w ]+:$|^Exception in thread ",
     re.IGNORECASE,
 )
+# Log levels: newer SGLang prints "[ts] WARNING file.py:12: msg"; a warning never is the crash.
+_SOFT_LEVEL = re.compile(r"(?:WARNING|WARN|INFO|DEBUG)\b|[WI]\d{4} \d|Ignore import error")
+_ERROR_LEVEL = re.compile(r"^(?:ERROR|CRITICAL|FATAL)\b|\bERROR\b|\b[A-Z]\w*Error: |^error: ")
 # SGLang's own failure reports that carry the message on the same line.
 _REPORT = re.compile(r"Initialization failed\. warmup error:|Capture cuda graph failed:")
 # A Python exception line ("RuntimeError: ...", "torch.OutOfMemoryError: ...", "c10::Error: ..").
@@ -763,7 +812,8 @@ _DECOR = re.compile(
     r"|^[\w.-]+\s+\| "  # docker compose "name  | "
 )
 _PREFIX = re.compile(
-    r"^\s*\[(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)(?P<tags>(?:\s+[A-Z]{2,4}\d+)*)\]\s?"
+    r"^\s*\[(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)"
+    r"(?P<tags>(?:\s+[A-Z]{2,4}\d+)*)\]\s?"
 )
 _TP_TAG = re.compile(r"\bTP(\d+)\b")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
@@ -972,7 +1022,9 @@ class LogDiagnoser:
             )
             if is_exc:
                 self._frame_ctx = None
-            if not r.fatal:
+            soft = bool(_SOFT_LEVEL.match(stripped)) and r.category is not C.PATCH_FAILED
+            errorish = is_exc or bool(_ERROR_LEVEL.search(stripped))
+            if not r.fatal or soft or (r.needs_error and not errorish):
                 if self._warning is None:
                     self._warning = cand
                 self._maybe_crash(fatal=False)
