@@ -37,7 +37,8 @@ STALLED = "stalled"
 FAILED = "failed"  # check/launch/bench error that is not a server crash
 INTERRUPTED = "interrupted"
 SKIPPED = "skipped"  # not run because --until-first-success already succeeded
-FINISHED = frozenset({OK, CRASHED, STALLED, FAILED, SKIPPED})
+# Finished entries are kept by --resume; FAILED (a tool error) and INTERRUPTED run again.
+FINISHED = frozenset({OK, CRASHED, STALLED, SKIPPED})
 
 
 @dataclass
@@ -265,3 +266,298 @@ def list_sweep_ids() -> list[str]:
     if not root.is_dir():
         return []
     return sorted(p.name for p in root.iterdir() if (p / "sweep.json").exists())
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass
+class SweepOptions:
+    """How each profile is exercised; stored in sweep.json so ``--resume`` repeats it."""
+
+    bench: list[str] = field(default_factory=lambda: ["decode"])  # decode | concurrency
+    concurrency: list[int] = field(default_factory=lambda: [1, 4, 16])
+    input_len: int = 128
+    output_len: int = 256
+    num_prompts: int | None = None
+    overrides: list[str] = field(default_factory=list)  # --set, applied to every profile
+    until_first_success: bool = False
+    continue_on_error: bool = False
+    capture_steps: int = 0  # >0: torch-profiler capture of that many steps after the bench
+    timeout_s: float | None = None  # READY deadline per profile
+    sglang_version: str | None = None
+
+
+@dataclass
+class StepOutcome:
+    """What the watch step concluded for one launched run."""
+
+    state: str  # READY | CRASHED | STALLED | EXITED | TIMEOUT
+    diagnosis: dict[str, Any]
+
+
+class SweepBackend:
+    """The seam between the sweep loop and the world (lifecycle, watch, bench, profiler).
+
+    ``LifecycleBackend`` is the real one; tests drive the loop with a scripted one. Every
+    method may raise ``GlmserveError``; ``KeyboardInterrupt`` is handled by the loop.
+    """
+
+    def prepare(self, profile: str, opts: SweepOptions) -> Any:  # -> LaunchSpec
+        raise NotImplementedError
+
+    def check(self, spec: Any) -> str | None:
+        """None when the host can run the spec, else the blocking problems in one line."""
+        raise NotImplementedError
+
+    def launch(self, spec: Any) -> str:  # -> run id
+        raise NotImplementedError
+
+    def watch(self, run_id: str, opts: SweepOptions) -> StepOutcome:
+        raise NotImplementedError
+
+    def bench(self, run_id: str, mode: str, opts: SweepOptions) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def capture(self, run_id: str, opts: SweepOptions) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def stop(self, run_id: str) -> None:
+        raise NotImplementedError
+
+
+def _say_nothing(_msg: str) -> None:
+    return None
+
+
+def run_sweep(
+    sweep: Sweep,
+    opts: SweepOptions,
+    backend: SweepBackend,
+    say: Any = _say_nothing,
+) -> Sweep:
+    """Run every unfinished profile of ``sweep`` in order, saving after each step.
+
+    Server crashes and stalls are results (recorded with their diagnosis; the sweep moves
+    on). Tool errors (bad profile, unreachable host, failed check, bench error) stop the
+    sweep unless ``continue_on_error``. Ctrl-C stops the running server, marks the profile
+    interrupted, saves, and re-raises so the CLI exits 130; ``--resume`` picks up there.
+    """
+    from glmserve.errors import GlmserveError
+
+    sweep.status = RUNNING
+    save_sweep(sweep)
+    for entry in sweep.entries:
+        if entry.finished:
+            say(f"{entry.profile}: {entry.status} (kept from before)")
+            continue
+        if opts.until_first_success and any(e.status == OK for e in sweep.entries):
+            entry.status = SKIPPED
+            entry.error = "skipped: --until-first-success already has a successful profile"
+            save_sweep(sweep)
+            continue
+        entry.status, entry.started_at, entry.ended_at = RUNNING, time.time(), None
+        entry.run_id = entry.diagnosis = entry.error = entry.trace = None
+        entry.bench = []
+        save_sweep(sweep)
+        try:
+            _run_entry(sweep, entry, opts, backend, say)
+        except KeyboardInterrupt:
+            _stop_quietly(entry, backend, say)
+            entry.status, entry.ended_at = INTERRUPTED, time.time()
+            entry.error = "interrupted (Ctrl-C); the server was stopped"
+            sweep.status = "interrupted"
+            save_sweep(sweep)
+            raise
+        except GlmserveError as exc:
+            _stop_quietly(entry, backend, say)
+            entry.status, entry.error, entry.ended_at = FAILED, str(exc), time.time()
+            save_sweep(sweep)
+            say(f"{entry.profile}: failed: {exc}")
+            if not opts.continue_on_error:
+                sweep.status = "stopped"
+                save_sweep(sweep)
+                raise
+            continue
+        _stop_quietly(entry, backend, say)
+        entry.ended_at = time.time()
+        save_sweep(sweep)
+    sweep.status = "done"
+    save_sweep(sweep)
+    return sweep
+
+
+def _run_entry(
+    sweep: Sweep, entry: SweepEntry, opts: SweepOptions, backend: SweepBackend, say: Any
+) -> None:
+    say(f"{entry.profile}: check")
+    spec = backend.prepare(entry.profile, opts)
+    problem = backend.check(spec)
+    if problem:
+        from glmserve.errors import ConfigError as _ConfigError
+
+        raise _ConfigError(f"check failed: {problem}")
+    entry.run_id = backend.launch(spec)
+    save_sweep(sweep)
+    say(f"{entry.profile}: launched run {entry.run_id}; watching")
+    outcome = backend.watch(entry.run_id, opts)
+    entry.diagnosis = outcome.diagnosis
+    if outcome.state != "READY":
+        entry.status = CRASHED if outcome.state in ("CRASHED", "EXITED") else STALLED
+        d = outcome.diagnosis or {}
+        why = " ".join(str(d[k]) for k in ("category", "root_cause") if d.get(k))
+        say(f"{entry.profile}: {outcome.state}: {why}")
+        return
+    for mode in opts.bench:
+        say(f"{entry.profile}: bench {mode}")
+        entry.bench.append(backend.bench(entry.run_id, mode, opts))
+        save_sweep(sweep)
+    if opts.capture_steps > 0:
+        say(f"{entry.profile}: profiler capture ({opts.capture_steps} steps)")
+        entry.trace = backend.capture(entry.run_id, opts)
+    entry.status = OK
+    say(f"{entry.profile}: ok, decode {_fmt(entry.decode_tok_s())} tok/s")
+
+
+def _stop_quietly(entry: SweepEntry, backend: SweepBackend, say: Any) -> None:
+    """Stop the entry's server, even through a second Ctrl-C; report (not raise) failures."""
+    import signal
+    import threading
+
+    from glmserve.errors import GlmserveError
+
+    if not entry.run_id:
+        return
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        backend.stop(entry.run_id)
+        say(f"{entry.profile}: stopped run {entry.run_id}")
+    except GlmserveError as exc:
+        say(f"{entry.profile}: could not stop run {entry.run_id}: {exc}")
+        entry.error = (entry.error + "; " if entry.error else "") + f"stop failed: {exc}"
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, old)
+
+
+def start_sweep(profiles: list[str], host: str | None, simulate: bool, opts: SweepOptions) -> Sweep:
+    """A new sweep (saved, nothing run yet)."""
+    if not profiles:
+        raise ConfigError("--profiles: give at least one profile, e.g. flashinfer_gtc,trtllm_mla")
+    dupes = {p for p in profiles if profiles.count(p) > 1}
+    if dupes:
+        raise ConfigError(f"--profiles: listed twice: {', '.join(sorted(dupes))}")
+    sweep = Sweep(
+        sweep_id=new_sweep_id(),
+        profiles=list(profiles),
+        host=host,
+        simulate=simulate,
+        bench=list(opts.bench),
+        options=asdict(opts),
+        entries=[SweepEntry(profile=p) for p in profiles],
+    )
+    save_sweep(sweep)
+    return sweep
+
+
+def resume_options(sweep: Sweep) -> SweepOptions:
+    names = set(SweepOptions.__dataclass_fields__)
+    return SweepOptions(**{k: v for k, v in sweep.options.items() if k in names})
+
+
+class LifecycleBackend(SweepBackend):
+    """The real thing: profiles -> preflight -> lifecycle launch -> Watcher -> bench -> stop."""
+
+    def __init__(self, host: str | None, simulate: bool, say: Any = _say_nothing) -> None:
+        from glmserve.hosts import get_host
+        from glmserve.store import RunStore
+
+        self.host = get_host(host)
+        self.simulate = simulate
+        self.say = say
+        self.store = RunStore.open()
+
+    def prepare(self, profile: str, opts: SweepOptions) -> Any:
+        from glmserve import profiles
+
+        spec = profiles.load_profile(profile, list(opts.overrides), opts.sglang_version)
+        if self.simulate:
+            py = None if self.host.is_local else self.host.python
+            spec = profiles.simulate(spec, python=py)
+        return spec
+
+    def check(self, spec: Any) -> str | None:
+        from glmserve.preflight import run_checks
+        from glmserve.transport import transport_for
+
+        rows = run_checks(self.host, spec, transport_for(self.host))
+        bad = [r for r in rows if r.blocking]
+        return "; ".join(f"{r.name}: {r.detail}" for r in bad) or None
+
+    def launch(self, spec: Any) -> str:
+        from glmserve.lifecycle import launch_run
+
+        return launch_run(spec, self.host.name, store=self.store, say=self.say).run_id
+
+    def watch(self, run_id: str, opts: SweepOptions) -> StepOutcome:
+        from glmserve.lifecycle import transport_for_run
+        from glmserve.watch import Watcher
+
+        run = self.store.get_run(run_id)
+        poll = 0.2 if self.simulate else 1.0
+        w = Watcher(run, transport_for_run(run), self.store, poll_s=poll, timeout_s=opts.timeout_s)
+        res = w.watch()
+        d = res.diagnosis.to_dict()
+        keep = ("state", "category", "root_cause", "hint", "line", "phase", "patch_active")
+        return StepOutcome(res.state, {k: d.get(k) for k in keep if d.get(k) is not None})
+
+    def bench(self, run_id: str, mode: str, opts: SweepOptions) -> dict[str, Any]:
+        from glmserve.bench.runner import BenchSettings, Progress
+        from glmserve.bench.session import Gates, run_bench
+
+        settings = BenchSettings(
+            base_url="",
+            mode=mode,
+            concurrency=[1] if mode == "decode" else list(opts.concurrency),
+            input_len=opts.input_len,
+            output_len=opts.output_len,
+            num_prompts=opts.num_prompts,
+        )
+        outcome = run_bench(settings, run_id, Gates(), Progress())
+        if outcome.interrupted:
+            raise KeyboardInterrupt
+        return outcome.result.to_dict()
+
+    def capture(self, run_id: str, opts: SweepOptions) -> dict[str, Any]:
+        from glmserve.profiler import capture_profile
+
+        analysis = capture_profile(run_id, steps=opts.capture_steps, load="decode")
+        return summarize_analysis(analysis)
+
+    def stop(self, run_id: str) -> None:
+        from glmserve.lifecycle import stop_run
+
+        stop_run(run_id, store=self.store)
+
+
+def summarize_analysis(analysis: Any, top: int = 5) -> dict[str, Any]:
+    """The part of a TraceAnalysis worth keeping in sweep.json (top kernels/ops, findings)."""
+    return {
+        "ranks": [
+            {
+                "rank": r.rank,
+                "step_ms": r.step_us / 1000,
+                "steps": r.steps,
+                "top_kernels": [
+                    {"name": k.short_name, "share": k.share, "kind": k.kind}
+                    for k in r.kernels[:top]
+                ],
+                "top_ops": [
+                    {"name": o.name, "label": o.label, "share": o.share} for o in r.ops[:top]
+                ],
+            }
+            for r in analysis.ranks
+        ],
+        "findings": [asdict(f) for f in analysis.findings],
+    }

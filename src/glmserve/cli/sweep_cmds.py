@@ -36,3 +36,227 @@ def report(
         out.print(f"wrote {p}", highlight=False)
     if not data.series:
         err.print("warning: no results in the selected ids", highlight=False)
+
+
+def _csv_ints(text: str, flag: str) -> list[int]:
+    from glmserve.errors import ConfigError
+
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"{flag}: expected comma-separated integers, got {text!r}") from exc
+    if not vals or any(v <= 0 for v in vals):
+        raise ConfigError(f"{flag}: expected positive integers, got {text!r}")
+    return vals
+
+
+@app.command()
+def sweep(
+    profiles: str = typer.Option(
+        None, "--profiles", help="Comma-separated profiles, in order (the first success is 1.00x)."
+    ),
+    host: str = typer.Option(None, "--host", "-H", help="Host from hosts.yaml (default local)."),
+    bench: list[str] = typer.Option(
+        [], "--bench", help="decode and/or concurrency (repeatable; default decode)."
+    ),
+    concurrency: str = typer.Option(
+        "1,4,16", "--concurrency", help="Levels for --bench concurrency."
+    ),
+    input_len: int = typer.Option(128, "--input-len", help="Prompt tokens per request."),
+    output_len: int = typer.Option(256, "--output-len", help="Output tokens per request."),
+    num_prompts: int = typer.Option(None, "--num-prompts", help="Requests per level."),
+    sets: list[str] = typer.Option(
+        [], "--set", help="Override for every profile, e.g. sim.speed=20."
+    ),
+    until_first_success: bool = typer.Option(
+        False, "--until-first-success", help="Stop at the first profile that benchmarks."
+    ),
+    continue_on_error: bool = typer.Option(
+        False, "--continue-on-error", help="Record tool errors (check/bench/transport) and go on."
+    ),
+    capture_steps: int = typer.Option(
+        0, "--profile-steps", help="Also capture a torch-profiler trace of N decode steps."
+    ),
+    timeout: float = typer.Option(None, "--timeout", help="Seconds to wait for READY per profile."),
+    resume: str = typer.Option(None, "--resume", help="Continue this sweep id (finished kept)."),
+    simulate: bool = typer.Option(False, "--simulate", help="Launch the simulator, same flags."),
+    as_json: bool = typer.Option(False, "--json", help="Print the stored sweep as JSON."),
+) -> None:
+    """Launch, bench and stop each profile in turn; crashes are recorded with their diagnosis.
+
+    The sweep lives in $GLMSERVE_HOME/sweeps/<id>/ (sweep.json, sweep.md). Ctrl-C stops the
+    running server; `--resume <id>` continues where it stopped. Exit 0 when some profile
+    succeeded, 3 when every profile crashed or stalled, 130 on Ctrl-C.
+
+    Example: glmserve sweep --simulate --profiles flashinfer_gtc,trtllm_mla,cutlass_mla
+    """
+    from glmserve.errors import ConfigError, ServerCrashed
+    from glmserve.sweep import (
+        OK,
+        LifecycleBackend,
+        SweepOptions,
+        load_sweep,
+        resume_options,
+        run_sweep,
+        start_sweep,
+        sweep_dir,
+    )
+
+    def say(msg: str) -> None:
+        err.print(f"sweep: {msg}", highlight=False, markup=False)
+
+    if resume:
+        sw = load_sweep(resume)
+        if profiles:
+            raise ConfigError("--resume: the sweep keeps its own --profiles; drop --profiles")
+        opts = resume_options(sw)
+        host, simulate = sw.host, sw.simulate
+    else:
+        if not profiles:
+            raise ConfigError("--profiles is required (or --resume SWEEP_ID)")
+        modes = bench or ["decode"]
+        bad = [m for m in modes if m not in ("decode", "concurrency")]
+        if bad:
+            raise ConfigError(f"--bench: expected decode or concurrency, got {', '.join(bad)}")
+        opts = SweepOptions(
+            bench=modes,
+            concurrency=_csv_ints(concurrency, "--concurrency"),
+            input_len=input_len,
+            output_len=output_len,
+            num_prompts=num_prompts,
+            overrides=list(sets),
+            until_first_success=until_first_success,
+            continue_on_error=continue_on_error,
+            capture_steps=capture_steps,
+            timeout_s=timeout,
+        )
+        names = [p.strip() for p in profiles.split(",") if p.strip()]
+        from glmserve.profiles import load_profile
+
+        for name in names:  # fail fast on a typo before anything is launched
+            load_profile(name, list(sets))
+        sw = start_sweep(names, host, simulate, opts)
+    say(f"{sw.sweep_id}: {', '.join(sw.profiles)}{' (simulated)' if simulate else ''}")
+    backend = LifecycleBackend(host, simulate, say)
+    try:
+        run_sweep(sw, opts, backend, say)
+    except KeyboardInterrupt:
+        say(
+            "interrupted; the running server was stopped. "
+            f"Resume: glmserve sweep --resume {sw.sweep_id}"
+        )
+        raise
+    if as_json:
+        emit_json(sw.to_dict())
+    else:
+        _print_table(sw)
+        err.print(f"saved {sweep_dir(sw.sweep_id)}/sweep.json and sweep.md", highlight=False)
+    if not any(e.status == OK for e in sw.entries):
+        raise ServerCrashed(f"sweep {sw.sweep_id}: no profile succeeded")
+
+
+def _print_table(sw: object) -> None:
+    from rich.table import Table
+
+    from glmserve.sweep import sweep_rows
+
+    rows = sweep_rows(sw)  # type: ignore[arg-type]
+    levels = sorted({c for r in rows for c in r["aggregate_tok_s"]})
+    table = Table(title=f"sweep {sw.sweep_id}")  # type: ignore[attr-defined]
+    for col in ["profile", "status", "diagnosis", "decode tok/s", "TTFT ms"]:
+        table.add_column(col, overflow="fold")
+    for c in levels:
+        table.add_column(f"agg tok/s @{c}", justify="right")
+    table.add_column("speedup", justify="right")
+
+    def f(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1f}"
+
+    for r in rows:
+        table.add_row(
+            r["profile"],
+            r["status"],
+            r["diagnosis"][:80],
+            f(r["decode_tok_s"]),
+            f(r["ttft_ms"]),
+            *[f(r["aggregate_tok_s"].get(c)) for c in levels],
+            "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
+        )
+    out.print(table)
+
+
+@app.command()
+def profile(
+    run_id: str = typer.Argument(..., help="A READY run (id or unique prefix)."),
+    steps: int = typer.Option(5, "--steps", help="Forward steps to record (num_steps)."),
+    load: str = typer.Option("decode", "--load", help="decode or concurrency:C during capture."),
+    timeout: float = typer.Option(180.0, "--timeout", help="Seconds to wait for the traces."),
+    top: int = typer.Option(8, "--top", help="Rows per table."),
+    as_json: bool = typer.Option(False, "--json", help="The whole analysis as JSON."),
+) -> None:
+    """Capture a torch-profiler trace of a live run and say where decode time goes, per rank.
+
+    POSTs /start_profile (output_dir in the run dir, num_steps), drives the load, fetches the
+    {id}-TP-{r}.trace.json.gz files, streams them, prints the top GPU kernels and ops by share
+    of decode step time and findings (e.g. the whole-pool FP8 -> BF16 cast).
+
+    Example: glmserve profile 3fa2c1d0 --steps 5 --load concurrency:8
+    """
+    from glmserve.profiler import capture_profile
+
+    analysis = capture_profile(
+        run_id,
+        steps=steps,
+        load=load,
+        timeout_s=timeout,
+        say=lambda m: err.print(f"profile: {m}", highlight=False, markup=False),
+    )
+    if as_json:
+        emit_json(analysis.to_dict())
+        return
+    print_analysis(analysis, top)
+
+
+def print_analysis(analysis: object, top: int = 8) -> None:
+    """Rich tables: per rank top kernels and ops, then findings."""
+    from rich.table import Table
+
+    for r in analysis.ranks:  # type: ignore[attr-defined]
+        title = (
+            f"rank {r.rank}: {r.steps} step(s), {r.step_us / 1000:.2f} ms/step "
+            f"({r.step_source}), GPU busy {r.gpu_busy_us / max(r.window_us, 1e-9):.0%}"
+        )
+        if r.kernels:
+            kt = Table(title=title + " — top GPU kernels")
+            for col in ("kernel", "kind", "share", "ms/step", "calls", "launched by"):
+                kt.add_column(col, overflow="fold")
+            for k in r.kernels[:top]:
+                kt.add_row(
+                    k.short_name,
+                    k.kind,
+                    f"{k.share:.1%}",
+                    f"{k.total_us / max(r.steps, 1) / 1000:.2f}",
+                    str(k.count),
+                    k.launched_by,
+                )
+            out.print(kt)
+        ot = Table(
+            title=title + (" — top ops (GPU time)" if r.has_gpu else " — top ops (CPU self)")
+        )
+        for col in ("op", "what", "share", "ms/step", "calls"):
+            ot.add_column(col, overflow="fold")
+        for o in r.ops[:top]:
+            ot.add_row(
+                o.name,
+                o.label,
+                f"{o.share:.1%}",
+                f"{o.total_us / max(r.steps, 1) / 1000:.2f}",
+                str(o.count),
+            )
+        out.print(ot)
+    findings = analysis.findings  # type: ignore[attr-defined]
+    if not findings:
+        out.print("no findings: no single pattern dominates the decode step")
+    for fd in findings:
+        ranks = ",".join(str(x) for x in fd.ranks)
+        out.print(f"[{fd.severity}] {fd.message} (ranks {ranks})", highlight=False, markup=False)

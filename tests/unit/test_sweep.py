@@ -1,0 +1,159 @@
+"""sweep: the loop (crash recorded, resume, Ctrl-C stops the server), table and storage."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from glmserve.errors import ConfigError, RunNotFound, TransportError
+from glmserve.sweep import (
+    CRASHED,
+    FAILED,
+    INTERRUPTED,
+    OK,
+    SKIPPED,
+    StepOutcome,
+    SweepBackend,
+    SweepOptions,
+    load_sweep,
+    resume_options,
+    run_sweep,
+    start_sweep,
+    sweep_dir,
+    sweep_rows,
+)
+
+DECODE = {"flashinfer_gtc": 13.8, "cutlass_mla": 41.4, "flashinfer": 10.1}
+
+
+class Scripted(SweepBackend):
+    """Each profile's fate: READY with a decode figure, or a crash, or an error / Ctrl-C."""
+
+    def __init__(self, crash=(), error=None, interrupt_bench=None) -> None:
+        self.crash = set(crash)
+        self.error = error
+        self.interrupt_bench = interrupt_bench
+        self.live: set[str] = set()
+        self.calls: list[str] = []
+
+    def prepare(self, profile, opts):
+        if profile == self.error:
+            raise TransportError(f"ssh: connect to host gpu8: Connection refused ({profile})")
+        return profile
+
+    def check(self, spec):
+        return None
+
+    def launch(self, spec):
+        run_id = f"run-{spec}"
+        self.live.add(run_id)
+        self.calls.append(f"launch {spec}")
+        return run_id
+
+    def watch(self, run_id, opts):
+        profile = run_id.removeprefix("run-")
+        if profile in self.crash:
+            return StepOutcome("CRASHED", {"category": "UNSUPPORTED_ARCH",
+                                           "root_cause": "no kernel image for sm_120",
+                                           "hint": "trtllm-gen kernels need SM100"})  # fmt: skip
+        return StepOutcome("READY", {"state": "READY"})
+
+    def bench(self, run_id, mode, opts):
+        profile = run_id.removeprefix("run-")
+        if profile == self.interrupt_bench:
+            raise KeyboardInterrupt
+        tok = DECODE[profile]
+        if mode == "decode":
+            return {"version": 1, "mode": "decode", "levels": [], "decode_tok_s": tok,
+                    "ttft_ms": 90.0}  # fmt: skip
+        return {"version": 1, "mode": "concurrency",
+                "levels": [{"concurrency": c, "output_tok_s": tok * c * 0.8}
+                           for c in opts.concurrency]}  # fmt: skip
+
+    def capture(self, run_id, opts):
+        return {"findings": [{"message": f"trace of {run_id}"}]}
+
+    def stop(self, run_id):
+        self.calls.append(f"stop {run_id}")
+        self.live.discard(run_id)
+
+
+PROFILES = ["flashinfer_gtc", "trtllm_mla", "cutlass_mla"]
+
+
+def test_crash_is_recorded_and_the_sweep_moves_on_with_speedups():
+    opts = SweepOptions(bench=["decode", "concurrency"], concurrency=[1, 8])
+    sw = start_sweep(PROFILES, None, True, opts)
+    be = Scripted(crash={"trtllm_mla"})
+    run_sweep(sw, opts, be)
+    assert not be.live  # every server stopped, the crashed one too
+    assert [e.status for e in sw.entries] == [OK, CRASHED, OK]
+    rows = {r["profile"]: r for r in sweep_rows(sw)}
+    assert rows["trtllm_mla"]["diagnosis"] == "UNSUPPORTED_ARCH: no kernel image for sm_120"
+    assert rows["flashinfer_gtc"]["speedup"] == pytest.approx(1.0)
+    assert rows["cutlass_mla"]["speedup"] == pytest.approx(41.4 / 13.8)
+    assert rows["cutlass_mla"]["aggregate_tok_s"] == {1: pytest.approx(33.12),
+                                                      8: pytest.approx(264.96)}  # fmt: skip
+    stored = json.loads((sweep_dir(sw.sweep_id) / "sweep.json").read_text())
+    assert stored["status"] == "done" and stored["entries"][1]["run_id"] == "run-trtllm_mla"
+    md = (sweep_dir(sw.sweep_id) / "sweep.md").read_text()
+    assert "| trtllm_mla | crashed | UNSUPPORTED_ARCH: no kernel image for sm_120 |" in md
+    assert "| cutlass_mla | ok |" in md and "3.00x" in md
+    assert "trtllm-gen kernels need SM100" in md
+
+
+def test_until_first_success_skips_the_rest():
+    opts = SweepOptions(until_first_success=True)
+    sw = start_sweep(["trtllm_mla", "cutlass_mla", "flashinfer_gtc"], None, True, opts)
+    be = Scripted(crash={"trtllm_mla"})
+    run_sweep(sw, opts, be)
+    assert [e.status for e in sw.entries] == [CRASHED, OK, SKIPPED]
+    assert "launch flashinfer_gtc" not in be.calls
+
+
+def test_tool_error_stops_the_sweep_unless_continue_on_error():
+    opts = SweepOptions()
+    sw = start_sweep(PROFILES, "gpu8", False, opts)
+    with pytest.raises(TransportError):
+        run_sweep(sw, opts, Scripted(error="trtllm_mla"))
+    assert [e.status for e in sw.entries] == [OK, FAILED, "pending"]
+    assert load_sweep(sw.sweep_id).status == "stopped"
+    opts2 = SweepOptions(continue_on_error=True)
+    sw2 = start_sweep(PROFILES, "gpu8", False, opts2)
+    run_sweep(sw2, opts2, Scripted(error="trtllm_mla"))
+    assert [e.status for e in sw2.entries] == [OK, FAILED, OK]
+    assert "Connection refused" in sweep_rows(sw2)[1]["diagnosis"]
+
+
+def test_ctrl_c_stops_the_running_server_and_resume_continues():
+    opts = SweepOptions(capture_steps=3)
+    sw = start_sweep(PROFILES, None, True, opts)
+    be = Scripted(crash={"trtllm_mla"}, interrupt_bench="cutlass_mla")
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(sw, opts, be)
+    assert "stop run-cutlass_mla" in be.calls and not be.live
+    saved = load_sweep(sw.sweep_id)
+    assert saved.status == "interrupted"
+    assert [e.status for e in saved.entries] == [OK, CRASHED, INTERRUPTED]
+    be2 = Scripted(crash={"trtllm_mla"})
+    run_sweep(saved, resume_options(saved), be2)
+    assert be2.calls == ["launch cutlass_mla", "stop run-cutlass_mla"]
+    assert [e.status for e in saved.entries] == [OK, CRASHED, OK]
+    assert saved.entries[2].trace == {"findings": [{"message": "trace of run-cutlass_mla"}]}
+
+
+def test_bad_ids_and_profiles_are_config_errors():
+    with pytest.raises(ConfigError, match="listed twice"):
+        start_sweep(["a", "a"], None, True, SweepOptions())
+    with pytest.raises(RunNotFound, match="unknown sweep"):
+        load_sweep("sw-nope")
+    with pytest.raises(ConfigError, match="not a sweep id"):
+        load_sweep("../etc")
+
+
+def test_corrupt_sweep_file_names_file_and_line():
+    sw = start_sweep(["a"], None, True, SweepOptions())
+    (sweep_dir(sw.sweep_id) / "sweep.json").write_text('{\n"version": 1,\n oops}')
+    with pytest.raises(ConfigError, match=r"sweep\.json:3: corrupt sweep file"):
+        load_sweep(sw.sweep_id)
