@@ -364,5 +364,10 @@ def test_h200_trace_names_the_cast_with_its_share():
     assert cast_ops, [(o.name, o.label) for o in prof.ops[:5]]
     cast = max(cast_ops, key=lambda o: o.share)
     assert cast.share > 0.05
+    assert prof.ops[0] is cast  # the workload was built so the cast dominates, as in the seeds
+    assert cast.name == "aten::copy_" and cast.cast == ("fp8_e4m3", "bf16")
+    assert any("elementwise" in k for k in cast.kernels)
+    cast_kernel_us = sum(k.total_us for k in prof.kernels if k.kind == "cast")
+    assert cast.total_us == pytest.approx(cast_kernel_us)
     (f,) = [f for f in find_bottlenecks([prof]) if f.kind == "fp8_kv_cast"]
     assert f"{cast.share:.0%} of decode" in f.message and "fp8 -> bf16" in f.message
