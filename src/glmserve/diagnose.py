@@ -264,7 +264,8 @@ def _oom_hint(m: re.Match[str], f: Facts) -> str:
     if tried:
         what += f" (tried to allocate {tried.group(1)}"
         what += f", {free.group(1)} free)" if free else ")"
-    if f.phase is State.LOADING_WEIGHTS or f.phase is State.STARTING:
+    in_capture = f.phase is State.CAPTURING_GRAPHS or "cuda graph" in line.lower()
+    if f.phase is State.LOADING_WEIGHTS and not in_capture:
         return (
             f"{what} while loading weights: the weights do not fit. Check no other process "
             "holds the GPUs (nvidia-smi), raise --tp-size, or use a smaller/quantized checkpoint."
@@ -280,7 +281,7 @@ def _oom_hint(m: re.Match[str], f: Facts) -> str:
         parts.append(f"--max-running-requests from {mrr} to {max(int(mrr) // 2, 1)}")
     else:
         parts.append("cap --max-running-requests (e.g. 64)")
-    if f.phase is State.CAPTURING_GRAPHS:
+    if in_capture:
         bs = f.arg("cuda_graph_max_bs")
         parts.append(
             f"--cuda-graph-max-bs from {bs} to {max(int(bs) // 2, 1)}"
@@ -539,7 +540,7 @@ C = Category
 # (the first matching rule names the line's category).
 RULES: list[Rule] = [
     # Emitted by glmserve's own runtime patch (src/glmserve/runtime) in each worker.
-    _r(r"glmserve patch (?P<name>\S+) FAILED:?(?P<why>.*)", C.PATCH_FAILED, _patch_hint, 3),
+    _r(r"glmserve patch (?P<name>[\w.-]+) FAILED:?(?P<why>.*)", C.PATCH_FAILED, _patch_hint, 3),
     # FlashInfer MLA kernels only take 16-bit KV (mla.cuh static_assert) - seen with FP8 KV.
     _r(
         r"static_assert\(sizeof\(DType\w*\)\s*==\s*2\)",

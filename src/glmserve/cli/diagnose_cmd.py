@@ -1,3 +1,124 @@
-"""Verbs registered by this module (filled in by its issue)."""
+"""`glmserve diagnose`: offline classification of an SGLang log (a file, stdin, or a run's log).
 
-from glmserve.cli._app import app  # noqa: F401
+Only parses options, reads the text and renders; the classification is glmserve.diagnose.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.text import Text
+
+from glmserve.cli._app import app, emit_json, out
+from glmserve.diagnose import Diagnosis, State, diagnose_text
+from glmserve.errors import (
+    EXIT_CRASHED,
+    EXIT_OK,
+    EXIT_TIMEOUT,
+    ConfigError,
+    ServerCrashed,
+    ServerNotReady,
+)
+
+_HELP = """Classify an SGLang server log: start-up phase, or crash category, root-cause line and
+a hint.
+
+TARGET is a log file, `-` for stdin, or a glmserve run id (its server.log is fetched).
+
+\b
+Exit codes:
+  0  READY or still starting (STARTING ... WARMUP)
+  3  CRASHED (or EXITED)
+  4  STALLED (only from a watcher; a file alone never stalls)
+  2  no such file or run
+
+\b
+Examples:
+  glmserve diagnose server.log
+  glmserve diagnose server.log --json | jq .category
+  ssh gpu1 cat /srv/runs/r42/server.log | glmserve diagnose -
+"""
+
+
+def _read_target(target: str) -> tuple[str, str]:
+    """(text, label) for a path, `-` or a run id."""
+    if target == "-":
+        return sys.stdin.buffer.read().decode("utf-8", "replace"), "<stdin>"
+    path = Path(target)
+    if path.is_file():
+        try:
+            return path.read_bytes().decode("utf-8", "replace"), str(path)
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if path.exists():
+        raise ConfigError(f"{path} is not a file")
+    try:
+        from glmserve.lifecycle import read_run_log  # lazy: lifecycle pulls in ssh/sqlite
+    except ImportError as exc:
+        raise ConfigError(f"no such log file or run: {target}") from exc
+    return read_run_log(target), f"run {target}"
+
+
+def exit_code_for(diag: Diagnosis) -> int:
+    """The process status `diagnose` (and watchers reusing it) report for a verdict."""
+    if diag.state in (State.CRASHED, State.EXITED):
+        return EXIT_CRASHED
+    if diag.state is State.STALLED:
+        return EXIT_TIMEOUT
+    return EXIT_OK
+
+
+def render_diagnosis(diag: Diagnosis, label: str) -> Text:
+    """The human view: one screen, log text never interpreted as rich markup."""
+    colour = {State.CRASHED: "red", State.EXITED: "red", State.STALLED: "yellow"}.get(
+        diag.state, "green"
+    )
+    t = Text()
+    t.append("state     ", style="bold")
+    t.append(diag.state.value, style=f"bold {colour}")
+    if diag.state is not diag.phase:
+        t.append(f"  (phase {diag.phase.value})")
+    t.append("\n")
+    if diag.category is not None:
+        t.append("category  ", style="bold")
+        t.append(diag.category.value + "\n", style=colour)
+    if diag.line is not None and diag.root_cause:
+        t.append(f"{label}:{diag.line}: ", style="bold")
+        t.append(diag.root_cause[:400] + "\n")
+    if diag.hint:
+        t.append("hint      ", style="bold")
+        t.append(diag.hint + "\n")
+    if diag.patches:
+        t.append("patches   ", style="bold")
+        t.append(f"{', '.join(diag.patches)} active on {diag.patch_active or '?'} ranks\n")
+    if diag.ready_line is not None:
+        t.append("ready     ", style="bold")
+        t.append(f"{label}:{diag.ready_line}\n")
+    elif diag.last_progress_line is not None:
+        t.append("progress  ", style="bold")
+        t.append(f"{label}:{diag.last_progress_line}: {diag.last_progress or ''}\n")
+    return t
+
+
+@app.command("diagnose", help=_HELP)
+def diagnose(
+    target: str = typer.Argument(..., metavar="LOGFILE|RUN|-", help="Log file, run id, or -."),
+    json_out: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON."),
+) -> None:
+    text, label = _read_target(target)
+    diag = diagnose_text(text)
+    if json_out:
+        emit_json(diag.to_dict())
+    else:
+        out.print(render_diagnosis(diag, label), end="")
+    # The verdict's exit status goes through the error tree (one stderr line + the code), so
+    # it survives cli.main, which runs click with standalone_mode=False.
+    code = exit_code_for(diag)
+    where = f"{label}:{diag.line}" if diag.line else label
+    if code == EXIT_CRASHED:
+        what = diag.category.value if diag.category else diag.state.value
+        raise ServerCrashed(f"server {diag.state.value.lower()}: {what} at {where}", diag)
+    if code == EXIT_TIMEOUT:
+        raise ServerNotReady(f"server stalled in {diag.phase.value} ({where})", diag)
