@@ -245,8 +245,12 @@ class RunStore:
         port: int | None = None,
         active_only: bool = False,
         last: int | None = None,
+        live_only: bool = False,
     ) -> list[RunRecord]:
-        """Runs, newest first, optionally filtered by host/port/non-terminal state."""
+        """Runs, newest first, optionally filtered by host/port/non-terminal state.
+
+        ``live_only``: runs whose processes were not yet seen gone (a CRASHED or STALLED
+        server may still hold its GPUs until stopped)."""
         where, args = [], []
         if host is not None:
             where.append("host = ?")
@@ -254,6 +258,8 @@ class RunStore:
         if port is not None:
             where.append("port = ?")
             args.append(port)
+        if live_only:
+            where.append("ended_at IS NULL AND state NOT IN ('STOPPED', 'FAILED')")
         if active_only:
             where.append(f"state NOT IN ({', '.join('?' for _ in TERMINAL_STATES)})")
             args.extend(sorted(TERMINAL_STATES))

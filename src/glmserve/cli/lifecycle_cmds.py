@@ -1,3 +1,413 @@
-"""Verbs registered by this module (filled in by its issue)."""
+"""Verbs for the server lifecycle: check, launch, status, logs, stop, runs.
 
-from glmserve.cli._app import app  # noqa: F401
+Each verb parses options and calls the library (hosts, preflight, lifecycle, watch); verdicts
+become exit codes through the error tree (3 crashed, 4 stalled/timeout, 5 transport).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import typer
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from glmserve.cli._app import app, emit_json, err, is_interactive, out
+from glmserve.errors import (
+    EXIT_INTERRUPTED,
+    GlmserveError,
+    ServerCrashed,
+    ServerNotReady,
+    TransportError,
+)
+
+
+def _spec(profile: str, sets: list[str], simulate: bool, host_name: str | None):  # type: ignore[no-untyped-def]
+    from glmserve import profiles
+    from glmserve.hosts import get_host
+
+    host = get_host(host_name)
+    spec = profiles.load_profile(profile, list(sets))
+    if simulate:
+        py = None if host.is_local else host.python  # local: this interpreter (has glmserve)
+        spec = profiles.simulate(spec, python=py)
+    return host, spec
+
+
+def _fmt_s(s: float) -> str:
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+# -- check -------------------------------------------------------------------------------------
+@app.command()
+def check(
+    profile: str = typer.Option(..., "--profile", "-p", help="Profile to check."),
+    host: str = typer.Option(None, "--host", "-H", help="Host from hosts.yaml (default local)."),
+    sets: list[str] = typer.Option([], "--set", help="Override, e.g. server.port=8001."),
+    simulate: bool = typer.Option(False, "--simulate", help="Check for a simulator launch."),
+    json_out: bool = typer.Option(False, "--json", help="Rows as JSON."),
+) -> None:
+    """Preflight a launch in one pass: ssh, python + SGLang, live flag spec, GPUs, port, model,
+    disk. Exit 2 if anything blocks, 5 if the host is unreachable.
+
+    Example: glmserve check --profile trtllm_mla --host gpu8
+    """
+    from glmserve.preflight import run_checks
+    from glmserve.transport import transport_for
+
+    h, spec = _spec(profile, sets, simulate, host)
+    rows = run_checks(h, spec, transport_for(h))
+    if json_out:
+        emit_json({"host": h.name, "profile": spec.profile, "rows": [r.to_dict() for r in rows]})
+    else:
+        table = Table(title=f"check {spec.profile} on {h.name}")
+        for c in ("check", "status", "detail"):
+            table.add_column(c)
+        color = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
+        for r in rows:
+            table.add_row(r.name, Text(r.status, style=color[r.status]), r.detail)
+        out.print(table)
+    blocking = [r for r in rows if r.blocking]
+    if blocking:
+        raise GlmserveError(
+            f"{len(blocking)} blocking check(s): " + ", ".join(f"{r.name}" for r in blocking)
+        )
+
+
+# -- launch ------------------------------------------------------------------------------------
+class _Progress:
+    """Live phase / elapsed / last line: rich on a TTY, plain lines on change otherwise."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.tty = is_interactive()
+        self.live: Live | None = None
+        self.last_state = ""
+        self.last_note = ""
+
+    def __enter__(self) -> _Progress:
+        if self.tty:
+            self.live = Live(Text(""), console=err, refresh_per_second=4, transient=True)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(None, None, None)
+
+    def __call__(self, tick: Any) -> None:
+        line = tick.last_line[-140:]
+        if self.live is not None:
+            text = Text.assemble(
+                (f"{tick.state:<16}", "bold cyan"),
+                f" {_fmt_s(tick.elapsed_s):>7}  ",
+                (line, "dim"),
+                (f"\n{tick.note}" if tick.note else "", "yellow"),
+            )
+            self.live.update(text)
+            return
+        if tick.state != self.last_state or (tick.note and tick.note != self.last_note):
+            msg = f"[{_fmt_s(tick.elapsed_s)}] {tick.state}: {line}"
+            if tick.note:
+                msg += f" ({tick.note})"
+            err.print(msg, highlight=False, markup=False)
+            self.last_state, self.last_note = tick.state, tick.note
+
+
+def _how_to(run_id: str) -> str:
+    return (
+        f"the server keeps running (run {run_id} is recorded): watch it with "
+        f"`glmserve logs {run_id} -f` or `glmserve status`, stop it with `glmserve stop {run_id}`"
+    )
+
+
+def _verdict_error(result: Any, run_id: str) -> GlmserveError | None:
+    d = result.diagnosis
+    if result.state == "READY":
+        return None
+    if result.state in ("CRASHED", "EXITED"):
+        cat = d.category.value if d.category else result.state
+        where = f" at log line {d.line}" if d.line else ""
+        err.print(f"[red]{result.state}[/red] {cat}{where}: {d.root_cause or ''}", highlight=False)
+        if d.hint:
+            err.print(f"hint: {d.hint}", highlight=False, markup=False)
+        return ServerCrashed(f"run {run_id} {result.state.lower()}: {cat}", diagnosis=d)
+    err.print(f"[yellow]{result.state}[/yellow] in phase {d.phase.value}", highlight=False)
+    if d.hint:
+        err.print(f"hint: {d.hint}", highlight=False, markup=False)
+    what = "timed out" if result.state == "TIMEOUT" else "stalled"
+    return ServerNotReady(
+        f"run {run_id} {what} in phase {d.phase.value}; {_how_to(run_id)}", diagnosis=d
+    )
+
+
+@app.command()
+def launch(
+    profile: str = typer.Option(..., "--profile", "-p", help="Profile to launch."),
+    host: str = typer.Option(None, "--host", "-H", help="Host from hosts.yaml (default local)."),
+    sets: list[str] = typer.Option([], "--set", help="Override, e.g. server.port=8001."),
+    simulate: bool = typer.Option(False, "--simulate", help="Launch the simulator, same flags."),
+    no_wait: bool = typer.Option(False, "--no-wait", help="Start and return at once."),
+    replace: bool = typer.Option(False, "--replace", help="Stop a live run on that port first."),
+    timeout: float = typer.Option(None, "--timeout", help="Seconds to wait for READY."),
+    stall_timeout: float = typer.Option(
+        None, "--stall-timeout", help="Seconds without log progress = STALLED (default per phase)."
+    ),
+    poll: float = typer.Option(1.0, "--poll", help="Seconds between polls.", min=0.05),
+    json_out: bool = typer.Option(False, "--json", help="Run and verdict as JSON."),
+) -> None:
+    """Start a run (nohup + setsid, recorded) and wait for READY; exit 3 crashed, 4 stalled.
+
+    Example: glmserve launch --profile trtllm_mla --host gpu8 --timeout 1800
+    """
+    from glmserve.lifecycle import launch_run, transport_for_run
+    from glmserve.store import RunStore
+    from glmserve.watch import Watcher
+
+    h, spec = _spec(profile, sets, simulate, host)
+    store = RunStore.open()
+    run = launch_run(
+        spec, h.name, replace_existing=replace, store=store, say=lambda m: err.print(m)
+    )
+    print(run.run_id, flush=True)
+    err.print(
+        f"run {run.run_id}: {spec.profile} on {run.host}:{run.port}, pid {run.pid}, "
+        f"log {run.run_dir}/server.log",
+        highlight=False,
+        markup=False,
+    )
+    if no_wait:
+        if json_out:
+            emit_json({"run": store.get_run(run.run_id).to_dict(), "verdict": None})
+        return
+    watcher = Watcher(
+        run,
+        transport_for_run(run),
+        store,
+        poll_s=poll,
+        timeout_s=timeout,
+        stall_timeout_s=stall_timeout,
+    )
+    try:
+        with _Progress(run.run_id) as progress:
+            watcher.on_tick = progress
+            result = watcher.watch()
+    except KeyboardInterrupt:
+        err.print(f"stopped watching: {_how_to(run.run_id)}", highlight=False, markup=False)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except TransportError as exc:
+        raise TransportError(f"{exc}; {_how_to(run.run_id)}") from exc
+    if json_out:
+        emit_json(
+            {
+                "run": store.get_run(run.run_id).to_dict(),
+                "verdict": {
+                    "state": result.state,
+                    "elapsed_s": round(result.elapsed_s, 2),
+                    "reconnects": result.reconnects,
+                    **result.diagnosis.to_dict(),
+                },
+            }
+        )
+    error = _verdict_error(result, run.run_id)
+    if error is not None:
+        raise error
+    patch = result.diagnosis.patch_active
+    err.print(
+        f"[green]READY[/green] after {_fmt_s(result.elapsed_s)}: {run.run_id} on "
+        f"{run.host}:{run.port}" + (f"; patch active on {patch} ranks" if spec.patches else ""),
+        highlight=False,
+    )
+
+
+# -- status / runs -----------------------------------------------------------------------------
+@app.command()
+def status(
+    run_id: str = typer.Argument(None, help="One run (id or unique prefix); default all live."),
+    all_runs: bool = typer.Option(False, "--all", help="Include finished runs."),
+    json_out: bool = typer.Option(False, "--json", help="Rows as JSON."),
+) -> None:
+    """Runs with state, uptime, host, profile, port (checked live on their hosts).
+
+    Example: glmserve status --json
+    """
+    from glmserve.store import RunStore
+    from glmserve.watch import assess_run
+
+    store = RunStore.open()
+    if run_id:
+        runs = [store.get_run(run_id)]
+    else:
+        runs = store.list_runs() if all_runs else store.list_runs(live_only=True)
+    rows = []
+    for r in runs:
+        if r.ended_at is not None and not run_id:
+            rows.append(_stored_row(r))
+            continue
+        try:
+            rows.append(assess_run(r, store))
+        except TransportError as exc:
+            row = _stored_row(r)
+            row["state"] = f"{r.state}?"
+            row["error"] = str(exc)
+            rows.append(row)
+    if json_out:
+        emit_json(rows)
+        return
+    if not rows:
+        err.print("no live runs (glmserve runs lists past ones)")
+        return
+    table = Table()
+    for c in ("run", "state", "uptime", "host", "profile", "port", "pid", "note"):
+        table.add_column(c)
+    for row in rows:
+        note = row.get("error") or ""
+        if row.get("patch_active"):
+            note = f"patch active on {row['patch_active']} ranks " + note
+        if row.get("category"):
+            note = f"{row['category']}: {row.get('root_cause') or ''} " + note
+        table.add_row(
+            row["run_id"],
+            row["state"],
+            _fmt_s(row["uptime_s"]),
+            row["host"],
+            row["profile"],
+            str(row["port"]),
+            str(row["pid"] or ""),
+            note.strip()[:120],
+        )
+    out.print(table)
+
+
+def _stored_row(r: Any) -> dict[str, Any]:
+    end = r.ended_at or time.time()
+    return {
+        "run_id": r.run_id,
+        "state": r.state,
+        "host": r.host,
+        "profile": r.profile,
+        "port": r.port,
+        "pid": r.pid,
+        "uptime_s": round(end - r.created_at, 1),
+        "category": r.category,
+        "root_cause": r.root_cause,
+        "patch_active": r.meta.get("patch_active") if r.patches else None,
+        "launcher": r.launcher,
+    }
+
+
+@app.command()
+def runs(
+    last: int = typer.Option(20, "--last", "-n", help="How many, newest first."),
+    host: str = typer.Option(None, "--host", "-H", help="Only this host."),
+    json_out: bool = typer.Option(False, "--json", help="Records as JSON."),
+) -> None:
+    """Recorded runs from the store (no host is contacted).
+
+    Example: glmserve runs --last 5
+    """
+    from glmserve.store import RunStore
+
+    records = RunStore.open().list_runs(host=host, last=last)
+    if json_out:
+        emit_json([r.to_dict() for r in records])
+        return
+    table = Table()
+    for c in ("run", "created", "state", "host", "profile", "port", "launcher", "category"):
+        table.add_column(c)
+    for r in records:
+        table.add_row(
+            r.run_id,
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_at)),
+            r.state,
+            r.host,
+            r.profile,
+            str(r.port),
+            r.launcher,
+            r.category or "",
+        )
+    out.print(table)
+
+
+# -- logs --------------------------------------------------------------------------------------
+@app.command()
+def logs(
+    run_id: str = typer.Argument(..., help="Run id or unique prefix."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
+    lines: int = typer.Option(None, "-n", "--lines", help="Only the last N lines."),
+    poll: float = typer.Option(0.5, "--poll", help="Seconds between reads when following."),
+) -> None:
+    """Print a run's server.log (by byte offset over ssh; -f follows until the server ends).
+
+    Example: glmserve logs 3f2a -f -n 50
+    """
+    from glmserve.lifecycle import read_log_bytes, run_ownership, transport_for_run
+    from glmserve.store import RunStore
+
+    run = RunStore.open().get_run(run_id)
+    t = transport_for_run(run)
+    data, offset = read_log_bytes(t, run.log_path)
+    text = data.decode("utf-8", "replace")
+    if lines is not None:
+        text = "\n".join(text.splitlines()[-lines:]) + ("\n" if text else "") if lines else ""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if not follow:
+        return
+    last_check = 0.0
+    while True:
+        try:
+            data, new = t.read_from(run.log_path, offset)
+            if data:
+                sys.stdout.write(data.decode("utf-8", "replace"))
+                sys.stdout.flush()
+            offset = new
+            if not data and time.monotonic() - last_check > 2:
+                last_check = time.monotonic()
+                if not run_ownership(t, run).alive:
+                    data, offset = read_log_bytes(t, run.log_path, offset)
+                    sys.stdout.write(data.decode("utf-8", "replace"))
+                    err.print(f"(run {run.run_id} is no longer running)")
+                    return
+        except TransportError as exc:
+            err.print(f"(connection lost: {exc}; retrying at byte {offset})", markup=False)
+        time.sleep(poll)
+
+
+# -- stop --------------------------------------------------------------------------------------
+@app.command()
+def stop(
+    run_id: str = typer.Argument(None, help="Run id or unique prefix."),
+    all_runs: bool = typer.Option(False, "--all", help="Every live run."),
+    timeout: float = typer.Option(15.0, "--timeout", help="Seconds between TERM and KILL."),
+    json_out: bool = typer.Option(False, "--json", help="What was signalled, as JSON."),
+) -> None:
+    """Stop a run: TERM its process group, wait, KILL, verify nothing is left. Never by name;
+    the PID's start time is checked first so a reused PID is never signalled.
+
+    Example: glmserve stop 3f2a
+    """
+    from glmserve.errors import ConfigError
+    from glmserve.lifecycle import stop_run
+    from glmserve.store import RunStore
+
+    store = RunStore.open()
+    if all_runs == bool(run_id):
+        raise ConfigError("give a RUN id or --all (not both)")
+    targets = [r.run_id for r in store.list_runs(live_only=True)] if all_runs else [run_id]
+    reports = [stop_run(rid, timeout=timeout, store=store) for rid in targets]
+    if json_out:
+        emit_json(reports)
+        return
+    for rep in reports:
+        what = (
+            f"signalled {rep['signalled']}"
+            + (f", killed {rep['killed']}" if "killed" in rep else "")
+            if rep["signalled"]
+            else rep.get("note", "not running")
+        )
+        err.print(f"{rep['run_id']} on {rep['host']}: {what}; nothing left", highlight=False)

@@ -1,0 +1,161 @@
+"""Hosts: where a server runs, read from ``configs/hosts.yaml`` and the user's ``hosts.yaml``.
+
+A host is a name -> how to reach it (an ssh alias or ``user@host``, port, identity file, jump
+host) and where to work there (workdir, python, venv). The built-in ``local`` host needs no ssh
+and is the default. The user's file (``~/.config/glmserve/hosts.yaml``) overrides the project's
+per host name. Errors name file:line and the key, and an unknown host lists the known ones.
+
+File format::
+
+    hosts:
+      gpu8:
+        target: root@10.1.230.174     # or an alias from ~/.ssh/config
+        port: 22
+        identity_file: ~/.ssh/id_ed25519
+        jump: bastion                 # ProxyJump
+        workdir: /root/glmserve       # default ~/glmserve
+        python: python3
+        venv: /root/venv
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from glmserve.errors import ConfigError
+from glmserve.paths import glmserve_home, project_configs_dir, user_config_dir
+
+LOCAL = "local"
+DEFAULT_REMOTE_WORKDIR = "~/glmserve"
+
+
+class HostConfig(BaseModel):
+    """One host entry; ``target`` absent (or the name ``local``) means this machine."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = LOCAL
+    target: str | None = Field(None, description="ssh alias or user@host; None = local")
+    port: int | None = Field(None, ge=1, le=65535)
+    identity_file: str | None = None
+    jump: str | None = Field(None, description="ProxyJump host")
+    workdir: str | None = None
+    python: str = "python3"
+    venv: str | None = None
+    ssh_config: str | None = Field(None, description="ssh -F file (instead of ~/.ssh/config)")
+    ssh_options: dict[str, str] = Field(default_factory=dict, description="extra ssh -o K=V")
+    connect_timeout: int = Field(10, ge=1, le=300)
+    source: str | None = None  # file:line the entry came from (for messages)
+
+    @field_validator("target")
+    @classmethod
+    def _no_shell_meta(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or v.startswith("-") or any(c in v for c in " \t'\"")):
+            raise ValueError(f"not a valid ssh target: {v!r}")
+        return v
+
+    @property
+    def is_local(self) -> bool:
+        return self.target is None
+
+    @property
+    def resolved_workdir(self) -> str:
+        """Workdir on the host; remote ``~`` is left for the remote shell to expand."""
+        if self.workdir:
+            return os.path.expanduser(self.workdir) if self.is_local else self.workdir
+        if self.is_local:
+            return str(glmserve_home() / "local")
+        return DEFAULT_REMOTE_WORKDIR
+
+
+def host_files() -> list[Path]:
+    """The hosts files read, lowest precedence first."""
+    return [project_configs_dir() / "hosts.yaml", user_config_dir() / "hosts.yaml"]
+
+
+def _key_lines(path: Path, text: str) -> dict[str, int]:
+    """Map ``host`` and ``host.key`` to their 1-based line in the YAML (for error messages)."""
+    lines: dict[str, int] = {}
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return lines
+    if not isinstance(root, yaml.MappingNode):
+        return lines
+    for k, v in root.value:
+        if k.value == "hosts" and isinstance(v, yaml.MappingNode):
+            for hk, hv in v.value:
+                lines[str(hk.value)] = hk.start_mark.line + 1
+                if isinstance(hv, yaml.MappingNode):
+                    for fk, _ in hv.value:
+                        lines[f"{hk.value}.{fk.value}"] = fk.start_mark.line + 1
+    return lines
+
+
+def _load_file(path: Path) -> dict[str, HostConfig]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not isinstance(data.get("hosts", {}), dict):
+        raise ConfigError(f"{path}:1: expected a mapping with a 'hosts:' mapping of name -> host")
+    extra = set(data) - {"hosts"}
+    lines = _key_lines(path, text)
+    if extra:
+        raise ConfigError(f"{path}:1: unknown top-level key(s) {sorted(extra)}; expected 'hosts'")
+    out: dict[str, HostConfig] = {}
+    for name, entry in (data.get("hosts") or {}).items():
+        name = str(name)
+        line = lines.get(name, 1)
+        entry = entry or {}
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{path}:{line}: hosts.{name}: expected a mapping of fields")
+        try:
+            out[name] = HostConfig(name=name, source=f"{path}:{line}", **_strs(entry))
+        except ValidationError as exc:
+            e = exc.errors()[0]
+            key = ".".join(str(p) for p in e["loc"])
+            kline = lines.get(f"{name}.{e['loc'][0]}", line) if e["loc"] else line
+            raise ConfigError(f"{path}:{kline}: hosts.{name}.{key}: {e['msg']}") from exc
+        except TypeError as exc:  # e.g. a non-string key
+            raise ConfigError(f"{path}:{line}: hosts.{name}: {exc}") from exc
+    return out
+
+
+def _strs(entry: dict[Any, Any]) -> dict[str, Any]:
+    return {str(k): v for k, v in entry.items()}
+
+
+def load_hosts() -> dict[str, HostConfig]:
+    """All hosts: built-in ``local``, then the project file, then the user's (later wins)."""
+    hosts: dict[str, HostConfig] = {LOCAL: HostConfig(name=LOCAL, source="<built-in>")}
+    for f in host_files():
+        hosts.update(_load_file(f))
+    return hosts
+
+
+def get_host(name: str | None) -> HostConfig:
+    """The host called ``name`` (default ``local``); ConfigError listing known hosts if absent."""
+    name = name or LOCAL
+    hosts = load_hosts()
+    if name not in hosts:
+        files = ", ".join(str(f) for f in host_files())
+        raise ConfigError(
+            f"unknown host {name!r}; known hosts: {', '.join(sorted(hosts))} (from {files})"
+        )
+    return hosts[name]

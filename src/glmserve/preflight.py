@@ -1,0 +1,222 @@
+"""``glmserve check``: everything that would stop a launch, found in one pass over the host.
+
+Each check yields a :class:`CheckRow` (ok / warn / fail / skip). ``fail`` blocks a launch (the
+CLI exits 2), except that an unreachable host ends the pass at once and exits 5. In simulate
+mode the GPU and SGLang rows are informative only: the simulator needs neither.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from glmserve.errors import GlmserveError, TransportError
+from glmserve.hosts import HostConfig
+from glmserve.paths import glmserve_home
+from glmserve.spec import LaunchSpec
+from glmserve.store import RunStore
+from glmserve.transport import Transport, shell_path
+
+MIN_LOG_DISK_MB = 200  # below: blocking
+WARN_LOG_DISK_MB = 2048  # below: warning
+
+
+@dataclass
+class CheckRow:
+    name: str
+    status: str  # ok | warn | fail | skip
+    detail: str
+
+    @property
+    def blocking(self) -> bool:
+        return self.status == "fail"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"check": self.name, "status": self.status, "detail": self.detail}
+
+
+def _py(spec: LaunchSpec, code: str) -> str:
+    """Shell running ``code`` with the spec's python (its venv activated first)."""
+    act = f"source {shell_path(spec.venv)}/bin/activate >/dev/null 2>&1 && " if spec.venv else ""
+    return f"{act}{spec.python} -c {_sq(code)}"
+
+
+def _sq(s: str) -> str:
+    import shlex
+
+    return shlex.quote(s)
+
+
+def check_python(t: Transport, spec: LaunchSpec) -> tuple[CheckRow, CheckRow, str | None]:
+    """Rows for the python and the SGLang version; returns that version (None if absent)."""
+    code = (
+        "import sys, importlib.metadata as m\n"
+        "print(sys.version.split()[0])\n"
+        "try:\n    print(m.version('sglang'))\nexcept Exception:\n    print('-')\n"
+    )
+    res = t.run(_py(spec, code), timeout=60)
+    where = f"{spec.python}" + (f" (venv {spec.venv})" if spec.venv else "")
+    if not res.ok:
+        row = CheckRow("python", "fail", f"{where}: {res.tail() or 'failed'}")
+        return row, CheckRow("sglang", "skip", "no python"), None
+    lines = res.stdout.split()
+    pyver, sgl = [*lines, "?", "-"][:2]
+    prow = CheckRow("python", "ok", f"{where}: Python {pyver}")
+    simulate = spec.launcher == "simulator"
+    if sgl == "-":
+        status = "warn" if simulate else "fail"
+        srow = CheckRow("sglang", status, "not installed" + (" (simulate: not needed)" * simulate))
+        return prow, srow, None
+    detail = f"sglang {sgl}"
+    status = "ok"
+    if spec.sglang_range:
+        try:
+            from packaging.specifiers import SpecifierSet
+
+            if sgl not in SpecifierSet(spec.sglang_range):
+                status, detail = "warn", f"{detail}, profile targets {spec.sglang_range}"
+        except Exception:  # packaging absent or odd version: informative only
+            detail += f" (profile targets {spec.sglang_range})"
+    return prow, CheckRow("sglang", status, detail), sgl
+
+
+def check_argspec(t: Transport, spec: LaunchSpec, version: str | None) -> CheckRow:
+    """Dump the host's live argparse spec (cached by version) and validate the argv with it."""
+    if version is None:
+        return CheckRow("flags", "skip", "no SGLang on the host to validate against")
+    try:
+        from glmserve import argspec
+    except ImportError:
+        return CheckRow("flags", "skip", "glmserve.argspec not available")
+    cache = glmserve_home() / "argspecs" / f"sglang-{re.sub(r'[^0-9A-Za-z.+-]', '_', version)}.json"
+    if not cache.exists():
+        res = t.run(_py(spec, argspec.DUMP_SNIPPET), timeout=180)
+        if not res.ok:
+            return CheckRow("flags", "fail", f"dumping argparse spec failed: {res.tail()}")
+        try:
+            json.loads(res.stdout)
+        except ValueError:
+            return CheckRow("flags", "fail", "argparse dump is not JSON")
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(res.stdout)
+    try:
+        live = argspec.load_argspec(cache)
+        findings = argspec.validate_argv(spec.argv, live)
+    except GlmserveError as exc:
+        return CheckRow("flags", "fail", str(exc))
+    errors = [f for f in findings if getattr(f, "severity", "error") == "error"]
+    if errors:
+        return CheckRow("flags", "fail", "; ".join(str(getattr(f, "message", f)) for f in errors))
+    n = len(findings)
+    return CheckRow(
+        "flags",
+        "warn" if n else "ok",
+        f"argv valid for sglang {version} (live argparse spec)"
+        + (f"; {n} warning(s): " + "; ".join(str(getattr(f, "message", f)) for f in findings))
+        * bool(n),
+    )
+
+
+def check_gpus(t: Transport, spec: LaunchSpec) -> CheckRow:
+    res = t.run(
+        "command -v nvidia-smi >/dev/null || { echo NO_NVIDIA_SMI; exit 0; }; "
+        "nvidia-smi --query-gpu=index,name,compute_cap,memory.free,memory.total "
+        "--format=csv,noheader,nounits",
+        timeout=60,
+    )
+    simulate = spec.launcher == "simulator"
+    soft = "warn" if simulate else "fail"
+    if "NO_NVIDIA_SMI" in res.stdout:
+        return CheckRow(
+            "gpus", soft, "no GPU: nvidia-smi not found" + (" (simulate: not needed)" * simulate)
+        )
+    if not res.ok:
+        return CheckRow("gpus", soft, f"nvidia-smi failed: {res.tail() or res.tail('stdout')}")
+    gpus = [[c.strip() for c in ln.split(",")] for ln in res.stdout.strip().splitlines() if ln]
+    if not gpus:
+        return CheckRow("gpus", soft, "nvidia-smi lists no GPU")
+    names = sorted({g[1] for g in gpus if len(g) > 1})
+    caps = sorted({g[2] for g in gpus if len(g) > 2})
+    free = [int(float(g[3])) for g in gpus if len(g) > 3 and g[3].replace(".", "").isdigit()]
+    detail = (
+        f"{len(gpus)}x {', '.join(names)} (sm {', '.join(caps)}), "
+        f"free {min(free) if free else '?'}-{max(free) if free else '?'} MiB; "
+        f"tp-size {spec.tp_size}"
+    )
+    if len(gpus) < spec.tp_size:
+        return CheckRow("gpus", soft, detail + f": fewer GPUs than tp-size {spec.tp_size}")
+    return CheckRow("gpus", "ok", detail)
+
+
+def check_port(t: Transport, host: HostConfig, spec: LaunchSpec, store: RunStore) -> CheckRow:
+    from glmserve.lifecycle import find_alive_runs, port_in_use
+
+    alive = find_alive_runs(store, t, host.name, spec.port)
+    if alive:
+        return CheckRow(
+            "port",
+            "fail",
+            f"{spec.port}: glmserve run {alive[0].run_id} is alive there (launch --replace)",
+        )
+    if port_in_use(t, spec.port):
+        return CheckRow("port", "fail", f"{spec.port} is in use by another process")
+    return CheckRow("port", "ok", f"{spec.port} free")
+
+
+def check_model(t: Transport, spec: LaunchSpec) -> CheckRow:
+    model = spec.flag_value("--model") or spec.flag_value("--model-path")
+    if not isinstance(model, str):
+        return CheckRow("model", "warn", "no --model in the profile")
+    if model.startswith(("/", "~", ".")):
+        ok = t.run(f"test -e {shell_path(model)}").ok
+        what = "present" if ok else "MISSING"
+        return CheckRow("model", "ok" if ok else "warn", f"{model} {what}")
+    repo_dir = "models--" + model.replace("/", "--")
+    cmd = (
+        'h="${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}"; '
+        f'test -d "$h"/{shell_path(repo_dir)} && echo "$h"'
+    )
+    res = t.run(cmd)
+    if res.ok:
+        return CheckRow("model", "ok", f"{model} in HF cache {res.stdout.strip()}")
+    return CheckRow("model", "warn", f"{model} not in the HF cache: the server would download it")
+
+
+def check_disk(t: Transport, host: HostConfig) -> CheckRow:
+    wd = host.resolved_workdir
+    res = t.run(
+        f'd={shell_path(wd)}; while [ ! -e "$d" ]; do d=$(dirname "$d"); done; '
+        'df -Pk "$d" | tail -1'
+    )
+    parts = res.stdout.split()
+    if not res.ok or len(parts) < 4 or not parts[3].isdigit():
+        return CheckRow("disk", "warn", f"could not read free space of {wd}: {res.tail()}")
+    mb = int(parts[3]) // 1024
+    status = "fail" if mb < MIN_LOG_DISK_MB else "warn" if mb < WARN_LOG_DISK_MB else "ok"
+    return CheckRow("disk", status, f"{mb} MiB free for logs under {wd}")
+
+
+def run_checks(host: HostConfig, spec: LaunchSpec, t: Transport) -> list[CheckRow]:
+    """All rows, in order. Raises TransportError (exit 5) when the host cannot be reached."""
+    import time
+
+    t0 = time.perf_counter()
+    res = t.run("true", timeout=60)  # TransportError with ssh's own line if unreachable
+    if not res.ok:
+        raise TransportError(f"host {host.name}: `true` failed: {res.tail()}")
+    how = "local" if host.is_local else f"ssh {host.target}"
+    rows = [CheckRow("reachable", "ok", f"{how} ({(time.perf_counter() - t0) * 1000:.0f} ms)")]
+    prow, srow, version = check_python(t, spec)
+    rows += [prow, srow]
+    if spec.launcher == "simulator":
+        rows.append(CheckRow("flags", "skip", "simulate: the simulator parses its own flags"))
+    else:
+        rows.append(check_argspec(t, spec, version))
+    rows.append(check_gpus(t, spec))
+    with RunStore.open() as store:
+        rows.append(check_port(t, host, spec, store))
+    rows.append(check_model(t, spec))
+    rows.append(check_disk(t, host))
+    return rows
