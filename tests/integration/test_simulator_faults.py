@@ -1,0 +1,151 @@
+"""Fault injection: each crash kind's log and exit status, hangs, worker death, port clashes."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import time
+
+import pytest
+from tests.fixtures.simulator import FAST, http_status
+
+KILLED = -signal.SIGKILL  # Popen's view of "exit 137": the launcher SIGKILLs its own tree
+
+# kind -> (phase it is injected at, text of the root cause that must be in the log)
+CASES = {
+    "oom": ("kv", "torch.OutOfMemoryError: CUDA out of memory."),
+    "flashinfer_fp8_static_assert": ("warmup", "static_assert(sizeof(DTypeKV) == 2)"),
+    "no_kernel_image": ("graphs", "no kernel image is available for execution on the device"),
+    "tllm_unsupported_arch": ("warmup", "fmhaRunner.cuh:30: Unsupported architecture"),
+    "nccl_timeout": ("load", "Watchdog caught collective operation timeout"),
+    "illegal_memory_access": ("load", "an illegal memory access was encountered"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_crash_kind_logs_root_cause_then_cascade_and_exit_137(start_simulator, kind):
+    phase, needle = CASES[kind]
+    sim = start_simulator(
+        "--tp-size", "4", "--sim-crash-at", phase, "--sim-crash-kind", kind, *FAST,
+        wait_ready=False,
+    )  # fmt: skip
+    assert sim.wait_exit(30) == KILLED
+    log = sim.log_text()
+    assert needle in log
+    root = log.index("Scheduler hit an exception: Traceback (most recent call last):")
+    sigquit = log.index("Received sigquit from a child process. It usually means the child failed.")
+    assert root < sigquit, "root cause first, then the launcher's sigquit"
+    assert log.index(needle) < sigquit
+    assert "The server is fired up and ready to roll!" not in log
+    # the phase's progress lines before the crash are there, the later phases' are not
+    if phase == "kv":
+        assert "Load weight end." in log and "KV Cache is allocated" not in log
+
+
+def test_crash_after_ready_uses_running_phase_sigquit(start_simulator):
+    sim = start_simulator("--sim-crash-at", "after-ready:0.3", "--disable-cuda-graph", *FAST)
+    assert sim.wait_exit(20) == KILLED
+    log = sim.log_text()
+    ready = log.index("The server is fired up and ready to roll!")
+    root = log.index("an illegal memory access was encountered")
+    assert ready < root < log.index("SIGQUIT received.")
+    assert "scheduler.event_loop_normal()" in log
+
+
+def test_trtllm_mla_on_sm120_crashes_at_warmup_like_the_seeds(start_simulator):
+    sim = start_simulator("--attention-backend", "trtllm_mla", *FAST, wait_ready=False)
+    assert sim.wait_exit(20) == KILLED
+    log = sim.log_text()
+    assert "Error in function 'TllmGenFmhaRunner'" in log
+    assert "Unsupported architecture" in log
+    assert "KV Cache is allocated" in log  # it got as far as warmup
+    ok = start_simulator("--attention-backend", "trtllm_mla", "--sim-gpu-arch", "sm100", *FAST)
+    assert http_status(ok.url + "/health") == 200
+
+
+def test_bad_args_exit_2_with_argparse_text(start_simulator):
+    sim = start_simulator("--port-number", "1", "--sim-crash-kind", "bad_args", wait_ready=False)
+    assert sim.wait_exit(10) == 2
+    log = sim.log_text()
+    assert log.startswith("usage: launch_server.py [-h] --model-path MODEL_PATH")
+    assert "launch_server.py: error: unrecognized arguments: --port-number 1" in log
+    real = start_simulator("--attention-backend", "nope", wait_ready=False)
+    assert real.wait_exit(10) == 2
+    assert "argument --attention-backend: invalid choice: 'nope'" in real.log_text()
+
+
+def test_real_port_collision_fails_like_uvicorn(start_simulator):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        sim = start_simulator("--port", str(port), *FAST, wait_ready=False)
+        assert sim.wait_exit(20) == 1
+    log = sim.log_text()
+    assert f"[Errno 98] error while attempting to bind on address ('127.0.0.1', {port})" in log
+    assert "Load weight end." in log  # uvicorn binds only after the model is loaded
+    injected = start_simulator("--sim-crash-kind", "port_in_use", *FAST, wait_ready=False)
+    assert injected.wait_exit(20) == 1
+    assert "address already in use" in injected.log_text()
+
+
+@pytest.mark.parametrize("phase", ["load", "kv", "graphs", "warmup"])
+def test_hang_never_reports_ready(start_simulator, phase):
+    sim = start_simulator("--sim-hang-at", phase, *FAST, wait_ready=False)
+    marker = {
+        "load": "Loading safetensors checkpoint shards:  49%",
+        "kv": "Load weight end.",
+        "graphs": "Capture cuda graph begin.",
+        "warmup": "Uvicorn running on",
+    }[phase]
+    sim.wait_for_log(marker)
+    time.sleep(0.5)  # the rest of the phase's lines up to the hang point (25 ms at 20x)
+
+    def server_lines() -> list[str]:  # uvicorn still logs our /health polls: leave them out
+        return [ln for ln in sim.log_text().splitlines() if '"GET /health HTTP/1.1"' not in ln]
+
+    before = server_lines()
+    deadline = time.monotonic() + 1.5  # 30 s of simulated time at --sim-speed 20
+    while time.monotonic() < deadline:
+        assert sim.proc.poll() is None
+        assert http_status(sim.url + "/health", timeout=1) in (None, 503)
+        time.sleep(0.1)
+    assert "fired up and ready" not in sim.log_text()
+    assert server_lines() == before, "a hung server stops logging"
+
+
+def test_worker_death_keeps_process_up_and_health_503(start_simulator):
+    sim = start_simulator(
+        "--sim-worker-death-after", "0.2", *FAST, env={"SGLANG_HEALTH_CHECK_TIMEOUT": "4"}
+    )
+    deadline = time.monotonic() + 10
+    status = 200
+    while time.monotonic() < deadline and status == 200:
+        status = http_status(sim.url + "/health", timeout=5)
+    assert status == 503
+    assert sim.proc.poll() is None
+    assert http_status(sim.url + "/model_info") == 200
+    assert "Health check failed. Server couldn't get a response from detokenizer" in (
+        sim.log_text()
+    )
+
+
+def test_patch_env_logs_activation_per_rank_and_drops_cast(start_simulator):
+    import httpx
+
+    sim = start_simulator(
+        "--tp-size", "8", *FAST, env={"GLMSERVE_PATCHES": "flashinfer_mla_gather_cast"}
+    )  # fmt: skip
+    log = sim.log_text()
+    lines = [
+        ln for ln in log.splitlines() if "glmserve patch flashinfer_mla_gather_cast active" in ln
+    ]
+    assert len(lines) == 8
+    assert {ln.split("] ")[0].split()[-1] for ln in lines} == {f"TP{r}" for r in range(8)}
+    assert all("(sglang 0.5.9, pid " in ln for ln in lines)
+    cfg = httpx.get(sim.url + "/sim/config").json()
+    assert cfg["shape"]["cast_mode"] == "gather"
+    plain = start_simulator(*FAST)
+    cfg0 = httpx.get(plain.url + "/sim/config").json()
+    assert cfg0["shape"]["cast_mode"] == "whole_pool"
+    assert cfg0["single_stream_terms_s"]["cast"] > 0.05 > cfg["single_stream_terms_s"]["cast"]
