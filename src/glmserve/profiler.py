@@ -205,7 +205,7 @@ class KernelStat:
     count: int
     share: float  # of decode step time (total over steps / window)
     launched_by: str  # most common launching op label, "" when unknown
-    kind: str  # cast | gemm | attention | allreduce | memcpy_htod | memcpy | elementwise | other
+    kind: str  # cast|gemm|attention|norm|allreduce|memcpy_htod|memcpy|elementwise|other
 
 
 @dataclass
@@ -616,7 +616,8 @@ def _op_label(op: _Op, kernel_name: str) -> str:
 
 
 _GEMM = re.compile(r"gemm|gemv|cutlass|matmul|\bmm\b|_mm_|sm\d+_xmma|cublas|nvjet|fp4|mma", re.I)
-_ATTN = re.compile(r"attention|attn|mla|fmha|flash|softmax|decode_kernel|sparse", re.I)
+_NORM = re.compile(r"rms_?norm|layer_?norm|norm_kernel|::norm::", re.I)
+_ATTN = re.compile(r"attention|attn|mla|fmha|flash_?mla|softmax|decode_kernel", re.I)
 _ALLREDUCE = re.compile(
     r"nccl.*(allreduce|all_reduce|reducescatter|allgather)|cross_device_reduce|all_reduce|allreduce",
     re.I,
@@ -632,6 +633,8 @@ def _kernel_kind(name: str, cat: str, launcher: str) -> str:
         return "allreduce"
     if ("->" in launcher and "elementwise" in name) or _kernel_fp8_cast(name):
         return "cast"
+    if _NORM.search(name):
+        return "norm"
     if _GEMM.search(name) or launcher.startswith(("aten::mm", "aten::addmm", "aten::bmm")):
         return "gemm"
     if _ATTN.search(name):
@@ -786,7 +789,7 @@ def find_bottlenecks(ranks: list[RankProfile]) -> list[Finding]:
                 )
             )
     named = {f.kind for f in findings}
-    dom = _worst(ranks, lambda r: r.ops[:1])
+    dom = _worst(ranks, lambda r: [o for o in r.ops if not o.name.startswith("(")][:1])
     if dom and dom[1] >= DOMINANT_SHARE and "fp8_kv_cast" not in named:
         op, share, rks, _ = dom
         label = f" ({op.label})" if op.label else ""

@@ -535,6 +535,9 @@ def write_pngs(data: ReportData, directory: Path) -> list[Path]:
                     xs, [pts[x] for x in xs], marker="o", color=spec["colors"][name], label=name
                 )
             ax.set_xscale("log", base=2)
+            ticks = sorted({x for pts in lines.values() for x in pts})
+            ax.set_xticks(ticks, [str(x) for x in ticks])
+            ax.minorticks_off()
             ax.set_xlabel(spec["xlabel"])
             ax.legend(fontsize=8)
         ax.set_title(spec["title"], fontsize=10)

@@ -203,6 +203,9 @@ def render_markdown(sweep: Sweep) -> str:
             "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    note = speed_note(sweep)
+    if note:
+        lines += ["", note]
     base = next((r["baseline"] for r in rows if r["baseline"]), None)
     if base:
         lines += ["", f"Speedup is decode tok/s against `{base}`, the first successful profile."]
@@ -215,6 +218,21 @@ def render_markdown(sweep: Sweep) -> str:
         lines += ["", "## Profiler findings", ""]
         lines += [f"- **{p}**: {f['message']}" for p, f in findings]
     return "\n".join(lines) + "\n"
+
+
+def speed_note(sweep: Sweep) -> str | None:
+    """Simulated sweeps run the clock faster (``--set sim.speed=N``): say so next to figures."""
+    if not sweep.simulate:
+        return None
+    speeds = [
+        o.split("=", 1)[1] for o in sweep.options.get("overrides", []) if o.startswith("sim.speed=")
+    ]
+    if not speeds or speeds[-1] in ("1", "1.0"):
+        return "Simulated: figures follow the simulator's cost model of the target box."
+    return (
+        f"Simulated at sim.speed={speeds[-1]}: absolute figures are {speeds[-1]}x the modeled "
+        "box; ratios (speedup) are what carry over."
+    )
 
 
 # --------------------------------------------------------------------------- storage

@@ -158,7 +158,7 @@ def sweep(
 def _print_table(sw: object) -> None:
     from rich.table import Table
 
-    from glmserve.sweep import sweep_rows
+    from glmserve.sweep import speed_note, sweep_rows
 
     rows = sweep_rows(sw)  # type: ignore[arg-type]
     levels = sorted({c for r in rows for c in r["aggregate_tok_s"]})
@@ -176,13 +176,24 @@ def _print_table(sw: object) -> None:
         table.add_row(
             r["profile"],
             r["status"],
-            r["diagnosis"][:80],
+            _short(r["diagnosis"]),
             f(r["decode_tok_s"]),
             f(r["ttft_ms"]),
             *[f(r["aggregate_tok_s"].get(c)) for c in levels],
             "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
         )
-    out.print(table)
+    # Not a terminal (CI, a file): do not squeeze the table into 80 columns.
+    out.print(table, width=None if out.is_terminal else 160)
+    for r in rows:
+        if r["hint"]:
+            out.print(f"{r['profile']}: {r['hint']}", highlight=False, markup=False)
+    note = speed_note(sw)  # type: ignore[arg-type]
+    if note:
+        out.print(note, highlight=False, markup=False)
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @app.command()
@@ -192,6 +203,7 @@ def profile(
     load: str = typer.Option("decode", "--load", help="decode or concurrency:C during capture."),
     timeout: float = typer.Option(180.0, "--timeout", help="Seconds to wait for the traces."),
     top: int = typer.Option(8, "--top", help="Rows per table."),
+    all_ranks: bool = typer.Option(False, "--all-ranks", help="Full tables for every rank."),
     as_json: bool = typer.Option(False, "--json", help="The whole analysis as JSON."),
 ) -> None:
     """Capture a torch-profiler trace of a live run and say where decode time goes, per rank.
@@ -214,18 +226,30 @@ def profile(
     if as_json:
         emit_json(analysis.to_dict())
         return
-    print_analysis(analysis, top)
+    print_analysis(analysis, top, all_ranks)
 
 
-def print_analysis(analysis: object, top: int = 8) -> None:
-    """Rich tables: per rank top kernels and ops, then findings."""
+def print_analysis(analysis: object, top: int = 8, all_ranks: bool = False) -> None:
+    """Rich tables for the first rank (all ranks with ``all_ranks``), one line per other rank,
+    then the findings."""
     from rich.table import Table
 
-    for r in analysis.ranks:  # type: ignore[attr-defined]
+    ranks = analysis.ranks  # type: ignore[attr-defined]
+    for i, r in enumerate(ranks):
+        busy = r.gpu_busy_us / max(r.window_us, 1e-9)
         title = (
             f"rank {r.rank}: {r.steps} step(s), {r.step_us / 1000:.2f} ms/step "
-            f"({r.step_source}), GPU busy {r.gpu_busy_us / max(r.window_us, 1e-9):.0%}"
+            f"({r.step_source})" + (f", GPU busy {busy:.0%}" if r.has_gpu else "")
         )
+        if i > 0 and not all_ranks:
+            lead = r.kernels[0] if r.kernels else r.ops[0] if r.ops else None
+            what = (
+                f"; top: {getattr(lead, 'short_name', None) or lead.name} {lead.share:.0%}"
+                if lead
+                else ""
+            )
+            out.print(title + what, highlight=False, markup=False)
+            continue
         if r.kernels:
             kt = Table(title=title + " — top GPU kernels")
             for col in ("kernel", "kind", "share", "ms/step", "calls", "launched by"):
@@ -240,9 +264,8 @@ def print_analysis(analysis: object, top: int = 8) -> None:
                     k.launched_by,
                 )
             out.print(kt)
-        ot = Table(
-            title=title + (" — top ops (GPU time)" if r.has_gpu else " — top ops (CPU self)")
-        )
+        what = "GPU time of launched kernels" if r.has_gpu else "CPU self time"
+        ot = Table(title=f"{title} — top ops ({what})")
         for col in ("op", "what", "share", "ms/step", "calls"):
             ot.add_column(col, overflow="fold")
         for o in r.ops[:top]:
@@ -258,5 +281,5 @@ def print_analysis(analysis: object, top: int = 8) -> None:
     if not findings:
         out.print("no findings: no single pattern dominates the decode step")
     for fd in findings:
-        ranks = ",".join(str(x) for x in fd.ranks)
-        out.print(f"[{fd.severity}] {fd.message} (ranks {ranks})", highlight=False, markup=False)
+        ranks_s = ",".join(str(x) for x in fd.ranks)
+        out.print(f"[{fd.severity}] {fd.message} (ranks {ranks_s})", highlight=False, markup=False)
