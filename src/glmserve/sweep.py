@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glmserve.errors import ConfigError, RunNotFound
+from glmserve.errors import EXIT_INTERRUPTED, ConfigError, GlmserveError, RunNotFound
 from glmserve.paths import glmserve_home
 
 SWEEP_VERSION = 1
@@ -132,6 +132,12 @@ class Sweep:
         enames = set(SweepEntry.__dataclass_fields__)
         entries = [SweepEntry(**{k: v for k, v in e.items() if k in enames}) for e in d["entries"]]
         return cls(entries=entries, **kw)
+
+
+class SweepInterrupted(GlmserveError):
+    """Ctrl-C: the running server was stopped and the sweep saved; exit 130."""
+
+    exit_code = EXIT_INTERRUPTED
 
 
 # --------------------------------------------------------------------------- table (pure)
@@ -343,6 +349,11 @@ class SweepBackend:
     def stop(self, run_id: str) -> None:
         raise NotImplementedError
 
+    def runs_started_since(self, profile: str, since: float) -> list[str]:
+        """Runs of ``profile`` started at/after ``since`` (a Ctrl-C inside launch leaves a
+        server whose run id the loop never saw)."""
+        return []
+
 
 def _say_nothing(_msg: str) -> None:
     return None
@@ -444,16 +455,20 @@ def _stop_quietly(entry: SweepEntry, backend: SweepBackend, say: Any) -> None:
 
     from glmserve.errors import GlmserveError
 
-    if not entry.run_id:
-        return
     main = threading.current_thread() is threading.main_thread()
     old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
     try:
-        backend.stop(entry.run_id)
-        say(f"{entry.profile}: stopped run {entry.run_id}")
-    except GlmserveError as exc:
-        say(f"{entry.profile}: could not stop run {entry.run_id}: {exc}")
-        entry.error = (entry.error + "; " if entry.error else "") + f"stop failed: {exc}"
+        run_ids = [entry.run_id] if entry.run_id else []
+        if not run_ids and entry.started_at:
+            run_ids = backend.runs_started_since(entry.profile, entry.started_at)
+        for run_id in run_ids:
+            try:
+                backend.stop(run_id)
+                say(f"{entry.profile}: stopped run {run_id}")
+            except GlmserveError as exc:
+                say(f"{entry.profile}: could not stop run {run_id}: {exc}")
+                entry.error = (entry.error + "; " if entry.error else "") + f"stop failed: {exc}"
+            entry.run_id = entry.run_id or run_id
     finally:
         if main:
             signal.signal(signal.SIGINT, old)
@@ -557,6 +572,13 @@ class LifecycleBackend(SweepBackend):
         from glmserve.lifecycle import stop_run
 
         stop_run(run_id, store=self.store)
+
+    def runs_started_since(self, profile: str, since: float) -> list[str]:
+        return [
+            r.run_id
+            for r in self.store.list_runs(host=self.host.name)
+            if r.profile == profile and r.created_at >= since - 1.0 and r.state != "STOPPED"
+        ]
 
 
 def summarize_analysis(analysis: Any, top: int = 5) -> dict[str, Any]:

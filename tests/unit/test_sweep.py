@@ -157,3 +157,21 @@ def test_corrupt_sweep_file_names_file_and_line():
     (sweep_dir(sw.sweep_id) / "sweep.json").write_text('{\n"version": 1,\n oops}')
     with pytest.raises(ConfigError, match=r"sweep\.json:3: corrupt sweep file"):
         load_sweep(sw.sweep_id)
+
+
+def test_ctrl_c_inside_launch_still_stops_the_server_it_started():
+    class LaunchInterrupted(Scripted):
+        def launch(self, spec):
+            self.live.add(f"run-{spec}")  # the server is up, the run id never returned
+            raise KeyboardInterrupt
+
+        def runs_started_since(self, profile, since):
+            return [r for r in self.live if r == f"run-{profile}"]
+
+    opts = SweepOptions()
+    sw = start_sweep(["cutlass_mla"], None, True, opts)
+    be = LaunchInterrupted()
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(sw, opts, be)
+    assert not be.live and "stop run-cutlass_mla" in be.calls
+    assert sw.entries[0].run_id == "run-cutlass_mla"

@@ -94,6 +94,7 @@ def sweep(
     from glmserve.sweep import (
         OK,
         LifecycleBackend,
+        SweepInterrupted,
         SweepOptions,
         load_sweep,
         resume_options,
@@ -141,11 +142,11 @@ def sweep(
     try:
         run_sweep(sw, opts, backend, say)
     except KeyboardInterrupt:
-        say(
-            "interrupted; the running server was stopped. "
+        # Raised as a glmserve error so the exit status is 130 however typer treats Ctrl-C.
+        raise SweepInterrupted(
+            f"sweep {sw.sweep_id} interrupted; the running server was stopped. "
             f"Resume: glmserve sweep --resume {sw.sweep_id}"
-        )
-        raise
+        ) from None
     if as_json:
         emit_json(sw.to_dict())
     else:

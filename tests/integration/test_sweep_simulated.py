@@ -1,0 +1,155 @@
+"""``glmserve sweep --simulate`` end to end: the real console script, the simulator as the
+launcher, a real SIGINT mid-sweep, ``--resume``, then ``glmserve report`` on what was stored."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tests.fixtures.simulator import free_port
+
+PROFILES = "flashinfer_gtc,trtllm_mla,cutlass_mla"
+
+
+def glmserve(*args: str) -> list[str]:
+    return [sys.executable, "-c", "from glmserve.cli import main; main()", *args]
+
+
+def sweep_args(port: int, *extra: str) -> list[str]:
+    return glmserve(
+        "sweep", "--simulate", "--profiles", PROFILES, "--set", f"server.port={port}",
+        "--set", "sim.speed=50", "--output-len", "24", "--num-prompts", "2",
+        "--timeout", "60", *extra,
+    )  # fmt: skip
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as fh:  # a zombie is dead for our purpose
+        return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def sweeps(home: Path) -> list[Path]:
+    root = home / "sweeps"
+    return sorted(root.glob("*/sweep.json")) if root.is_dir() else []
+
+
+def run_pids(run_ids: list[str]) -> dict[str, int]:
+    from glmserve.store import RunStore
+
+    with RunStore.open() as store:
+        return {r: store.get_run(r).pid for r in run_ids}
+
+
+@pytest.mark.slow
+def test_simulated_sweep_table_json_markdown_and_report(tmp_path):
+    port = free_port()
+    proc = subprocess.run(
+        sweep_args(port, "--bench", "decode", "--bench", "concurrency", "--concurrency", "1,4",
+                   "--json"),
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    rows = {r["profile"]: r for r in data["rows"]}
+    assert [r["profile"] for r in data["rows"]] == PROFILES.split(",")
+    assert rows["trtllm_mla"]["status"] == "crashed"
+    assert rows["trtllm_mla"]["diagnosis"].startswith("UNSUPPORTED_ARCH")
+    assert rows["trtllm_mla"]["hint"]
+    for name in ("flashinfer_gtc", "cutlass_mla"):
+        assert rows[name]["status"] == "ok", rows[name]
+        assert rows[name]["decode_tok_s"] > 0 and rows[name]["ttft_ms"] > 0
+        assert set(rows[name]["aggregate_tok_s"]) == {"1", "4"}
+    assert rows["flashinfer_gtc"]["speedup"] == pytest.approx(1.0)
+    # FP8-native cutlass_mla skips the cast entirely: faster than gather-then-cast.
+    assert rows["cutlass_mla"]["speedup"] > 1.5
+    # every server the sweep started is gone
+    pids = run_pids([r["run_id"] for r in data["rows"]])
+    assert pids and not any(pid_alive(p) for p in pids.values() if p)
+    sweep_id = data["sweep_id"]
+    home = Path(os.environ["GLMSERVE_HOME"])
+    md = (home / "sweeps" / sweep_id / "sweep.md").read_text()
+    assert "| trtllm_mla | crashed | UNSUPPORTED_ARCH" in md
+    html = tmp_path / "r.html"
+    rep = subprocess.run(glmserve("report", sweep_id, "--html", str(html)),
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert rep.returncode == 0, rep.stderr
+    page = html.read_text()
+    assert page.count('class="bar" data-group=') >= 2 + 2 * 3 * 3  # decode + 3 latency charts
+    assert page.count('class="point"') == 4
+
+
+@pytest.mark.slow
+def test_flashinfer_gtc_beats_plain_flashinfer_for_the_seeds_reason():
+    port = free_port()
+    proc = subprocess.run(
+        glmserve("sweep", "--simulate", "--profiles", "flashinfer,flashinfer_gtc",
+                 "--set", f"server.port={port}", "--set", "sim.speed=50", "--output-len", "24",
+                 "--num-prompts", "2", "--profile-steps", "2", "--json"),
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    plain, gtc = data["rows"]
+    assert gtc["speedup"] > 1.15, (plain, gtc)
+    plain_trace, gtc_trace = (e["trace"] for e in data["entries"])
+    kinds = [f["kind"] for f in plain_trace["findings"]]
+    assert "fp8_kv_cast" in kinds  # the whole-pool cast, found in plain flashinfer's trace
+    cast = next(f for f in plain_trace["findings"] if f["kind"] == "fp8_kv_cast")
+    gtc_cast = [f for f in gtc_trace["findings"] if f["kind"] == "fp8_kv_cast"]
+    assert not gtc_cast or gtc_cast[0]["share"] < cast["share"] / 2
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_sweep_stops_the_server_and_resume_continues():
+    home = Path(os.environ["GLMSERVE_HOME"])
+    port = free_port()
+    proc = subprocess.Popen(sweep_args(port), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        target = None
+        while time.monotonic() < deadline and target is None:
+            for path in sweeps(home):
+                try:
+                    sw = json.loads(path.read_text())
+                except (json.JSONDecodeError, OSError):
+                    continue
+                running = [e for e in sw["entries"] if e["status"] == "running" and e["run_id"]]
+                if running:
+                    pid = run_pids([running[0]["run_id"]])[running[0]["run_id"]]
+                    if pid and pid_alive(pid):
+                        target = (sw["sweep_id"], running[0], pid)
+            time.sleep(0.02)
+        assert target, "no running profile with a live server seen"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    sweep_id, entry, pid = target
+    assert proc.returncode == 130, err[-2000:]
+    assert not pid_alive(pid), "the running server survived Ctrl-C"
+    assert f"--resume {sweep_id}" in err
+    saved = json.loads((home / "sweeps" / sweep_id / "sweep.json").read_text())
+    assert saved["status"] == "interrupted"
+    statuses = {e["profile"]: e["status"] for e in saved["entries"]}
+    assert statuses[entry["profile"]] == "interrupted"
+    kept = {p for p, s in statuses.items() if s in ("ok", "crashed")}
+    resumed = subprocess.run(glmserve("sweep", "--resume", sweep_id, "--json"),
+                             capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final = json.loads(resumed.stdout)
+    assert final["status"] == "done"
+    assert [r["status"] for r in final["rows"]] == ["ok", "crashed", "ok"]
+    for p in kept:
+        assert f"{p}: " in resumed.stderr and "(kept from before)" in resumed.stderr
