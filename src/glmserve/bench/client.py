@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from glmserve.bench.transport import ARRIVAL, SENT_AT, FastTransport
 from glmserve.bench.workload import Request
 from glmserve.metrics import StreamRecord, spread_total
 
@@ -28,9 +29,12 @@ _SEND_EVENTS = ("http11.send_request_headers.started", "http2.send_request_heade
 
 
 def make_client(
-    concurrency: int, stall_timeout: float, connect_timeout: float = 10.0
+    concurrency: int, stall_timeout: float, connect_timeout: float = 10.0, fast: bool = True
 ) -> httpx.AsyncClient:
     """A keep-alive pool sized to the concurrency, with a timeout on every phase.
+
+    ``fast`` uses ``FastTransport`` (same httpx API, ~10x less CPU per streamed chunk);
+    ``fast=False`` is httpx's default httpcore transport, kept for comparison.
 
     The read timeout is the per-request stall deadline: a stream that sends no byte for
     ``stall_timeout`` seconds is abandoned and counted as an error.
@@ -43,6 +47,8 @@ def make_client(
     timeout = httpx.Timeout(
         connect=connect_timeout, read=stall_timeout, write=connect_timeout, pool=stall_timeout
     )
+    if fast:
+        return httpx.AsyncClient(transport=FastTransport(concurrency + 4), timeout=timeout)
     return httpx.AsyncClient(limits=limits, timeout=timeout, http1=True, http2=False)
 
 
@@ -147,13 +153,16 @@ async def stream_request(
         async with client.stream(
             "POST", base_url + req.path, json=req.body, extensions={"trace": trace}
         ) as resp:
+            if rec.send is None:
+                rec.send = resp.extensions.get(SENT_AT)
             if resp.status_code != 200:
                 body = (await resp.aread())[:200].decode("utf-8", "replace").strip()
                 rec.error = f"HTTP {resp.status_code}: {body}"
                 return rec
             buf = b""
+            clock = resp.extensions.get(ARRIVAL)  # socket arrival times (FastTransport)
             async for raw in resp.aiter_raw():
-                now = perf()
+                now = clock.last if clock is not None else perf()
                 buf += raw
                 while True:
                     i = buf.find(b"\n")

@@ -1,0 +1,339 @@
+"""A lean HTTP/1.1 transport for httpx, built on ``asyncio.Protocol``.
+
+Why: at high concurrency the per-chunk cost of httpx's default stack (httpcore + h11 + anyio,
+~110 us per SSE chunk on a 2-core CI box) is what limits a benchmark client, not the server.
+This transport keeps the httpx API (``httpx.AsyncClient(transport=FastTransport())``, same
+exceptions, same timeouts) but parses status line, headers and chunked/Content-Length bodies
+by hand inside ``data_received`` and hands body bytes to the reader with one future wake-up,
+a few microseconds per chunk. Plain ``http://`` only (the bench talks to a local port or an
+ssh forward); other schemes fall back to httpx's default transport.
+
+The time the request bytes were handed to the socket is returned in
+``response.extensions["glmserve.sent_at"]`` (``time.perf_counter``), so TTFT starts at the
+send, and waiting for a connection counts as client queue time. The arrival time of each body
+piece is in ``response.extensions["glmserve.arrival"].last`` while iterating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+SENT_AT = "glmserve.sent_at"
+ARRIVAL = "glmserve.arrival"
+
+
+class ArrivalClock:
+    """``last``: perf_counter time the socket delivered the bytes last yielded by the body.
+
+    Taken in ``data_received``, before any coroutine runs, so a busy event loop delays the
+    client's processing of a chunk but not the time recorded for it.
+    """
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last = 0.0
+
+
+_MAX_HEAD = 64 * 1024
+
+
+class _Conn(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection carrying one request at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.head: asyncio.Future[tuple[int, bytes, list[tuple[bytes, bytes]]]] | None = None
+        self.pieces: deque[tuple[float, bytes]] = deque()
+        self.t_recv = 0.0  # perf_counter of the current data_received call
+        self.waiter: asyncio.Future[Any] | None = None
+        self.mode = "idle"  # idle | head | chunked | length | close | done
+        self.remaining = 0  # length mode: bytes left; chunked: bytes left in the chunk
+        self.in_chunk = False
+        self.lost: Exception | None = None
+        self.closed = False
+        self.keep_alive = True
+
+    # -- protocol callbacks --------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.t_recv = time.perf_counter()
+        self.buf += data
+        self._parse()
+
+    def eof_received(self) -> bool | None:
+        return False  # close the transport; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.mode == "close":
+            self.mode = "done"
+        elif self.mode != "done" and self.mode != "idle":
+            self.lost = exc or ConnectionResetError("server closed the connection")
+        if self.head is not None and not self.head.done():
+            self.head.set_exception(
+                httpx.RemoteProtocolError("server disconnected without sending a response")
+            )
+        self._wake()
+
+    # -- parsing -------------------------------------------------------------------------
+    def _wake(self) -> None:
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def _parse(self) -> None:
+        if self.mode == "head":
+            i = self.buf.find(b"\r\n\r\n")
+            if i < 0:
+                if len(self.buf) > _MAX_HEAD and self.head and not self.head.done():
+                    self.head.set_exception(httpx.RemoteProtocolError("response head too large"))
+                return
+            raw = bytes(self.buf[:i])
+            del self.buf[: i + 4]
+            lines = raw.split(b"\r\n")
+            parts = lines[0].split(b" ", 2)
+            try:
+                status = int(parts[1])
+            except (IndexError, ValueError):
+                if self.head and not self.head.done():
+                    self.head.set_exception(
+                        httpx.RemoteProtocolError(f"bad status line {raw[:80]!r}")
+                    )
+                return
+            headers = []
+            chunked = False
+            length: int | None = None
+            for line in lines[1:]:
+                k, _, v = line.partition(b":")
+                k, v = k.strip(), v.strip()
+                headers.append((k, v))
+                lk = k.lower()
+                if lk == b"transfer-encoding" and b"chunked" in v.lower():
+                    chunked = True
+                elif lk == b"content-length":
+                    length = int(v)
+                elif lk == b"connection" and v.lower() == b"close":
+                    self.keep_alive = False
+            if chunked:
+                self.mode, self.in_chunk = "chunked", False
+            elif length is not None:
+                self.mode, self.remaining = ("length", length) if length else ("done", 0)
+            else:
+                self.mode, self.keep_alive = "close", False
+            if self.head and not self.head.done():
+                self.head.set_result((status, parts[2] if len(parts) > 2 else b"", headers))
+        if self.mode == "length":
+            take = min(self.remaining, len(self.buf))
+            if take:
+                self.pieces.append((self.t_recv, bytes(self.buf[:take])))
+                del self.buf[:take]
+                self.remaining -= take
+            if self.remaining == 0:
+                self.mode = "done"
+        elif self.mode == "chunked":
+            self._parse_chunked()
+        elif self.mode == "close" and self.buf:
+            self.pieces.append((self.t_recv, bytes(self.buf)))
+            self.buf.clear()
+        if self.pieces or self.mode == "done":
+            self._wake()
+
+    def _parse_chunked(self) -> None:
+        buf = self.buf
+        pos = 0
+        n = len(buf)
+        while True:
+            if self.in_chunk:
+                take = min(self.remaining, n - pos)
+                if take:
+                    self.pieces.append((self.t_recv, bytes(buf[pos : pos + take])))
+                    pos += take
+                    self.remaining -= take
+                if self.remaining:
+                    break
+                if n - pos < 2:
+                    break
+                pos += 2  # CRLF after the chunk data
+                self.in_chunk = False
+            i = buf.find(b"\r\n", pos)
+            if i < 0:
+                break
+            size_line = bytes(buf[pos:i]).split(b";", 1)[0].strip()
+            try:
+                size = int(size_line, 16)
+            except ValueError:
+                self.lost = httpx.RemoteProtocolError(f"bad chunk size {size_line[:20]!r}")
+                self.mode = "done"
+                break
+            if size == 0:
+                # the last chunk; optional trailers end with an empty line
+                j = buf.find(b"\r\n\r\n", i)
+                if j < 0:
+                    break  # wait for the rest; the size line is parsed again
+                pos = j + 4
+                self.mode = "done"
+                break
+            pos = i + 2
+            self.in_chunk, self.remaining = True, size
+        del buf[:pos]
+
+    # -- reading -------------------------------------------------------------------------
+    async def wait_piece(self, timeout: float | None) -> tuple[float, bytes] | None:
+        """Next (arrival time, body bytes) as received, or None at the end of the body."""
+        while True:
+            if self.pieces:
+                return self.pieces.popleft()
+            if self.lost is not None:
+                raise httpx.RemoteProtocolError(
+                    f"peer closed connection without sending complete message body ({self.lost})"
+                )
+            if self.mode == "done":
+                return None
+            if self.closed:
+                if self.mode == "close":
+                    return None
+                raise httpx.RemoteProtocolError("connection closed mid-response")
+            loop = asyncio.get_running_loop()
+            waiter = self.waiter = loop.create_future()
+            # a plain timer instead of asyncio.wait_for: this runs once per chunk
+            timer = loop.call_later(timeout, _expire, waiter) if timeout is not None else None
+            try:
+                await waiter
+            finally:
+                self.waiter = None
+                if timer is not None:
+                    timer.cancel()
+            if waiter.result() is _TIMED_OUT:
+                raise httpx.ReadTimeout("no data within the read timeout")
+
+    def reusable(self) -> bool:
+        return self.mode == "done" and self.keep_alive and not self.closed and not self.buf
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.close()
+        self.closed = True
+
+
+_TIMED_OUT = object()
+
+
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(_TIMED_OUT)
+
+
+class _Body(httpx.AsyncByteStream):
+    def __init__(
+        self, transport: FastTransport, key: tuple, conn: _Conn, read_timeout: float | None
+    ) -> None:
+        self.clock = ArrivalClock()
+        self.transport = transport
+        self.key = key
+        self.conn = conn
+        self.read_timeout = read_timeout
+        self.released = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while True:
+            piece = await self.conn.wait_piece(self.read_timeout)
+            if piece is None:
+                return
+            self.clock.last = piece[0]
+            yield piece[1]
+
+    async def aclose(self) -> None:
+        if not self.released:
+            self.released = True
+            self.transport._release(self.key, self.conn)
+
+
+class FastTransport(httpx.AsyncBaseTransport):
+    """httpx transport with a keep-alive pool of ``_Conn`` protocols (see module docstring)."""
+
+    def __init__(self, max_keepalive: int = 1024) -> None:
+        self.max_keepalive = max_keepalive
+        self.idle: dict[tuple, list[_Conn]] = {}
+        self.fallback: httpx.AsyncHTTPTransport | None = None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        if url.scheme != "http":
+            if self.fallback is None:
+                self.fallback = httpx.AsyncHTTPTransport()
+            return await self.fallback.handle_async_request(request)
+        timeouts: dict[str, Any] = request.extensions.get("timeout") or {}
+        key = (url.host, url.port or 80)
+        conn = await self._acquire(key, timeouts.get("connect"))
+        body = await request.aread()
+        target = url.raw_path or b"/"
+        head = [request.method.encode() + b" " + target + b" HTTP/1.1"]
+        head += [k + b": " + v for k, v in request.headers.raw]
+        payload = b"\r\n".join(head) + b"\r\n\r\n" + body
+        loop = asyncio.get_running_loop()
+        conn.head = loop.create_future()
+        conn.mode = "head"
+        sent_at = time.perf_counter()
+        assert conn.transport is not None
+        conn.transport.write(payload)
+        try:
+            status, reason, headers = await asyncio.wait_for(conn.head, timeouts.get("read"))
+        except asyncio.TimeoutError as exc:
+            conn.close()
+            raise httpx.ReadTimeout("no response within the read timeout", request=request) from exc
+        except httpx.HTTPError:
+            conn.close()
+            raise
+        finally:
+            conn.head = None
+        stream = _Body(self, key, conn, timeouts.get("read"))
+        ext = {"http_version": b"HTTP/1.1", "reason_phrase": reason, SENT_AT: sent_at,
+               ARRIVAL: stream.clock}  # fmt: skip
+        return httpx.Response(
+            status, headers=headers, stream=stream, extensions=ext, request=request
+        )
+
+    async def _acquire(self, key: tuple, connect_timeout: float | None) -> _Conn:
+        idle = self.idle.get(key)
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                conn.mode = "idle"
+                conn.pieces.clear()
+                return conn
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(_Conn, key[0], key[1]), connect_timeout
+            )
+        except asyncio.TimeoutError as exc:
+            raise httpx.ConnectTimeout(f"connect to {key[0]}:{key[1]} timed out") from exc
+        except OSError as exc:
+            raise httpx.ConnectError(f"{exc.strerror or exc} ({key[0]}:{key[1]})") from exc
+        return conn
+
+    def _release(self, key: tuple, conn: _Conn) -> None:
+        idle = self.idle.setdefault(key, [])
+        if conn.reusable() and len(idle) < self.max_keepalive:
+            conn.mode = "idle"
+            idle.append(conn)
+        else:
+            conn.close()
+
+    async def aclose(self) -> None:
+        for conns in self.idle.values():
+            for c in conns:
+                c.close()
+        self.idle.clear()
+        if self.fallback is not None:
+            await self.fallback.aclose()
