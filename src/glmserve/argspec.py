@@ -260,11 +260,14 @@ _ZERO_ARG_ACTIONS = {
     "_HelpAction",
     "_VersionAction",
 }
+# "Deprecated. Use ...", "(Deprecated, use ...)", "Note: --x is deprecated now." -- but not
+# help that merely mentions some other deprecated thing (0.5.23 --unified-cache-*-config).
 _DEPRECATION_HELP = re.compile(
-    r"(^\W*(note:\s*)?deprecated\b|\bis deprecated\b|\b(has been|now) deprecated\b"
-    r"|\bdeprecated[,.;:]?\s+(please\s+)?use\b|\bdeprecated\s+(and|in favou?r)\b)",
+    r"^\W*(?:note:\s*)?(?:deprecated\b|(?:--[\w-]+|this (?:flag|option|argument)) "
+    r"(?:is|has been) deprecated)",
     re.IGNORECASE,
 )
+_DEPRECATION_USE = re.compile(r"\b(?:please\s+)?use\s+([^.;)]+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -482,30 +485,82 @@ def shipped_specs() -> list[ArgSpec]:
 # --- type checks (argparse's _get_value for the type names a dump records) ------------------
 
 
-def _convert(type_name: str | None, raw: str) -> tuple[Any, str | None]:
-    """Convert like argparse would: (value, None) or (None, argparse's error text).
+def _human_readable_int(raw: str) -> Any:
+    """sglang.srt.utils.common.human_readable_int (0.5.2x): ``4096``, ``25.6k``, ``1Mi``."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)", raw.strip())
+    if match:
+        number, suffix = match.groups()
+        if suffix.endswith("i"):
+            if "." in number:
+                raise _TypeRejected(f"Decimals are not allowed with IEC suffixes like {suffix!r}.")
+            return int(number)
+        return float(number)
+    try:
+        return int(raw)
+    except ValueError:
+        raise _TypeRejected(f"Invalid integer value: {raw!r}.") from None
 
-    Only types whose behaviour is known are checked; an unknown callable is accepted
-    (the real parser may still reject it, which the agreement test would expose).
-    """
-    if type_name in (None, "str") or type_name.endswith(".nullable_str"):
+
+def _json_value(raw: str) -> Any:
+    return json.loads(raw)
+
+
+def _json_list(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        raise _TypeRejected(
+            f"Invalid JSON list: {raw}. Please provide a valid JSON list."
+        ) from None
+
+
+def _cuda_graph_backend(raw: str) -> Any:
+    if raw == "tc_piecewise":
+        raise _TypeRejected("tc_piecewise was removed; select breakable, full, or disabled")
+    return raw
+
+
+def _cuda_graph_config(raw: str) -> Any:
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise _TypeRejected(f"--cuda-graph-config must be JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise _TypeRejected("--cuda-graph-config must be a JSON object")
+    return parsed
+
+
+class _TypeRejected(Exception):
+    """Stands for argparse.ArgumentTypeError: its text is the whole message."""
+
+
+# Dumped type name (last dotted part) -> re-implementation. Names not here are accepted,
+# which errs on the side of "ok" for callables whose behaviour is unknown.
+_TYPE_CHECKS: dict[str, Any] = {
+    "int": int,
+    "float": float,
+    "loads": _json_value,
+    "json_list_type": _json_list,
+    "human_readable_int": _human_readable_int,
+    "parse_cuda_graph_backend_arg": _cuda_graph_backend,
+    "parse_cuda_graph_config_arg": _cuda_graph_config,
+}
+
+
+def _convert(type_name: str | None, raw: str) -> tuple[Any, str | None]:
+    """Convert like argparse's ``_get_value``: (value, None) or (None, argparse's text)."""
+    if type_name is None:
         return raw, None
     short = type_name.rsplit(".", 1)[-1]
+    check = _TYPE_CHECKS.get(short)
+    if check is None or (short == "loads" and type_name != "json.loads"):
+        return raw, None
     try:
-        if type_name == "int":
-            return int(raw), None
-        if type_name == "float":
-            return float(raw), None
-        if type_name == "json.loads":
-            return json.loads(raw), None
-        if short == "json_list_type":
-            try:
-                return json.loads(raw), None
-            except json.JSONDecodeError:
-                return None, f"Invalid JSON list: {raw}. Please provide a valid JSON list."
+        return check(raw), None
+    except _TypeRejected as exc:
+        return None, str(exc)
     except (TypeError, ValueError):
         return None, f"invalid {short} value: {raw!r}"
-    return raw, None
 
 
 def _in_choices(value: Any, raw: str, choices: tuple[Any, ...]) -> bool:
@@ -543,9 +598,10 @@ def _pair_renames(old: ArgSpec, new: ArgSpec) -> dict[str, str]:
             help_score = _similar(_norm_help(gone.help), _norm_help(cand.help))
             choice_score = _jaccard(gone.choices, cand.choices)
             score = 0.0
-            if help_score >= 0.85 and name_score >= 0.5:
+            long_help = len(_norm_help(gone.help)) >= 20
+            if long_help and help_score >= 0.85 and name_score >= 0.5:
                 score = help_score + name_score
-            elif name_score >= 0.8 and choice_score >= 0.5:
+            elif gone.choices and cand.choices and name_score >= 0.8 and choice_score >= 0.5:
                 score = name_score + choice_score
             if score and (best is None or score > best[0]):
                 best = (score, cand)
@@ -700,10 +756,14 @@ def _arity_error(act: ArgAction) -> str:
     return f"expected {lo} argument" + ("s" if lo != 1 else "")
 
 
-def validate_argv(argv: list[str], spec: ArgSpec) -> ValidationReport:
+def validate_argv(argv: list[str], spec: ArgSpec, opaque: Iterable[int] = ()) -> ValidationReport:
     """argparse's verdict on ``argv`` (server flags only) for ``spec``'s release, listing
     every error rather than stopping at the first, plus warnings argparse does not give
-    (abbreviations, deprecated flags, repeated flags, known backend pitfalls)."""
+    (abbreviations, deprecated flags, repeated flags, known backend pitfalls).
+
+    ``opaque``: argv positions whose text is only known at run time (``$VAR`` from a
+    script); their type and choice checks are skipped."""
+    unknown_values = set(opaque)
     findings: list[Finding] = []
     tokens: list[_Token] = []
     after_dashes = False
@@ -759,6 +819,7 @@ def validate_argv(argv: list[str], spec: ArgSpec) -> ValidationReport:
                 )
                 continue
             raw_values = [tok.explicit]
+            value_indexes = [tok.index]
         else:
             take = run if hi is None else min(run, hi)
             if take < lo:
@@ -773,6 +834,7 @@ def validate_argv(argv: list[str], spec: ArgSpec) -> ValidationReport:
                 )
                 continue
             raw_values = [t.text for t in tokens[i : i + take]]
+            value_indexes = [t.index for t in tokens[i : i + take]]
             i += take
         findings.extend(_option_notes(tok, act, spec))
         if act.dest in seen and act.action not in (
@@ -791,8 +853,15 @@ def validate_argv(argv: list[str], spec: ArgSpec) -> ValidationReport:
                 )
             )
         seen[act.dest] = tok.index
-        values[act.dest] = (raw_values, tok.index)
-        findings.extend(_check_values(act, raw_values, tok, spec))
+        checked = [
+            raw
+            for raw, at in zip(raw_values, value_indexes, strict=True)
+            if at not in unknown_values
+        ]
+        value_errors = _check_values(act, checked, tok, spec)
+        findings.extend(value_errors)
+        if not value_errors:
+            values[act.dest] = (raw_values, tok.index)
 
     if extras:
         findings.append(
@@ -839,7 +908,16 @@ def _unknown_option_finding(tok: _Token, trailing: list[_Token], spec: ArgSpec) 
     flag = tok.option or tok.text
     if tok.ambiguous:
         rename = _rename_target(flag, spec)
-        suggestion = f"renamed to {rename} in this release" if rename else "write the full flag"
+        elsewhere = _releases_with(flag)
+        if rename:
+            suggestion = f"renamed to {rename} in this release"
+        elif elsewhere:
+            suggestion = (
+                f"{flag} was a flag in sglang {_span(elsewhere)}; in {spec.version} write one "
+                "of the full flags"
+            )
+        else:
+            suggestion = "write the full flag"
         return Finding(
             "error",
             flag,
@@ -881,12 +959,10 @@ def _option_notes(tok: _Token, act: ArgAction, spec: ArgSpec) -> list[Finding]:
             )
         notes.append(Finding("warning", act.name, message, suggestion, tok.index))
     if act.is_deprecated:
-        replacement = None
-        if act.help:
-            mentioned = [f for f in re.findall(r"--[a-z0-9][a-z0-9-]*", act.help) if f != act.name]
-            replacement = f"use {mentioned[0]}" if mentioned else None
+        use = _DEPRECATION_USE.search(act.help or "")
+        replacement = f"use {use.group(1).strip()}" if use else None
         message = f"{tok.option} is deprecated in sglang {spec.version}"
-        if act.help:
+        if act.help and replacement is None:
             message += f": {act.help.strip()}"
         notes.append(Finding("warning", act.name, message, replacement, tok.index))
     return notes
@@ -949,6 +1025,12 @@ BACKEND_FACTS: dict[str, BackendFact] = {
         page_sizes=(128,),
         forced_page_size=128,
         note="cutlass_mla is an SM100 (sm_100) CUTLASS kernel; it does not run on SM120",
+    ),
+    # 0.5.2x arg_groups/overrides.py: "CuteDSL MLA only supports page_size of 32 or 64".
+    "cutedsl_mla": BackendFact(
+        page_sizes=(32, 64),
+        forced_page_size=64,
+        note="cutedsl_mla targets SM100-class GPUs (sm_100)",
     ),
     # server_args.py: "FlashMLA only supports a page_size of 64, change page_size to 64."
     "flashmla": BackendFact(

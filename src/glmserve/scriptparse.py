@@ -1,0 +1,355 @@
+"""Find the ``sglang.launch_server`` command in a hand-written bash launch script.
+
+Users point ``glmserve validate`` at old scripts like the seed's ``run_tp8_trtllm_mla.sh``.
+This reads the script the way bash would split it into words (quotes, backslash-newline
+continuations, comments, ``;``/``&&``/``&`` separators, redirections, ``FOO=1`` prefixes,
+``exec``/``nohup``/``env`` wrappers) without running it, and remembers the physical line each
+word came from, so findings can say ``run.sh:12: ...``. Variables assigned earlier in the
+script (``MODEL=...``, ``export TP=8``) are expanded; anything else that bash would expand at
+run time (``$UNSET``, ``$(cmd)``, globs) is kept literally and marked opaque.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from glmserve.errors import ConfigError
+
+LAUNCH_MODULES = ("sglang.launch_server",)
+_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
+_PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
+_WRAPPERS = {"exec", "nohup", "command", "time", "builtin", "stdbuf", "setsid", "nice"}
+_KEYWORDS = {"then", "do", "else", "{", "(", "!", "if", "while", "until", "elif"}
+_OPERATORS = ("&&", "||", ";;", ";", "|", "&", "(", ")")
+_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+# python options that take a separate argument (``python3 -X dev -m ...``).
+_PY_OPTS_WITH_ARG = {"-X", "-W", "-c", "-m"}
+
+
+@dataclass
+class Word:
+    """One shell word: its text after quote removal, the line it starts on, and whether it
+    still holds something only bash can expand at run time."""
+
+    text: str
+    line: int
+    opaque: bool = False
+
+
+@dataclass
+class LaunchInvocation:
+    """The launch command found in a script: the server flags and where each came from."""
+
+    source: str
+    argv: list[str]
+    line_no: int
+    token_lines: list[int]
+    opaque: set[int] = field(default_factory=set)
+    env: dict[str, str] = field(default_factory=dict)
+    python: str = "python3"
+    notes: list[tuple[int, str]] = field(default_factory=list)
+
+
+class _Lexer:
+    """A small bash word splitter (no execution): enough for launch scripts."""
+
+    def __init__(self, text: str, source: str) -> None:
+        self.text = text
+        self.source = source
+        self.pos = 0
+        self.line = 1
+        self.vars: dict[str, str] = {}
+        self.notes: list[tuple[int, str]] = []
+
+    def _peek(self, offset: int = 0) -> str:
+        index = self.pos + offset
+        return self.text[index] if index < len(self.text) else ""
+
+    def _advance(self, count: int = 1) -> str:
+        chunk = self.text[self.pos : self.pos + count]
+        self.line += chunk.count("\n")
+        self.pos += count
+        return chunk
+
+    def next_command(self) -> list[Word] | None:
+        """Words of the next simple command, or None at end of text."""
+        words: list[Word] = []
+        skip_next_word = False
+        while True:
+            ch = self._peek()
+            if ch == "":
+                return words if words else None
+            if ch == "\\" and self._peek(1) == "\n":
+                self._advance(2)
+                continue
+            if ch in " \t\r":
+                self._advance()
+                continue
+            if ch == "\n":
+                self._advance()
+                if words:
+                    return words
+                continue
+            if ch == "#":
+                start_line = self.line
+                end = self.text.find("\n", self.pos)
+                end = len(self.text) if end == -1 else end
+                comment = self.text[self.pos : end]
+                self._advance(end - self.pos)
+                line_start = self.text.rfind("\n", 0, self.pos - len(comment)) + 1
+                at_line_start = not self.text[line_start : self.pos - len(comment)].strip()
+                if words and at_line_start:
+                    self.notes.append(
+                        (
+                            start_line,
+                            "a comment inside a continued command ends the command there; "
+                            "the lines after it run as a separate command",
+                        )
+                    )
+                continue
+            if self._operator() is not None:
+                if words:
+                    return words
+                continue
+            if ch in "<>" or self.text.startswith("&>", self.pos) or self._redirect_ahead():
+                self._redirect()
+                skip_next_word = self._pending_target
+                continue
+            word = self._word()
+            if skip_next_word:
+                skip_next_word = False
+                continue
+            words.append(word)
+
+    def _operator(self) -> str | None:
+        for op in _OPERATORS:
+            if self.text.startswith(op, self.pos):
+                if op == "&" and self._peek(1) == ">":
+                    return None
+                self._advance(len(op))
+                return op
+        return None
+
+    def _redirect_ahead(self) -> bool:
+        match = re.match(r"\d+[<>]", self.text[self.pos :])
+        return match is not None
+
+    def _redirect(self) -> None:
+        """Consume ``2>&1``, ``>> log``, ``< in``, ``&>``: the target word, if separate, is
+        skipped by the caller."""
+        match = re.match(r"\d*(&?>>?|<<?<?|>&|<&)(&?\d+|-)?", self.text[self.pos :])
+        assert match is not None
+        self._advance(match.end())
+        self._pending_target = match.group(2) is None
+
+    _pending_target = False
+
+    def _word(self) -> Word:
+        start_line = self.line
+        parts: list[str] = []
+        opaque = False
+        while True:
+            ch = self._peek()
+            if ch == "" or ch in " \t\r\n" or self._at_operator() or ch in "<>":
+                break
+            if ch == "\\":
+                nxt = self._peek(1)
+                if nxt == "\n":
+                    self._advance(2)
+                    continue
+                self._advance(2)
+                parts.append(nxt)
+                continue
+            if ch == "'":
+                end = self.text.find("'", self.pos + 1)
+                if end == -1:
+                    raise ConfigError(f"{self.source}:{start_line}: unterminated single quote")
+                parts.append(self.text[self.pos + 1 : end])
+                self._advance(end + 1 - self.pos)
+                continue
+            if ch == '"':
+                text, dq_opaque = self._double_quoted(start_line)
+                parts.append(text)
+                opaque = opaque or dq_opaque
+                continue
+            if ch == "$" and self._peek(1) == "'":
+                end = self.text.find("'", self.pos + 2)
+                if end == -1:
+                    raise ConfigError(f"{self.source}:{start_line}: unterminated $'...' quote")
+                raw = self.text[self.pos + 2 : end]
+                parts.append(raw.encode("latin-1", "backslashreplace").decode("unicode_escape"))
+                self._advance(end + 1 - self.pos)
+                continue
+            if ch == "$" or ch == "`":
+                text, sub_opaque = self._expansion()
+                parts.append(text)
+                opaque = opaque or sub_opaque
+                continue
+            if ch in "*?[" or (ch == "~" and not parts):
+                opaque = True
+            parts.append(self._advance())
+        return Word("".join(parts), start_line, opaque)
+
+    def _at_operator(self) -> bool:
+        for op in _OPERATORS:
+            if self.text.startswith(op, self.pos):
+                return not (op == "&" and self._peek(1) == ">")
+        return False
+
+    def _double_quoted(self, start_line: int) -> tuple[str, bool]:
+        self._advance()
+        parts: list[str] = []
+        opaque = False
+        while True:
+            ch = self._peek()
+            if ch == "":
+                raise ConfigError(f"{self.source}:{start_line}: unterminated double quote")
+            if ch == '"':
+                self._advance()
+                return "".join(parts), opaque
+            if ch == "\\" and self._peek(1) in '"\\$`\n':
+                nxt = self._peek(1)
+                self._advance(2)
+                if nxt != "\n":
+                    parts.append(nxt)
+                continue
+            if ch in "$`":
+                text, sub_opaque = self._expansion()
+                parts.append(text)
+                opaque = opaque or sub_opaque
+                continue
+            parts.append(self._advance())
+
+    def _expansion(self) -> tuple[str, bool]:
+        """``$VAR``/``${VAR}`` known from the script expand; ``$(..)``, backticks and
+        unknown variables stay literal and make the word opaque."""
+        match = _VAR.match(self.text, self.pos)
+        if match:
+            name = match.group(1) or match.group(2)
+            self._advance(match.end() - self.pos)
+            if name in self.vars:
+                return self.vars[name], False
+            return match.group(0), True
+        if self.text.startswith("$(", self.pos) or self._peek() == "`":
+            closer = ")" if self._peek() == "$" else "`"
+            start = self.pos
+            depth = 0
+            self._advance(2 if closer == ")" else 1)
+            while self._peek():
+                ch = self._peek()
+                if closer == ")" and ch == "(":
+                    depth += 1
+                elif ch == closer:
+                    if depth == 0:
+                        self._advance()
+                        break
+                    depth -= 1
+                self._advance()
+            return self.text[start : self.pos], True
+        if self.text.startswith("${", self.pos):
+            end = self.text.find("}", self.pos)
+            end = len(self.text) - 1 if end == -1 else end
+            raw = self.text[self.pos : end + 1]
+            self._advance(end + 1 - self.pos)
+            return raw, True
+        if self._peek(1) in "@*#?$!0123456789-":
+            raw = self._advance(2)
+            return raw, True
+        return self._advance(), False
+
+
+def _python_argv_start(words: list[Word]) -> int | None:
+    """Index just past ``-m sglang.launch_server`` (or the launch_server.py path) when
+    ``words`` is a python invocation of it, else None."""
+    i = 0
+    while i < len(words) and _ASSIGNMENT.match(words[i].text):
+        i += 1
+    while i < len(words):
+        text = words[i].text
+        if text in _KEYWORDS or text in _WRAPPERS:
+            i += 1
+        elif text == "env" or os.path.basename(text) == "env":
+            i += 1
+            while i < len(words) and (
+                _ASSIGNMENT.match(words[i].text) or words[i].text.startswith("-")
+            ):
+                i += 1
+        elif _ASSIGNMENT.match(text):
+            i += 1
+        else:
+            break
+    if i >= len(words) or not _PYTHON.match(os.path.basename(words[i].text)):
+        return None
+    i += 1
+    while i < len(words):
+        text = words[i].text
+        if text == "-m" and i + 1 < len(words):
+            return i + 2 if words[i + 1].text in LAUNCH_MODULES else None
+        if text.startswith("-m") and len(text) > 2:
+            return i + 1 if text[2:] in LAUNCH_MODULES else None
+        if re.match(r"^-[a-zA-Z]*m$", text) and i + 1 < len(words):
+            return i + 2 if words[i + 1].text in LAUNCH_MODULES else None
+        if text in _PY_OPTS_WITH_ARG:
+            i += 2
+            continue
+        if text.startswith("-"):
+            i += 1
+            continue
+        return i + 1 if text.replace("\\", "/").endswith("sglang/launch_server.py") else None
+    return None
+
+
+def _record_assignments(lexer: _Lexer, words: list[Word]) -> None:
+    """``FOO=bar`` alone or ``export FOO=bar`` sets a variable later words may use."""
+    texts = [w.text for w in words]
+    if texts and texts[0] in ("export", "readonly", "declare", "local"):
+        texts = [t for t in texts[1:] if not t.startswith("-")]
+    if texts and all(_ASSIGNMENT.match(t) for t in texts):
+        for t in texts:
+            match = _ASSIGNMENT.match(t)
+            assert match is not None
+            lexer.vars[match.group(1)] = match.group(2)
+
+
+def find_launch(text: str, source: str) -> LaunchInvocation:
+    """The first ``sglang.launch_server`` command in ``text`` (a bash script), with the
+    physical line of every server flag. ConfigError naming ``source`` when there is none."""
+    lexer = _Lexer(text, source)
+    while True:
+        words = lexer.next_command()
+        if words is None:
+            break
+        start = _python_argv_start(words)
+        if start is None:
+            _record_assignments(lexer, words)
+            continue
+        prefix_env = {}
+        for w in words[:start]:
+            match = _ASSIGNMENT.match(w.text)
+            if match:
+                prefix_env[match.group(1)] = match.group(2)
+        python = next(w.text for w in words if _PYTHON.match(os.path.basename(w.text)))
+        args = words[start:]
+        notes = [(line, note) for line, note in lexer.notes if line >= words[0].line]
+        return LaunchInvocation(
+            source=source,
+            argv=[w.text for w in args],
+            line_no=words[0].line,
+            token_lines=[w.line for w in args],
+            opaque={i for i, w in enumerate(args) if w.opaque},
+            env=prefix_env,
+            python=python,
+            notes=notes,
+        )
+    raise ConfigError(
+        f"{source}: no sglang.launch_server invocation found "
+        "(expected e.g. `python3 -m sglang.launch_server --model ...`)"
+    )
+
+
+def extract_launch_argv(text: str, source: str) -> tuple[list[str], int]:
+    """(server flags, line of the command) of the script's ``sglang.launch_server`` call."""
+    inv = find_launch(text, source)
+    return inv.argv, inv.line_no

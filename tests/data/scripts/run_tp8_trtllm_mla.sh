@@ -1,0 +1,20 @@
+python3 -u -m sglang.launch_server \
+  --model lukealonso/GLM-5-NVFP4 \
+  --served-model-name glm-5 \
+  --reasoning-parser glm45 \
+  --tool-call-parser glm47 \
+  --trust-remote-code \
+  --tp-size 8 \
+  --mem-fraction-static 0.92 \
+  --max-running-requests 2048 \
+  --kv-cache-dtype auto \
+  --quantization modelopt_fp4 \
+  --attention-backend trtllm_mla \
+  --fp8-gemm-backend cutlass \
+  --nsa-decode-backend trtllm \
+  --nsa-prefill-backend trtllm \
+  --moe-runner-backend flashinfer_cutlass \
+  --disable-cuda-graph \
+  --disable-radix-cache \
+  --num-continuous-decode-steps 16 \
+  --host 0.0.0.0 --port 8000
