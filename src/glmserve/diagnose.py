@@ -766,12 +766,16 @@ _TRACEBACK = re.compile(
 )
 
 # Progress markers: (regex, state reached or None for "progress, same phase").
-_PROGRESS: list[tuple[re.Pattern[str], State | None]] = [
-    (re.compile(r"The server is fired up and ready to roll"), State.READY),
+_PROGRESS: list[tuple[tuple[str, ...], re.Pattern[str], State | None]] = [
+    # (lower-case words one of which must be in the line, regex, state reached or None for
+    # "progress within the phase"). Ordered so the frequent serving lines are checked first.
+    (("prefill batch", "decode batch"), re.compile(r"Prefill batch|Decode batch"), None),
+    (("ready to roll",), re.compile(r"The server is fired up and ready to roll"), State.READY),
     # A client request answered on the OpenAI routes: the server is serving (wait_for_server
     # polls GET /v1/models before ready, so only POSTs count).
-    (re.compile(r'"POST /v1/\S+ HTTP/[\d.]+" 200'), State.READY),
+    (("post /v1/",), re.compile(r'"POST /v1/\S+ HTTP/[\d.]+" 200'), State.READY),
     (
+        ("uvicorn", "application startup", "model_info", "warm"),
         re.compile(
             r"Uvicorn running on|Application startup complete|Waiting for application "
             r"startup|GET /(?:get_)?model_info|\bwarm ?up\b",
@@ -780,14 +784,17 @@ _PROGRESS: list[tuple[re.Pattern[str], State | None]] = [
         State.WARMUP,
     ),
     (
+        ("capture", "capturing"),
         re.compile(r"Capture .{0,40}cuda graph|Capturing (?:batches|num tokens)", re.IGNORECASE),
         State.CAPTURING_GRAPHS,
     ),
     (
+        ("kv cache", "memory pool", "max_total_num_tokens"),
         re.compile(r"KV Cache is allocated|Memory pool end|max_total_num_tokens="),
         State.KV_ALLOCATED,
     ),
     (
+        ("load weight", "loading", "multi-thread"),
         re.compile(
             r"Load weight (?:begin|end)|Loading (?:safetensors|pt) checkpoint shards|"
             r"Multi-thread loading shards|Loading weights"
@@ -795,9 +802,10 @@ _PROGRESS: list[tuple[re.Pattern[str], State | None]] = [
         State.LOADING_WEIGHTS,
     ),
     (
+        ("init torch", "compiling", "flashinfer.jit"),
         re.compile(
-            r"Init torch distributed (?:begin|ends)|Prefill batch|Decode batch|"
-            r"Compiling num tokens|flashinfer\.jit: (?:Loading|Finished)"
+            r"Init torch distributed (?:begin|ends)|Compiling num tokens|"
+            r"flashinfer\.jit: (?:Loading|Finished)"
         ),
         None,
     ),
@@ -824,29 +832,25 @@ _ARG_PAIR = re.compile(r"\b([a-z_][a-z0-9_]*)=('[^']*'|\"[^\"]*\"|[^,()\s]+)")
 _MAX_TOTAL = re.compile(r"max_total_num_tokens=(\d+).*?max_running_requests=(\d+)")
 
 
-def _anon(pattern: str) -> str:
-    """A rule pattern without group names, so many can be joined into one prefilter."""
-    return re.sub(r"\(\?P<\w+>", "(?:", pattern)
+# Cheap prefilters (lower-case substrings; `any(k in line)` runs at C speed): a line that
+# holds none of these cannot match a rule, cascade marker, exception or traceback line, so
+# ordinary INFO lines skip the regexes. Extend this when adding a rule with new words.
+_KEYWORDS = (
+    "error", "exception", "fail", "fault", "fatal", "abort", "core dumped", "terminate called",
+    "interrupt", "exit", "killed", "sigkill", "sigquit", "dead", "died", "process", "traceback",
+    'file "', "during handling", "memory", "illegal", "misaligned", "launch failure", "nccl",
+    "gloo", "peer access", "watchdog", "timeout", "timed out", "errno", "in use", "bind",
+    "not available", "eaddrinuse", "unsupported", "not supported", "only support", "requires sm",
+    "capability", "architecture", "kernel image", "static_assert", "not implemented", "must be",
+    "too small", "negative", "safetensor", "does not appear", "huggingface", "not found in",
+    "could finish", "can't load", "cannot find", "local folder", "incomplete metadata",
+    "unexpected eof", "unexpected keyword", "is not defined for option", "ninja", "nvcc",
+    "ptxas", "compil", "out of resource", "toolchain", "glmserve patch",
+)  # fmt: skip
 
 
-# One prefilter so ordinary INFO lines cost one or two regex scans.
-_INTERESTING = re.compile(
-    "|".join(
-        [f"(?:{_anon(r.pattern.pattern)})" for r in RULES if not r.pattern.flags & re.IGNORECASE]
-        + [
-            _CASCADE.pattern,
-            _REPORT.pattern,
-            _EXCEPTION.pattern,
-            _TRACEBACK.pattern,
-            _FRAME.pattern,
-        ]
-    ),
-)
-_INTERESTING_I = re.compile(
-    "|".join(f"(?:{_anon(r.pattern.pattern)})" for r in RULES if r.pattern.flags & re.IGNORECASE)
-    + r"|sigquit|killed|exception in",
-    re.IGNORECASE,
-)
+def _has_any(low: str, keys: tuple[str, ...]) -> bool:
+    return any(k in low for k in keys)
 
 
 @dataclass
@@ -981,7 +985,8 @@ class LogDiagnoser:
             return
         n = self.lines_seen
         after_frame, self._after_frame = self._after_frame, False
-        if _SERVER_ARGS.search(body):
+        low = stripped.lower()
+        if "serverargs(" in low and _SERVER_ARGS.search(body):
             self._parse_server_args(body)
             return
         if "glmserve patch" in body:
@@ -989,7 +994,7 @@ class LogDiagnoser:
             if pa:
                 self._record_patch(pa, tags)
                 return
-        if not (_INTERESTING.search(stripped) or _INTERESTING_I.search(stripped)):
+        if not _has_any(low, _KEYWORDS):
             if not after_frame:
                 self._progress(body, n)
             return
@@ -1098,19 +1103,21 @@ class LogDiagnoser:
             self._crashed = True
 
     def _progress(self, body: str, n: int) -> None:
-        for pat, state in _PROGRESS:
-            if pat.search(body):
-                if state is not None and _RANK[state] > _RANK[self._phase]:
-                    self._phase = state
-                    if state is State.READY:
-                        self._ready_line = n
-                        self._on_ready()
-                self._last_progress_line = n
-                self._last_progress = body.strip()[:200]
-                mt = _MAX_TOTAL.search(body)
-                if mt:
-                    self._args.setdefault("max_running_requests_effective", mt.group(2))
-                return
+        low = body.lower()
+        for keys, pat, state in _PROGRESS:
+            if not _has_any(low, keys) or not pat.search(body):
+                continue
+            if state is not None and _RANK[state] > _RANK[self._phase]:
+                self._phase = state
+                if state is State.READY:
+                    self._ready_line = n
+                    self._on_ready()
+            self._last_progress_line = n
+            self._last_progress = body.strip()[:200]
+            mt = _MAX_TOTAL.search(body) if "max_total_num_tokens" in low else None
+            if mt:
+                self._args.setdefault("max_running_requests_effective", mt.group(2))
+            return
 
     def _on_ready(self) -> None:
         """READY proves that exceptions seen before it were not fatal (unless a child died)."""
