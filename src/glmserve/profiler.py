@@ -344,7 +344,9 @@ class TraceAccumulator:
         if isinstance(info, dict):
             self.distributed = info
 
-    def finish(self) -> RankProfile:
+    def finish(self, steps_hint: int | None = None) -> RankProfile:
+        """``steps_hint``: how many steps were recorded, for traces without ProfilerStep spans
+        (the window is then the GPU busy span split evenly over that many steps)."""
         gpu_spans = sorted((k[0], k[0] + k[1]) for k in self.kernels)
         busy = _union_length(gpu_spans)
         if self.steps:
@@ -353,8 +355,8 @@ class TraceAccumulator:
             window = sum(durations)
             step_source = "ProfilerStep"
         elif gpu_spans:
-            n_steps, window = 1, gpu_spans[-1][1] - gpu_spans[0][0]
-            step_source = "gpu busy span"
+            n_steps, window = steps_hint or 1, gpu_spans[-1][1] - gpu_spans[0][0]
+            step_source = "gpu busy span" + (f" / {steps_hint} steps" if steps_hint else "")
         elif self.ops:
             n_steps = 1
             window = max(o.end for o in self.ops) - min(o.ts for o in self.ops)
@@ -658,7 +660,9 @@ def rank_of(path: Path, metadata: dict[str, Any], fallback: int) -> int:
     return fallback
 
 
-def summarize_trace(path: str | Path, rank: int | None = None) -> RankProfile:
+def summarize_trace(
+    path: str | Path, rank: int | None = None, steps_hint: int | None = None
+) -> RankProfile:
     """Stream one trace file into a RankProfile (the only I/O step)."""
     trace = TraceFile(Path(path))
     acc = TraceAccumulator(rank if rank is not None else 0, str(path))
@@ -667,14 +671,14 @@ def summarize_trace(path: str | Path, rank: int | None = None) -> RankProfile:
     acc.set_metadata(trace.metadata)
     if rank is None:
         acc.rank = rank_of(trace.path, trace.metadata, 0)
-    return acc.finish()
+    return acc.finish(steps_hint)
 
 
-def analyze_traces(paths: Iterable[str | Path]) -> TraceAnalysis:
+def analyze_traces(paths: Iterable[str | Path], steps_hint: int | None = None) -> TraceAnalysis:
     """Summarize every rank's trace and derive findings across them."""
     ranks: list[RankProfile] = []
     for i, p in enumerate(sorted(Path(x) for x in paths)):
-        prof = summarize_trace(p)
+        prof = summarize_trace(p, steps_hint=steps_hint)
         if not _RANK_IN_NAME.search(p.name) and prof.rank == 0 and i:
             prof.rank = i
         ranks.append(prof)
@@ -952,7 +956,7 @@ def capture_profile(
         (local / name).write_bytes(data)
         paths.append(local / name)
     say(f"fetched {len(paths)} trace file(s) to {local}")
-    return analyze_traces(paths)
+    return analyze_traces(paths, steps_hint=steps)
 
 
 def _wait_for_traces(t: Any, remote_dir: str, want: int, deadline: float) -> list[str]:

@@ -50,6 +50,7 @@ def test_profile_finds_the_cast_only_where_the_backend_casts(
     assert [r["rank"] for r in analysis["ranks"]] == list(range(8))  # tp-size 8: one per rank
     for rank in analysis["ranks"]:
         assert rank["has_gpu"] and rank["kernels"] and rank["window_us"] > 0
+        assert rank["steps"] == 3  # no ProfilerStep spans: the requested num_steps
         shares = [k["share"] for k in rank["kernels"]]
         assert shares == sorted(shares, reverse=True)
     kinds = {f["kind"]: f for f in analysis["findings"]}

@@ -371,3 +371,15 @@ def test_h200_trace_names_the_cast_with_its_share():
     assert cast.total_us == pytest.approx(cast_kernel_us)
     (f,) = [f for f in find_bottlenecks([prof]) if f.kind == "fp8_kv_cast"]
     assert f"{cast.share:.0%} of decode" in f.message and "fp8 -> bf16" in f.message
+
+
+def test_steps_hint_splits_the_busy_span_when_there_are_no_profiler_steps():
+    t = GpuTrace()
+    for i in range(4):
+        t.op_kernel("aten::mm", "gemm_a", i * 100.0, 50.0, gpu_ts=i * 100.0)
+    acc = TraceAccumulator(rank=0)
+    for ev in t.events:
+        acc.add(ev)
+    prof = acc.finish(steps_hint=4)
+    assert prof.steps == 4 and prof.step_us == pytest.approx(350.0 / 4)
+    assert prof.step_source == "gpu busy span / 4 steps"
