@@ -383,3 +383,31 @@ def test_steps_hint_splits_the_busy_span_when_there_are_no_profiler_steps():
     prof = acc.finish(steps_hint=4)
     assert prof.steps == 4 and prof.step_us == pytest.approx(350.0 / 4)
     assert prof.step_source == "gpu busy span / 4 steps"
+
+
+def test_reader_window_stays_bounded_on_a_trace_much_bigger_than_its_chunk(tmp_path, monkeypatch):
+    """Real traces reach GBs: the text held at once is one chunk plus one event, not the file."""
+    import glmserve.profiler as prof
+
+    t = _decode_like(steps=300, layers=4)
+    path = t.write(tmp_path / "big-TP-0.trace.json.gz")
+    size = len(gzip.decompress(path.read_bytes()))
+    chunk = 64 * 1024
+    assert size > 20 * chunk
+    peak = [0]
+    orig_fill = prof._TextWindow._fill
+
+    def fill(self):
+        got = orig_fill(self)
+        peak[0] = max(peak[0], len(self.buf))
+        return got
+
+    orig_init = prof._TextWindow.__init__
+    monkeypatch.setattr(prof._TextWindow, "_fill", fill)
+    monkeypatch.setattr(
+        prof._TextWindow, "__init__",
+        lambda self, fh, label, chunk_chars=0: orig_init(self, fh, label, chunk),
+    )  # fmt: skip
+    profile = summarize_trace(path)
+    assert profile.steps == 300 and profile.kernels[0].count == 300 * 4
+    assert peak[0] < 2 * chunk
