@@ -9,7 +9,7 @@ its ratio to the device's copy bandwidth measured in this same run, and the spee
 
 Timing: CUDA events around many back-to-back launches, median of several repeats; the
 index/output sets rotate so repeated launches do not just re-read L2 (60 MB on an H200).
-Small sizes are also timed by replaying a CUDA graph of the launches (launch gaps removed),
+Every size is also timed by replaying a CUDA graph of the launches (launch gaps removed),
 which is how a graph-captured decode step would see them. "lean" is the patch's own eager
 launcher (``FusedGatherCast``), "default"/"best" go through the validating ``gather_cast``.
 Every configuration is checked bit for bit against torch before it is timed. ``--sweep`` also
@@ -125,7 +125,7 @@ def bench(pool_rows: int, sizes: list[int], configs: list[dict], with_graph: boo
                 gc.gather_cast(pool, idxs[i % len(idxs)], out=outs[i % len(idxs)], config=cfg)
 
             entry = {"config": cfg, "exact": True, "ms": _median_ms(launch, iters=iters)}
-            if with_graph and n <= 65536:
+            if with_graph:
                 entry["graph_ms"] = _graph_ms(launch, sets=min(sets, 32))
             results.append(entry)
         lean = gc.FusedGatherCast()
@@ -137,6 +137,7 @@ def bench(pool_rows: int, sizes: list[int], configs: list[dict], with_graph: boo
             lean(pool, idxs[i % len(idxs)], outs[i % len(idxs)], n)
 
         lean_ms = _median_ms(lean_launch, iters=iters)
+        lean_graph_ms = _graph_ms(lean_launch, sets=min(sets, 32)) if with_graph else None
         default = gc.default_config(n)
         timed = [r for r in results if r.get("exact")]
         if not timed:
@@ -149,7 +150,12 @@ def bench(pool_rows: int, sizes: list[int], configs: list[dict], with_graph: boo
                 "n": n,
                 "sets": sets,
                 "index_select_ms": isel_ms,
-                "lean": {"config": default, "exact": lean_exact, "ms": lean_ms},
+                "lean": {
+                    "config": default,
+                    "exact": lean_exact,
+                    "ms": lean_ms,
+                    **({"graph_ms": lean_graph_ms} if lean_graph_ms is not None else {}),
+                },
                 "default": chosen,
                 "best": best,
                 "all": results,
@@ -194,17 +200,14 @@ def report(res: dict) -> str:
         lines.append(_fmt_row(n, "torch index_select+to (baseline)", isel, copy_gbs, whole, isel))
         for tag in ("lean", "default", "best"):
             e = r[tag]
-            cfg = e["config"]
-            label = (
-                f"{tag} B{cfg['BLOCK_ROWS']}w{cfg['num_warps']}{'i' if cfg['INT_CONVERT'] else 'n'}"
-            )
+            label = f"{tag} {_label(e['config'])}"
             lines.append(_fmt_row(n, label, e["ms"], copy_gbs, whole, isel))
             if "graph_ms" in e:
                 lines.append(_fmt_row(n, label + " graph", e["graph_ms"], copy_gbs, whole, isel))
         lines.append(
             f"{'':>8} all configs bit-exact vs torch: {r['all_exact']}; "
             f"lean path bit-exact: {r['lean']['exact']}; "
-            f"native NaN matches torch: {gc.native_nan_matches_torch('cuda')}"
+            f"native NaN matches torch: {res.get('native_nan_ok')}"
         )
     return "\n".join(lines)
 
@@ -258,10 +261,11 @@ def main() -> None:
             check=False,
         ).stdout.strip(),
     }
-    print(json.dumps(res["meta"], indent=1))
-    print(report(res))
+    res["native_nan_ok"] = gc.native_nan_matches_torch("cuda")
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))
+    print(json.dumps(res["meta"], indent=1))
+    print(report(res))
 
 
 if __name__ == "__main__":

@@ -174,6 +174,11 @@ for idx_dtype in (torch.int32, torch.int64):
         cfg = {"INT_CONVERT": conv, "BLOCK_ROWS": 8}
         out = gc.gather_cast(pool, idx, force_triton=True, config=cfg)
         assert torch.equal(out.view(torch.int16), ref), (idx_dtype, conv)
+    # The patch's launcher: fp8-typed [N,1,576] pool, prefix of a larger persistent buffer.
+    buf = torch.zeros((n + 5, 1, 576), dtype=torch.bfloat16)
+    gc.FusedGatherCast().launch_triton(pool, idx, buf, n)
+    assert torch.equal(buf[:n].view(torch.int16), ref), idx_dtype
+    assert not buf[n:].any()
 print("interpreted kernel bit-exact")
 """
 

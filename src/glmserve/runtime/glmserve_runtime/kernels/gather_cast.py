@@ -172,14 +172,14 @@ if triton is not None:
             src_row = pool_ptr + src[:, None] * pool_stride
             rows64 = rows.to(tl.int64)[:, None]
             m = rmask[:, None]
+            # No ``other=``: the pool may be typed fp8 or uint8, and masked rows are never
+            # stored.
             if HINTS:
-                xa = tl.load(src_row + cols_a, mask=m, other=0, eviction_policy="evict_first")
-                xb = tl.load(
-                    src_row + WIDTH_A + cols_b, mask=m, other=0, eviction_policy="evict_first"
-                )
+                xa = tl.load(src_row + cols_a, mask=m, eviction_policy="evict_first")
+                xb = tl.load(src_row + WIDTH_A + cols_b, mask=m, eviction_policy="evict_first")
             else:
-                xa = tl.load(src_row + cols_a, mask=m, other=0)
-                xb = tl.load(src_row + WIDTH_A + cols_b, mask=m, other=0)
+                xa = tl.load(src_row + cols_a, mask=m)
+                xb = tl.load(src_row + WIDTH_A + cols_b, mask=m)
             ya = _convert(xa, nan_pos, nan_neg, INT_CONVERT, FIX_NAN)
             yb = _convert(xb, nan_pos, nan_neg, INT_CONVERT, FIX_NAN)
             ya = ya.to(out_a_ptr.dtype.element_ty, bitcast=True)
@@ -198,11 +198,12 @@ def _is_pow2(x: int) -> bool:
     return x > 0 and (x & (x - 1)) == 0
 
 
-# Tuned on an H200 (benchmarks/results/gather_cast_h200.md): small batches want more,
-# smaller programs to spread over the 132 SMs; large ones 2-warp programs of 8 rows.
+# Tuned on an H200 (benchmarks/results/gather_cast_h200_run2_sweep/): one warp per row
+# (4 rows, 4 warps) with streaming cache hints was at or near the top at every size from 2K
+# to 486K rows; longer per-program loops (ITERS) and bigger tiles only lost.
 _SMALL_BATCH_ROWS = 8192
-CONFIG_SMALL: dict[str, Any] = {"BLOCK_ROWS": 4, "num_warps": 2, "ITERS": 1, "HINTS": False}
-CONFIG_LARGE: dict[str, Any] = {"BLOCK_ROWS": 8, "num_warps": 2, "ITERS": 1, "HINTS": False}
+CONFIG_SMALL: dict[str, Any] = {"BLOCK_ROWS": 4, "num_warps": 4, "ITERS": 1, "HINTS": True}
+CONFIG_LARGE: dict[str, Any] = {"BLOCK_ROWS": 4, "num_warps": 4, "ITERS": 1, "HINTS": True}
 
 
 def default_config(n_rows: int) -> dict[str, Any]:
@@ -283,21 +284,24 @@ class FusedGatherCast:
             raise ValueError(f"gather_cast: out must be bf16 [*, {width}] rows, got {out.shape}")
 
     def __call__(self, pool: torch.Tensor, idx: torch.Tensor, out: torch.Tensor, n: int) -> None:
-        width = pool.shape[-1]
         if triton is not None and pool.is_cuda:
-            _launch(
-                pool,
-                idx,
-                out,
-                out,
-                n,
-                (pool.stride(0), out.stride(0), out.stride(0)),
-                (self.split, width - self.split, self.split),
-                CONFIG_SMALL if n <= _SMALL_BATCH_ROWS else CONFIG_LARGE,
-            )
+            self.launch_triton(pool, idx, out, n)
         else:
             o = out[:n]
             gather_cast_into(pool, idx[:n], o[..., : self.split], o[..., self.split :])
+
+    def launch_triton(self, pool: torch.Tensor, idx: torch.Tensor, out: torch.Tensor, n: int):
+        """The Triton launch alone (also used under ``TRITON_INTERPRET=1`` by the tests)."""
+        _launch(
+            pool,
+            idx,
+            out,
+            out,
+            n,
+            (pool.stride(0), out.stride(0), out.stride(0)),
+            (self.split, pool.shape[-1] - self.split, self.split),
+            CONFIG_SMALL if n <= _SMALL_BATCH_ROWS else CONFIG_LARGE,
+        )
 
 
 def gather_cast_into(
