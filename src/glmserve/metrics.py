@@ -118,6 +118,8 @@ class LevelMetrics:
     output_tok_s: float | None
     window_s: float
     window_kind: str
+    window_start: float  # perf_counter bounds of the steady window (for cross-checks)
+    window_end: float
     duration_s: float
     ttft_ms: dict[str, float | None]
     itl_ms: dict[str, float | None]
@@ -285,6 +287,8 @@ def level_metrics(records: Sequence[StreamRecord], concurrency: int) -> LevelMet
         output_tok_s=tok_s,
         window_s=win.seconds,
         window_kind=win.kind,
+        window_start=win.start,
+        window_end=win.end,
         duration_s=max(0.0, duration),
         ttft_ms=summarize([m.ttft for m in ok if m.ttft is not None], ms),
         itl_ms=summarize([x for m in ok for x in m.itls], ms),

@@ -22,8 +22,13 @@ try:  # orjson is ~5x faster on the cumulative native chunks; plain json works t
     import orjson
 
     _loads: Any = orjson.loads
+    _dumps: Any = orjson.dumps
 except ImportError:  # pragma: no cover - depends on the environment
     _loads = json.loads
+
+    def _dumps(obj: Any) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
 
 _SEND_EVENTS = ("http11.send_request_headers.started", "http2.send_request_headers.started")
 
@@ -133,14 +138,28 @@ class ServerStreamError(Exception):
     """The server reported an error inside the stream."""
 
 
+def prepare_request(client: httpx.AsyncClient, base_url: str, req: Request) -> httpx.Request:
+    """Build the httpx request once (JSON encoded, headers merged): dispatch stays cheap."""
+    body = _dumps(req.body)
+    headers = {"content-type": "application/json"}
+    return client.build_request("POST", base_url + req.path, content=body, headers=headers)
+
+
 async def stream_request(
-    client: httpx.AsyncClient, base_url: str, req: Request, api: str, rec: StreamRecord
+    client: httpx.AsyncClient,
+    base_url: str,
+    req: Request,
+    api: str,
+    rec: StreamRecord,
+    prepared: httpx.Request | None = None,
 ) -> StreamRecord:
     """Send ``req`` and record every chunk into ``rec``; never raises for request failures.
 
     Failures become ``rec.error`` (one line) so a run counts them and carries on; the caller
     decides whether a connect failure means the server is gone. ``rec`` is filled in place so
-    a cancelled (Ctrl-C) request still leaves what it measured.
+    a cancelled (Ctrl-C) request still leaves what it measured. ``prepared`` (from
+    ``prepare_request``) may be sent many times; without it the request is built here, with
+    httpcore's trace hook to time the send on httpx's default transport.
     """
     parser = _Parser(api, rec)
     perf = time.perf_counter
@@ -150,9 +169,13 @@ async def stream_request(
             rec.send = perf()
 
     try:
-        async with client.stream(
-            "POST", base_url + req.path, json=req.body, extensions={"trace": trace}
-        ) as resp:
+        request = prepared
+        if request is None:
+            request = client.build_request(
+                "POST", base_url + req.path, json=req.body, extensions={"trace": trace}
+            )
+        resp = await client.send(request, stream=True)
+        try:
             if rec.send is None:
                 rec.send = resp.extensions.get(SENT_AT)
             if resp.status_code != 200:
@@ -162,6 +185,8 @@ async def stream_request(
             buf = b""
             clock = resp.extensions.get(ARRIVAL)  # socket arrival times (FastTransport)
             async for raw in resp.aiter_raw():
+                if parser.done:
+                    continue  # drain to the end of the body so the connection is reused
                 now = clock.last if clock is not None else perf()
                 buf += raw
                 while True:
@@ -171,15 +196,19 @@ async def stream_request(
                     line, buf = buf[:i].rstrip(b"\r"), buf[i + 1 :]
                     if line.startswith(b"data:"):
                         parser.feed(line[5:].strip(), now)
-                if parser.done:
-                    break
+                        if parser.done:
+                            rec.end = now
+                            break
+        finally:
+            await resp.aclose()
         parser.finish()
         if not parser.done and rec.completion_tokens is None:
             rec.error = "stream cut: ended without [DONE]"
     except httpx.ConnectError as exc:
         rec.error = f"connect failed: {exc}"[:200]
     except httpx.ReadTimeout:
-        rec.error = "stalled: no data within the stall timeout"
+        if not parser.done:
+            rec.error = "stalled: no data within the stall timeout"
     except httpx.TimeoutException as exc:
         rec.error = f"timeout: {type(exc).__name__}"
     except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
@@ -194,5 +223,6 @@ async def stream_request(
         rec.error = rec.error or "interrupted"
         raise
     finally:
-        rec.end = perf()
+        if rec.end is None:
+            rec.end = perf()
     return rec

@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from glmserve.bench.client import make_client, stream_request
+from glmserve.bench.client import make_client, prepare_request, stream_request
 from glmserve.bench.workload import Request, build_request, make_prompts
 from glmserve.errors import TransportError
 from glmserve.metrics import StreamRecord
@@ -265,6 +265,13 @@ async def _closed_loop(
     stopped: list[str] = []
     counter = iter(spec.indices) if spec.indices is not None else _count()
     client = make_client(spec.slots, spec.stall_timeout)
+    wanted = set(spec.indices) if spec.indices is not None else range(len(spec.requests))
+    prepared = {
+        i % len(spec.requests): prepare_request(
+            client, spec.base_url, spec.requests[i % len(spec.requests)]
+        )
+        for i in wanted
+    }
 
     async def slot() -> None:
         while not stopped:
@@ -280,8 +287,9 @@ async def _closed_loop(
             records.append(rec)
             inflight[id(rec)] = rec
             try:
+                k = i % len(spec.requests)
                 await stream_request(
-                    client, spec.base_url, spec.requests[i % len(spec.requests)], spec.api, rec
+                    client, spec.base_url, spec.requests[k], spec.api, rec, prepared[k]
                 )
             finally:
                 inflight.pop(id(rec), None)
