@@ -702,7 +702,7 @@ RULES: list[Rule] = [
         r"|Ninja build failed|unsupported toolchain|device kernel image is invalid"
         r"|OutOfResources: out of resource|InductorError|BackendCompilerFailed"
         r"|fatal error: [\w./-]+\.(?:h|hpp|cuh): No such file"
-        r"|CalledProcessError: Command '\[?'ninja"
+        r"|CalledProcessError: Command '\[?'?[^']*(?:ninja|nvcc|ptxas|g\+\+|gcc|c\+\+|cmake)\b"
         r"|\.(?:cu|cuh|h|hpp|cpp|cc)\(\d+\): (?:error|fatal)"
         r"|JIT compil\w+ failed|failed to compile",
         C.COMPILE_ERROR,
@@ -713,7 +713,7 @@ RULES: list[Rule] = [
 
 # Cascade: the launcher, bash or a parent process reacting to a death reported elsewhere.
 _CASCADE = re.compile(
-    r"Received sigquit from a child|sigquit from a child|^Killed\b|\bKilled$"
+    r"Received sigquit from a child|sigquit from a child|^Killed\b|\bKilled$|\d+ Killed\s"
     r"|scheduler is dead|died during initialization|Child process unexpectedly failed"
     r"|hit an exception:|Initialization failed\. Please see the error messages above"
     r"|exited with (?:exit )?code (?:-\d+|[1-9]\d*)|exitcode=(?:-\d+|[1-9]\d*)"
@@ -1006,16 +1006,22 @@ class LogDiagnoser:
             return
         if after_frame and not prefixed and not _EXCEPTION.search(stripped):
             return  # the source line a traceback prints under a frame: code, not an error
-        if _TRACEBACK.search(stripped):
+        rule = self._match_rule(stripped)
+        cascade = bool(_CASCADE.search(stripped)) and (
+            rule is not None or not _REPORT.search(stripped) or bool(_TRACEBACK.search(stripped))
+        )
+        if rule is None and _TRACEBACK.search(stripped):
             if "Traceback" in stripped:
                 self._frame_ctx = None
-            if _CASCADE.search(stripped) or _REPORT.search(stripped):
+            if cascade or _REPORT.search(stripped):
                 self._add_marker(n, stripped)
             return
-        if _CASCADE.search(stripped) and not _REPORT.search(stripped):
+        if cascade:
+            # A marker; a line flattened by a paste may also carry the error itself, so rules
+            # still get to look at it.
             self._add_marker(n, stripped)
-            return
-        rule = self._match_rule(stripped)
+            if rule is None:
+                return
         is_exc = bool(_EXCEPTION.search(stripped)) or bool(_REPORT.search(stripped))
         if rule is not None:
             rm, r = rule
