@@ -27,6 +27,7 @@ EXIT_USAGE = 2
 EXIT_CRASHED = 3
 EXIT_TIMEOUT = 4
 EXIT_TRANSPORT = 5
+EXIT_INTERNAL = 70  # a bug in glmserve (EX_SOFTWARE); --debug shows the traceback
 EXIT_INTERRUPTED = 130
 
 

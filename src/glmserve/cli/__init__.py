@@ -15,7 +15,7 @@ from glmserve.cli import (  # noqa: F401  (imported for their @app.command regis
     validate_cmd,
 )
 from glmserve.cli._app import STATE, app, err
-from glmserve.errors import EXIT_INTERRUPTED, GlmserveError
+from glmserve.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GlmserveError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +45,18 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, click.ClickException):
             exc.show()
             return _exit(exc.exit_code)
-        raise
+        if debug or STATE.get("debug"):
+            traceback.print_exc()
+        else:
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            err.print(
+                f"internal error: {type(exc).__name__}: {exc} "
+                f"(at {where.filename.rsplit('/', 1)[-1]}:{where.lineno}; rerun with --debug "
+                "for the traceback and please report it)",
+                highlight=False,
+                markup=False,
+            )
+        return _exit(EXIT_INTERNAL)
     return _exit(0)
 
 

@@ -22,9 +22,11 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 
-# stdout carries data (tables, --json); stderr carries progress and errors.
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+# stdout carries data (tables, --json); stderr carries progress and errors. Off a TTY (CI
+# logs, pipes) rich would wrap tables at 80 columns: give them room instead.
+_WIDTH = None if sys.stdout.isatty() else 160
+out = Console(soft_wrap=True, width=_WIDTH)
+err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
 
 STATE: dict[str, Any] = {"debug": False}
 
