@@ -577,7 +577,8 @@ RULES: list[Rule] = [
         r"Unsupported (?:CUDA |GPU )?arch(?:itecture)?\b|(?:sm_?\d+|compute capability \d+\.\d+)"
         r".{0,40}\bnot supported|only supports? (?:on )?(?:sm|SM|Hopper|Blackwell|Ampere|compute)"
         r"|only supported on (?:sm|SM|Hopper|Blackwell|Ampere)|FlashAttention only supports Ampere"
-        r"|requires (?:sm|SM)_?\d+|not supported on (?:CUDA arch|this GPU|your GPU|this device)",
+        r"|requires (?:sm|SM)_?\d+|not supported on (?:CUDA arch|this GPU|your GPU|this device)"
+        r"|not supported (?:in|on|for) this (?:architecture|GPU|device)",
         C.UNSUPPORTED_ARCH,
         _arch_hint,
         3,

@@ -325,6 +325,20 @@ def test_warning_lines_never_crash() -> None:
     assert d.state is State.LOADING_WEIGHTS and d.category is None
 
 
+def test_decode_retraction_is_not_a_crash() -> None:
+    """SGLang logs "Decode out of memory happened" when it retracts requests and carries on."""
+    lines = [
+        f"[2025-03-07 21:49:{s:02d} TP{r}] Decode out of memory happened. #retracted_reqs: 1, "
+        "#new_token_ratio: 0.1474 -> 0.1845"
+        for s, r in ((33, 13), (33, 12), (45, 9))
+    ]
+    assert diagnose_lines(lines).state is State.STARTING
+    fatal = diagnose_lines(
+        [*lines, "RuntimeError: Decode out of memory. Try to lower your batch size."]
+    )
+    assert (fatal.state, fatal.category, fatal.line) == (State.CRASHED, Category.OOM, 4)
+
+
 def test_warning_explains_a_crash_proven_elsewhere() -> None:
     d = diagnose_text(
         "host:1:2 [0] NCCL WARN socketStartConnect: Connect to 10.0.0.2<1234> failed\n"
