@@ -37,6 +37,7 @@ RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 _RANK_IN_NAME = re.compile(r"-TP-(\d+)")
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _WS = " \t\r\n"
+_DELIMS = _WS + ",]}:"
 
 # torch ScalarType codes as they appear in ``Concrete Inputs`` of aten::to / aten::_to_copy.
 _SCALAR_TYPE_CODES = {
@@ -125,8 +126,10 @@ class _TextWindow:
                 if self.eof or not self._fill():
                     raise self.fail(exc.msg, exc.pos) from exc
                 continue
-            # A number cut at the buffer's end decodes "successfully"; make sure it ended.
-            if end == len(self.buf) and not self.eof and self._fill():
+            # A number cut by the buffer's end decodes "successfully" as its prefix ("0" of
+            # "0.5"): accept it only once the character after it is a delimiter.
+            cut = end == len(self.buf) or self.buf[end] not in _DELIMS
+            if cut and not self.eof and self._fill():
                 continue
             self.pos = end
             return obj

@@ -411,3 +411,57 @@ def test_reader_window_stays_bounded_on_a_trace_much_bigger_than_its_chunk(tmp_p
     profile = summarize_trace(path)
     assert profile.steps == 300 and profile.kernels[0].count == 300 * 4
     assert peak[0] < 2 * chunk
+
+
+def _json_values():
+    from hypothesis import strategies as st
+
+    scalars = st.one_of(
+        st.none(), st.booleans(), st.integers(-(10**12), 10**12),
+        st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=12),
+    )  # fmt: skip
+    return st.recursive(
+        scalars,
+        lambda kids: st.one_of(
+            st.lists(kids, max_size=4), st.dictionaries(st.text(max_size=6), kids, max_size=4)
+        ),
+        max_leaves=12,
+    )
+
+
+@pytest.mark.slow
+def test_stream_reader_agrees_with_json_loads_for_any_document_and_chunk_size():
+    """Property: whatever the values and wherever chunk boundaries fall, same events out."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    import glmserve.profiler as prof
+
+    events = st.lists(st.dictionaries(st.text(max_size=6), _json_values(), max_size=4),
+                      max_size=6)  # fmt: skip
+
+    @settings(max_examples=60, deadline=None)
+    @given(events=events, meta=st.dictionaries(st.text(max_size=5), _json_values(), max_size=3),
+           chunk=st.integers(1, 40), indent=st.sampled_from([None, 0, 2]))  # fmt: skip
+    def check(events, meta, chunk, indent):
+        doc = {**{k: v for k, v in meta.items() if k != "traceEvents"}, "traceEvents": events}
+        text = json.dumps(doc, indent=indent)
+        import io as _io
+
+        win = prof._TextWindow(_io.StringIO(text), "mem", chunk_chars=chunk)
+        win.expect("{")
+        got_events, got_meta = [], {}
+        if win.peek() != "}":
+            while True:
+                key = win.value()
+                win.expect(":")
+                if key == "traceEvents":
+                    got_events = list(prof._array_items(win))
+                else:
+                    got_meta[key] = win.value()
+                if win.expect(",}") == "}":
+                    break
+        assert got_events == json.loads(text)["traceEvents"]
+        assert got_meta == {k: v for k, v in json.loads(text).items() if k != "traceEvents"}
+
+    check()
