@@ -8,44 +8,59 @@ and :func:`phase_stall_budget`.
 
 What is recognised (reference; the tables below are the implementation)
 -----------------------------------------------------------------------
-Line handling: ANSI escapes are dropped, ``\\r``-joined tqdm updates are read segment by
-segment, lines are capped at ``MAX_LINE_CHARS``. The SGLang prefix ``[YYYY-mm-dd HH:MM:SS
-TPn]`` (also ``DPn``/``PPn``/``EPn`` tags) is stripped for matching and for ``root_cause``
-and gives the rank; ``> `` quoting and docker-compose ``name  | `` prefixes are tolerated.
+Line handling: ANSI escapes and NULs are dropped, ``\\r``-joined tqdm redraws are read segment
+by segment, lines are capped at ``MAX_LINE_CHARS``, bytes are decoded with replacement. The
+SGLang prefix ``[YYYY-mm-dd HH:MM:SS TPn]`` (also ``DPn``/``PPn``/``EPn`` tags) is stripped for
+matching and for ``root_cause`` and gives the rank. Decorations in front of it are stripped
+too (``_DECOR``): markdown ``> `` quotes, Ray ``(SGLangEngine pid=N)``, CI ``[...Z]`` and
+kubectl timestamps, ``date | ERROR | stderr |`` and docker-compose ``name  |`` prefixes.
+A keyword prefilter (``_KEYWORDS``) lets ordinary INFO lines skip the regexes.
 
-Progress (``_PROGRESS``; the phase only moves forward, a later rank lagging does not undo it):
-  STARTING          initial state (``server_args=ServerArgs(...)`` is parsed for tp_size, port,
-                    mem_fraction_static, max_running_requests, cuda_graph_max_bs, ...).
-  LOADING_WEIGHTS   ``Load weight begin``, ``Loading safetensors checkpoint shards``.
+Progress (``_PROGRESS``; the phase only moves forward, a lagging rank does not undo it):
+  STARTING          initial state; ``server_args=ServerArgs(...)`` is parsed for tp_size, port,
+                    mem_fraction_static, max_running_requests, cuda_graph_max_bs, ...
+  LOADING_WEIGHTS   ``Load weight begin``/``end``, ``Loading safetensors|pt checkpoint shards``.
   KV_ALLOCATED      ``KV Cache is allocated``, ``Memory pool end``, ``max_total_num_tokens=``.
-  CAPTURING_GRAPHS  ``Capture cuda graph begin``/``end`` and 0.5.23's ``Capture target decode
-                    cuda graph ...`` (any ``Capture ... cuda graph``), ``Capturing batches``.
+  CAPTURING_GRAPHS  ``Capture cuda graph begin``/``end``, 0.5.23's ``Capture target decode cuda
+                    graph ...`` (any ``Capture ... cuda graph``), ``Capturing batches|num tokens``.
   WARMUP            ``Uvicorn running on``, ``Application startup complete``, ``/get_model_info``,
                     ``/model_info``, any ``warmup`` line that is not an error.
-  READY             ``The server is fired up and ready to roll!``.
-  ``Load weight end``, tqdm updates etc. count as progress (``last_progress_line``) too.
+  READY             ``The server is fired up and ready to roll!``, or a client ``POST /v1/...``
+                    answered 200 (an excerpt of a serving log).
+  ``Prefill batch``/``Decode batch``, ``Init torch distributed``, JIT/compile progress bars
+  count as progress (``last_progress_line``) without changing the phase.
 
 Crash evidence, three kinds:
-  * Root-cause rules (``RULES``: regex, category, hint builder, priority). Categories OOM,
-    ILLEGAL_MEMORY_ACCESS, UNSUPPORTED_ARCH, UNSUPPORTED_KV_DTYPE, NCCL, WEIGHT_LOADING,
-    PORT_IN_USE, BAD_ARGS, COMPILE_ERROR, PATCH_FAILED. Highlights: ``CUDA out of memory``
-    (hint: lower ``--mem-fraction-static``/``--max-running-requests`` with the numbers from the
-    server_args line), ``Not enough memory. Please try to increase --mem-fraction-static``
-    (hint: raise it), FlashInfer MLA ``static_assert(sizeof(DType) == 2)``, TllmGen
-    ``Unsupported architecture``, ``no kernel image is available``, ``illegal memory access``,
-    ``NCCL error``/``unhandled system error``/watchdog timeouts, HF/safetensors errors and
-    ``does not appear to have a file named``, argparse ``prog: error: ...`` (hint names the
-    flag), ``Address already in use``/``[Errno 98]`` (hint names the port), Triton/nvcc/ninja
-    JIT failures, ``glmserve patch NAME FAILED: ...`` (printed by the runtime patch).
+  * Root-cause rules (``RULES``: regex, category, hint builder, priority, flags). Categories
+    OOM, ILLEGAL_MEMORY_ACCESS, UNSUPPORTED_ARCH, UNSUPPORTED_KV_DTYPE, NCCL, WEIGHT_LOADING,
+    PORT_IN_USE, BAD_ARGS, COMPILE_ERROR, PATCH_FAILED. Highlights: ``CUDA out of memory`` /
+    ``OutOfMemoryError`` / SGLang's ``... out of memory`` RuntimeErrors (hint: lower
+    ``--mem-fraction-static``/``--max-running-requests``/``--cuda-graph-max-bs`` with the numbers
+    of the server_args line), ``Not enough memory. Please try to increase
+    --mem-fraction-static`` (hint: raise it), ``Cannot allocate memory`` (host RAM), FlashInfer
+    MLA ``static_assert(sizeof(DType) == 2)`` and ``... kv cache dtype ... not supported``,
+    TllmGen/DeepGEMM ``Unsupported architecture``, ``no kernel image is available``,
+    ``illegal memory access``/``unspecified launch failure``, ``NCCL error``/``unhandled system
+    error``/``peer access is not supported``/watchdog timeouts (weak), HF/safetensors errors,
+    ``does not appear to have a file named``, ``Model architectures [...] are not supported``,
+    argparse ``prog: error: ...`` (hint names the flag), ``Address already in use``/``[Errno
+    98]`` (hint names the port), Triton ``OutOfResources``/``CompilationError``, nvcc/ptxas/
+    ninja failures, ``glmserve patch NAME FAILED: ...`` (printed by the runtime patch).
+    A rule on a ``WARNING``/``INFO`` line, a ``fatal=False`` rule (``NCCL WARN``, the PyTorch
+    "sm_120 is not compatible" warning) and a ``needs_error`` phrase outside an error line
+    only explain a crash that other lines prove.
   * Generic exception lines (``RuntimeError: ...``, ``torch.x.FooError: ...``, ``Fatal Python
-    error``, ``Segmentation fault``): category CRASH, upgraded by the traceback frames above
-    them (``weight_utils.py``/``load_weights`` -> WEIGHT_LOADING, ``server_args.py`` ->
-    BAD_ARGS, ``triton/compiler``/``cpp_extension``/``flashinfer/jit`` -> COMPILE_ERROR,
-    ``pynccl``/``initialize_model_parallel`` -> NCCL).
+    error``, ``Segmentation fault``, ``terminate called after throwing``): category CRASH,
+    upgraded by the traceback frames above them (``weight_utils.py``/``load_weights`` ->
+    WEIGHT_LOADING, ``server_args.py`` -> BAD_ARGS, ``triton/compiler``/``cpp_extension``/
+    ``flashinfer/jit`` -> COMPILE_ERROR, ``pynccl``/``initialize_model_parallel`` -> NCCL).
+    The source line a traceback prints under each ``File "...", line N`` frame is code, never
+    an error (``raise RuntimeError(f"NCCL error: ...")``).
   * Cascade markers (``_CASCADE``), never a root cause while anything better exists:
-    ``Received sigquit from a child process``, ``Killed``, ``Rank N scheduler is dead``,
-    ``died during initialization (exit code: N)``, ``Child process unexpectedly failed``,
-    ``... hit an exception:``, ``Initialization failed. Please see the error messages above``.
+    ``Received sigquit from a child process``, ``Killed`` (also bash's ``NNN Killed  cmd``),
+    ``Rank N scheduler is dead``, ``died during initialization (exit code: N)``, ``Child
+    process unexpectedly failed``, ``... hit an exception:``, ``Exception in <thread>:``,
+    ``Process Process-N:``, ``Initialization failed. Please see the error messages above``.
 
 Choosing the root cause ("the first root cause, not the cascade"): the earliest root-cause
 rule match of the highest priority (very specific diagnoses such as UNSUPPORTED_KV_DTYPE beat
