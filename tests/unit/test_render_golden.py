@@ -1,0 +1,70 @@
+"""Golden: the trtllm_mla profile renders the seed's run_tp8_trtllm_mla.sh, and render's
+version validation gives the verdicts the issue names for 0.5.8 / 0.5.9 / newest."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from glmserve.argspec import available_versions
+from glmserve.errors import FlagValidationError
+from glmserve.profiles import load_profile
+
+SEED = Path(__file__).resolve().parents[1] / "data" / "scripts" / "run_tp8_trtllm_mla.sh"
+
+
+def seed_argv() -> list[str]:
+    """Flags of the seed script, read with shlex independently of glmserve's parser."""
+    words = shlex.split(SEED.read_text().replace("\\\n", " "), comments=True)
+    start = words.index("sglang.launch_server") + 1
+    return words[start:]
+
+
+def test_trtllm_mla_profile_equals_the_seed_script():
+    assert load_profile("trtllm_mla").argv == seed_argv()
+
+
+def test_render_argv_cli_equals_the_seed(capsys):
+    from glmserve.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["render", "--profile", "trtllm_mla", "--format", "argv"])
+    assert info.value.code == 0
+    assert shlex.split(capsys.readouterr().out) == seed_argv()
+
+
+def test_validates_on_0_5_9():
+    load_profile("trtllm_mla", sglang_version="0.5.9")
+
+
+def test_0_5_8_rejects_the_trtllm_choice_of_nsa_decode_backend():
+    with pytest.raises(FlagValidationError) as info:
+        load_profile("trtllm_mla", sglang_version="0.5.8")
+    msg = str(info.value)
+    assert "--nsa-decode-backend" in msg and "trtllm" in msg
+    assert "glm5-nvfp4-tp8.yaml:" in msg and "server.nsa-decode-backend" in msg
+
+
+def test_newest_release_names_the_nsa_flags_and_their_dsa_replacements():
+    newest = max(available_versions(), key=lambda v: tuple(int(x) for x in v.split(".")))
+    with pytest.raises(FlagValidationError) as info:
+        load_profile("trtllm_mla", sglang_version=newest)
+    msg = str(info.value)
+    for old, new in (
+        ("nsa-decode-backend", "dsa-decode-backend"),
+        ("nsa-prefill-backend", "dsa-prefill-backend"),
+    ):
+        assert f"--{old}" in msg and f"--{new}" in msg
+
+
+@pytest.mark.parametrize("version, code", [("0.5.9", 0), ("0.5.8", 2), ("0.5.23", 2)])
+def test_render_exit_codes_by_version(version, code, capsys):
+    from glmserve.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["render", "--profile", "trtllm_mla", "--sglang-version", version])
+    assert info.value.code == code
+    if code:
+        assert "Traceback" not in capsys.readouterr().err
