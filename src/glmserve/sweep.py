@@ -15,10 +15,13 @@ and ``render_markdown``. The runner (``run_sweep``) drives the other modules thr
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import secrets
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -372,8 +375,35 @@ def run_sweep(
     sweep unless ``continue_on_error``. Ctrl-C stops the running server, marks the profile
     interrupted, saves, and re-raises so the CLI exits 130; ``--resume`` picks up there.
     """
-    from glmserve.errors import GlmserveError
+    with sweep_lock(sweep.sweep_id):
+        return _run_locked(sweep, opts, backend, say)
 
+
+@contextlib.contextmanager
+def sweep_lock(sweep_id: str) -> Iterator[None]:
+    """One process per sweep: a second ``--resume`` of a running sweep is refused."""
+    d = sweep_dir(sweep_id)
+    d.mkdir(parents=True, exist_ok=True)
+    with (d / ".lock").open("a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "?"
+            raise ConfigError(
+                f"sweep {sweep_id} is being run by another glmserve process (pid {holder})"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _run_locked(sweep: Sweep, opts: SweepOptions, backend: SweepBackend, say: Any) -> Sweep:
     sweep.status = RUNNING
     save_sweep(sweep)
     for entry in sweep.entries:

@@ -175,3 +175,14 @@ def test_ctrl_c_inside_launch_still_stops_the_server_it_started():
         run_sweep(sw, opts, be)
     assert not be.live and "stop run-cutlass_mla" in be.calls
     assert sw.entries[0].run_id == "run-cutlass_mla"
+
+
+def test_a_sweep_runs_in_one_process_at_a_time():
+    from glmserve.sweep import sweep_lock
+
+    opts = SweepOptions()
+    sw = start_sweep(["cutlass_mla"], None, True, opts)
+    with sweep_lock(sw.sweep_id), pytest.raises(ConfigError, match="another glmserve process"):
+        run_sweep(sw, opts, Scripted())
+    run_sweep(sw, opts, Scripted())  # released: runs
+    assert sw.entries[0].status == OK
