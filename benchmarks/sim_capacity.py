@@ -30,8 +30,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from glmserve.simulator import costmodel  # noqa: E402
-from glmserve.simulator.costmodel import CostModel, ServerShape  # noqa: E402
+import itertools
+
+from glmserve.simulator import costmodel
+from glmserve.simulator.costmodel import CostModel, ServerShape
 
 
 def free_port() -> int:
@@ -150,7 +152,7 @@ def main() -> int:
     steps = trace["steps"]
     decode = [s for s in steps if s["kind"] == "decode" and s["batch"] == args.streams]
     ratios = []
-    for prev, cur in zip(steps, steps[1:], strict=False):
+    for prev, cur in itertools.pairwise(steps):
         if cur in decode and prev["kind"] == "decode" and prev["batch"] == args.streams:
             ratios.append((cur["emitted"] - prev["emitted"]) / (cur["model_s"] * scale))
     full = [s for s in steps if s["batch"] == args.streams or s["kind"] == "prefill"]
@@ -164,7 +166,10 @@ def main() -> int:
     steady = decode[len(decode) // 10 :]
     steady_tokens = sum(s["batch"] for s in steady)
     steady_cfg = steady_tokens / sum(s["model_s"] * scale for s in steady)
-    steady_ach = steady_tokens / (steady[-1]["emitted"] - steady[0]["emitted"] + steady[0]["model_s"] * scale)
+    steady_ach = steady_tokens / (
+        steady[-1]["emitted"] - steady[0]["emitted"] + steady[0]["model_s"] * scale
+    )
+    p99 = sorted(ratios)[int(0.99 * len(ratios))]
     within2 = sum(1 for r in ratios if abs(r - 1) <= 0.02) / len(ratios)
     print(f"date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
     print(f"machine: nproc={os.cpu_count()} {platform.uname().system} {platform.uname().release} "
@@ -180,7 +185,7 @@ def main() -> int:
     print(f"steady decode    configured {steady_cfg:10.0f}  achieved {steady_ach:10.0f}  "
           f"ratio {steady_ach / steady_cfg:.4f}")  # fmt: skip
     print(f"decode step time achieved/configured: mean {statistics.mean(ratios):.4f}  "
-          f"median {statistics.median(ratios):.4f}  p99 {sorted(ratios)[int(0.99 * len(ratios))]:.4f}  "
+          f"median {statistics.median(ratios):.4f}  p99 {p99:.4f}  "
           f"steps within 2%: {within2 * 100:.1f}% of {len(ratios)}")  # fmt: skip
     print(f"server window {t_last - t_first:.2f} s vs configured {configured_window:.2f} s")
     print(f"client cpu {cpu1.user - cpu0.user + cpu1.system - cpu0.system:.2f} s")

@@ -68,17 +68,25 @@ class NativeStreamSink:
     def flush(self, req: Request, now: float) -> None:
         if self.conn.closed:
             return
-        ids = req.out_ids[self.sent :] if self.incremental else req.out_ids
-        self.sent = len(req.out_ids)
-        fin = f'{{"type":"length","length":{len(req.out_ids)}}}' if req.finished else "null"
-        e2e = f',"e2e_latency":{time.time() - self.created}' if req.finished else ""
+        ids = ",".join(map(str, req.out_ids[self.sent :])) if self.incremental else req.ids_csv
+        self.sent = n = len(req.out_ids)
+        if req.finished:
+            tail = (
+                f'"finish_reason":{{"type":"length","length":{n}}},"prompt_tokens":'
+                f'{req.prompt_tokens},"weight_version":"default","total_retractions":0,'
+                f'"completion_tokens":{n},"cached_tokens":0,'
+                f'"e2e_latency":{time.time() - self.created}}}}}\n\n'
+            )
+        else:
+            tail = (
+                f'"finish_reason":null,"prompt_tokens":{req.prompt_tokens},'
+                f'"weight_version":"default","total_retractions":0,"completion_tokens":{n},'
+                f'"cached_tokens":0}}}}\n\n'
+            )
+        # TOKEN_TEXT pieces are plain ASCII words: the text needs no JSON escaping
         chunk = (
-            f'data: {{"text":{json.dumps("".join(req.text_parts))},'
-            f'"output_ids":[{",".join(map(str, ids))}],'
-            f'"meta_info":{{"id":"{req.rid}","finish_reason":{fin},'
-            f'"prompt_tokens":{req.prompt_tokens},"weight_version":"default",'
-            f'"total_retractions":0,"completion_tokens":{len(req.out_ids)},'
-            f'"cached_tokens":0{e2e}}}}}\n\n'
+            f'data: {{"text":"{req.text_acc}","output_ids":[{ids}],'
+            f'"meta_info":{{"id":"{req.rid}",{tail}'
         )
         self.conn.write_chunk(chunk.encode())
         if req.finished:

@@ -107,12 +107,14 @@ class Request:
         "finished",
         "flushed",
         "gen_times",
+        "ids_csv",
         "max_new",
         "out_ids",
         "prompt_tokens",
         "rid",
         "seed",
         "sink",
+        "text_acc",
         "text_parts",
         "traced",
     )
@@ -125,6 +127,9 @@ class Request:
         self.seed = hash(rid) & 0xFFFFFFF
         self.out_ids: list[int] = []
         self.text_parts: list[str] = []
+        # cumulative output kept pre-serialised so a chunk costs O(1) work, not O(tokens)
+        self.ids_csv = ""
+        self.text_acc = ""
         self.gen_times: list[float] = []
         self.emit_times: list[float] = []
         self.flushed = 0  # tokens already handed to the sink
@@ -300,7 +305,10 @@ class Engine:
             n = len(r.out_ids)
             tid = (r.seed * 40503 + n * 2654435761) % VOCAB_SIZE
             r.out_ids.append(tid)
-            r.text_parts.append(TOKEN_TEXT[tid & 4095])
+            piece = TOKEN_TEXT[tid & 4095]
+            r.text_parts.append(piece)
+            r.text_acc += piece
+            r.ids_csv = f"{r.ids_csv},{tid}" if n else str(tid)
             r.gen_times.append(gen_t)
             n_tokens += 1
             done = n + 1 >= r.max_new
