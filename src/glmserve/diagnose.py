@@ -632,6 +632,17 @@ RULES: list[Rule] = [
         flags=_I,
     ),
     _r(
+        r"Address already in use|address already in use|\[Errno 98\]|EADDRINUSE",
+        C.PORT_IN_USE,
+        _port_hint,
+    ),
+    _r(
+        r"[Pp]ort \d+ is (?:already )?(?:in use|used|not available)|Can not bind .{0,40}port",
+        C.PORT_IN_USE,
+        _port_hint,
+        needs_error=True,
+    ),
+    _r(
         r"NCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclInvalidUsage"
         r"|ncclRemoteError|unhandled system error|unhandled cuda error|NCCL_ERROR|Failed to "
         r"initialize NCCL|ncclCommInitRank failed|setting up NCCL communicator"
@@ -693,15 +704,24 @@ RULES: list[Rule] = [
     ),
     _r(r"ServerArgs\.__init__\(\) got an unexpected keyword", C.BAD_ARGS, _bad_args_hint),
     _r(
-        r"Address already in use|address already in use|\[Errno 98\]|EADDRINUSE",
-        C.PORT_IN_USE,
-        _port_hint,
-    ),
-    _r(
-        r"[Pp]ort \d+ is (?:already )?(?:in use|used|not available)|Can not bind .{0,40}port",
-        C.PORT_IN_USE,
-        _port_hint,
+        r"must be divisible by (?:the )?(?:tensor|tp|pipeline|pp|data|dp|expert|ep)\b",
+        C.BAD_ARGS,
+        _fixed(
+            "the parallel sizes do not divide the model's dimensions: pick a --tp-size (and "
+            "--dp/--ep/--pp) that divides the head/expert counts in the error."
+        ),
         needs_error=True,
+    ),
+    # SGLang's own hang detector kills the scheduler: a hang, reported as a crash.
+    _r(
+        r"[Ww]atchdog timeout \(self\.watchdog_timeout=",
+        C.CRASH,
+        _fixed(
+            "a scheduler made no progress for --watchdog-timeout seconds and SGLang killed it: "
+            "read the py-spy dump above (a stuck kernel or collective); NCCL_DEBUG=INFO and "
+            "CUDA_LAUNCH_BLOCKING=1 narrow it down."
+        ),
+        1,
     ),
     _r(
         r"Value 'sm_\d+a?' is not defined for option|nvcc fatal\s*: Unsupported gpu architecture",
@@ -734,7 +754,7 @@ _CASCADE = re.compile(
     r"|hit an exception:|Initialization failed\. Please see the error messages above"
     r"|exited with (?:exit )?code (?:-\d+|[1-9]\d*)|exitcode=(?:-\d+|[1-9]\d*)"
     r"|^Process [\w-]+(?::\d+)*:$"
-    r"|^Exception in [\w ]+:$|^Exception in thread ",
+    r"|^Exception in [\w ]+:$|^Exception in thread |SIGQUIT received",
     re.IGNORECASE,
 )
 # Log levels: newer SGLang prints "[ts] WARNING file.py:12: msg"; a warning never is the crash.

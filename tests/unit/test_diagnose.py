@@ -83,6 +83,17 @@ def crash(*lines: str) -> Diagnosis:
         ),
         ("OSError: [Errno 98] Address already in use", Category.PORT_IN_USE),
         (
+            "torch.distributed.DistNetworkError: The server socket has failed to listen on any "
+            "local network address. port: 29500, code: -98, name: EADDRINUSE, message: address "
+            "already in use",
+            Category.PORT_IN_USE,
+        ),
+        (
+            "ValueError: Total number of attention heads (64) must be divisible by tensor "
+            "parallel size (6).",
+            Category.BAD_ARGS,
+        ),
+        (
             "zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:30124')",
             Category.PORT_IN_USE,
         ),
@@ -212,8 +223,8 @@ def test_specific_hints() -> None:
 
 
 def test_rule_table_is_data_driven() -> None:
-    """Every category except the generic CRASH has at least one rule row."""
-    assert {r.category for r in RULES} == set(Category) - {Category.CRASH}
+    """Every category has at least one rule row (CRASH only for SGLang's watchdog kill)."""
+    assert {r.category for r in RULES} == set(Category)
 
 
 # --- choosing the root cause, not the cascade ------------------------------------------------
@@ -323,6 +334,19 @@ def test_warning_lines_never_crash() -> None:
         "[2026-03-03 23:22:56] Load weight begin. avail mem=78.81 GB\n"
     )
     assert d.state is State.LOADING_WEIGHTS and d.category is None
+
+
+def test_sglang_watchdog_kill_is_the_root_cause() -> None:
+    d = diagnose_lines(
+        [
+            "[2026-11-30 10:30:00 TP0] Decode batch. #running-req: 3",
+            "[2026-11-30 10:35:00 TP0] Scheduler watchdog timeout (self.watchdog_timeout=300, "
+            "self.soft=False)",
+            SIGQUIT,
+        ]
+    )
+    assert (d.state, d.category, d.line) == (State.CRASHED, Category.CRASH, 2)
+    assert "py-spy" in (d.hint or "")
 
 
 def test_decode_retraction_is_not_a_crash() -> None:
