@@ -852,7 +852,7 @@ _DECOR = re.compile(
     r"^(?:\s*>\s?)+"  # markdown quotes
     r"|^\s*\([\w.-]+ pid=\d+(?:, ip=[\d.]+)?\)\s?"  # Ray: "(SGLangEngine pid=23902) "
     r"|^\s*\[\d{4}-\d\d-\d\dT[\d:.]+Z?\]\s?"  # CI: "[2025-11-06T02:10:00.702Z] "
-    r"|^\s*\d{4}-\d\d-\d\dT[\d:.]+Z?\s"  # kubectl --timestamps
+    r"|^\s*\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)?\s+(?:std(?:out|err) [FP] )?"  # kubectl/CRI
     r"|^\s*\d{4}-\d\d-\d\d [\d:,.]+ \| \w+ \| [\w.]+ \| "  # "date | ERROR | stderr | "
     r"|^[\w.-]+\s+\| "  # docker compose "name  | "
 )
