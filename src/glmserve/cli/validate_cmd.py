@@ -21,9 +21,23 @@ from glmserve.cli._app import app, emit_json, out
 from glmserve.errors import ConfigError, FlagValidationError
 from glmserve.scriptparse import LaunchInvocation, find_launch
 
-_HELP = """Check sglang.launch_server flags against one SGLang release's argparse, the way that release would parse them: unknown or renamed flags, invalid or removed choices, missing or extra values, bad numbers, abbreviations and ambiguous prefixes, deprecated flags, and known attention-backend pitfalls. Every problem is listed, one per line, with a fix where known.
-
-TARGET is a bash launch script (its `python3 -m sglang.launch_server ...` command is found, continuations and quotes resolved, and findings name script:line), or, after `--`, the server flags themselves.
+_SUMMARY = (
+    "Check sglang.launch_server flags against one SGLang release's argparse, the way that "
+    "release would parse them: unknown or renamed flags, invalid or removed choices, missing "
+    "or extra values, bad numbers, abbreviations and ambiguous prefixes, deprecated flags, and "
+    "known attention-backend pitfalls. Every problem is listed, one per line, with a fix where "
+    "known."
+)
+_TARGET = (
+    "TARGET is a bash launch script (its `python3 -m sglang.launch_server ...` command is "
+    "found, continuations and quotes resolved, and findings name script:line), or, after "
+    "`--`, the server flags themselves."
+)
+_HELP = (
+    _SUMMARY
+    + "\n\n"
+    + _TARGET
+    + """
 
 \b
 Exit codes:
@@ -37,6 +51,7 @@ Examples:
   glmserve validate --sglang-version 0.5.8 -- --model m --nsa-decode-backend trtllm
   glmserve validate --spec host-argspec.json -- --model m --attention-backend trtllm_mla
 """
+)
 
 
 @app.command("validate", help=_HELP)
