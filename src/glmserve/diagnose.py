@@ -72,9 +72,11 @@ READY an exception only counts with a cascade marker or a fatal rule, because SG
 per-request errors with tracebacks and keeps serving. A READY line after a generic exception
 with no cascade marker means that exception was not fatal.
 
-Patches: ``glmserve patch NAME active (sglang X, pid N)`` per worker -> ``patch_ranks_active``
-(TP rank from the prefix, else a ``rank N`` inside the parentheses, else the pid);
-``patch_active`` is ``"k/N"`` with N = tp_size.
+Patches (the glmserve_runtime log contract): ``glmserve runtime: patches armed: NAMES (pid N)``
+names the expected patches; ``glmserve patch NAME active (sglang X, pid N)`` per worker ->
+``patch_ranks_active`` (TP rank from the prefix, else a ``rank N`` inside the parentheses,
+else the pid); ``patch_active`` is ``"k/N"`` with N = tp_size (``"0/8"`` when armed but none
+active yet); ``glmserve patch NAME FAILED: why`` is CRASHED(PATCH_FAILED).
 """
 
 from __future__ import annotations
@@ -863,6 +865,8 @@ _PREFIX = re.compile(
 _TP_TAG = re.compile(r"\bTP(\d+)\b")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _PATCH_ACTIVE = re.compile(r"glmserve patch (?P<name>[\w.-]+) active \((?P<inner>[^)]*)\)")
+# glmserve_runtime, in every process: "glmserve runtime: patches armed: a, b (pid N)"
+_PATCH_ARMED = re.compile(r"glmserve runtime: patches armed: (?P<names>[\w.,\s-]+?)\s*\(pid")
 _SERVER_ARGS = re.compile(r"server_args=ServerArgs\(|ServerArgs\(model_path=")
 _ARG_PAIR = re.compile(r"\b([a-z_][a-z0-9_]*)=('[^']*'|\"[^\"]*\"|[^,()\s]+)")
 _MAX_TOTAL = re.compile(r"max_total_num_tokens=(\d+).*?max_running_requests=(\d+)")
@@ -1029,6 +1033,13 @@ class LogDiagnoser:
             pa = _PATCH_ACTIVE.search(body)
             if pa:
                 self._record_patch(pa, tags)
+                return
+        if "patches armed:" in body:
+            armed = _PATCH_ARMED.search(body)
+            if armed:
+                for name in re.split(r"[,\s]+", armed.group("names")):
+                    if name and name not in self._patches:
+                        self._patches.append(name)
                 return
         if not _has_any(low, _KEYWORDS):
             if not after_frame:

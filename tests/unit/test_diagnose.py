@@ -471,6 +471,16 @@ def test_patch_active_counts_distinct_ranks() -> None:
     assert d.state is State.STARTING
 
 
+def test_armed_patches_show_zero_active_until_workers_report() -> None:
+    armed = "glmserve runtime: patches armed: flashinfer_mla_gather_cast (pid 4000)"
+    d = diagnose_lines([ARGS, armed])
+    assert d.patches == ["flashinfer_mla_gather_cast"] and d.patch_active == "0/8"
+    d = diagnose_lines(
+        [ARGS, armed, "glmserve patch flashinfer_mla_gather_cast active (sglang 0.5.9, pid 4001)"]
+    )
+    assert d.patch_active == "1/8"
+
+
 def test_patch_lines_without_prefix_count_pids() -> None:
     d = diagnose_text(
         "glmserve patch p1 active (sglang 0.5.8, pid 11)\n"
