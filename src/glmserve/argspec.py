@@ -114,6 +114,7 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):
         module = _StubModule(spec.name)
         module.__path__ = []
+        module.__version__ = "0.0.0"
         return module
 
     def exec_module(self, module):
