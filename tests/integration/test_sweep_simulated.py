@@ -153,3 +153,33 @@ def test_ctrl_c_mid_sweep_stops_the_server_and_resume_continues():
     assert [r["status"] for r in final["rows"]] == ["ok", "crashed", "ok"]
     for p in kept:
         assert f"{p}: " in resumed.stderr and "(kept from before)" in resumed.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.sshd
+def test_sweep_over_ssh_captures_traces_and_stops_every_server(ssh_host):
+    """Remote host through a real sshd: launch, watch, bench, profile capture (traces copied
+    back over the ssh transport), stop, for each profile."""
+    from glmserve.hosts import get_host
+    from glmserve.lifecycle import probe_group
+    from glmserve.store import RunStore
+    from glmserve.transport import SshTransport
+
+    port = free_port()
+    proc = subprocess.run(
+        glmserve("sweep", "--simulate", "--host", ssh_host, "--profiles", "trtllm_mla,cutlass_mla",
+                 "--set", f"server.port={port}", "--set", "sim.speed=50", "--output-len", "24",
+                 "--num-prompts", "2", "--profile-steps", "2", "--json"),
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    assert [r["status"] for r in data["rows"]] == ["crashed", "ok"]
+    trace = data["entries"][1]["trace"]
+    assert len(trace["ranks"]) == 8 and trace["ranks"][0]["top_kernels"]
+    t = SshTransport(get_host(ssh_host))
+    with RunStore.open() as store:
+        for row in data["rows"]:
+            run = store.get_run(row["run_id"])
+            assert run.host == ssh_host
+            assert probe_group(t, run.pgid).live_pids == []
