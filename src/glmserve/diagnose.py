@@ -91,6 +91,8 @@ from typing import Any
 
 MAX_LINE_CHARS = 16_384  # longer lines are cut before matching (server_args lines are ~6K)
 MAX_ROOT_CAUSE_CHARS = 600
+# After READY an exception without a cascade marker within this many lines was survived.
+_POST_READY_CANDIDATE_LINES = 200
 
 
 class State(str, Enum):
@@ -1084,11 +1086,11 @@ class LogDiagnoser:
             soft = bool(_SOFT_LEVEL.match(stripped)) and r.category is not C.PATCH_FAILED
             errorish = is_exc or bool(_ERROR_LEVEL.search(stripped))
             if not r.fatal or soft or (r.needs_error and not errorish):
-                if self._warning is None:
+                if self._stale(self._warning, n):
                     self._warning = cand
                 self._maybe_crash(fatal=False)
             elif r.weak:
-                if self._generic is None:
+                if self._stale(self._generic, n):
                     self._generic = cand
                 self._maybe_crash(fatal=False, exception=True)
             else:
@@ -1098,7 +1100,7 @@ class LogDiagnoser:
             return
         if is_exc:
             cat = self._frame_ctx or C.CRASH
-            if self._generic is None:
+            if self._stale(self._generic, n):
                 self._generic = _Candidate(
                     n, stripped[:MAX_ROOT_CAUSE_CHARS], cat, self._ctx_hint(cat, stripped), 0
                 )
@@ -1106,6 +1108,17 @@ class LogDiagnoser:
             self._maybe_crash(fatal=False, exception=True)
             return
         self._progress(body, n)
+
+    def _stale(self, cand: _Candidate | None, n: int) -> bool:
+        """May a new candidate replace ``cand``? Only if there is none, or - after READY, with
+        no crash yet - if it is an old per-request error that the server survived."""
+        if cand is None:
+            return True
+        return (
+            not self._crashed
+            and self._phase is State.READY
+            and n - cand.line > _POST_READY_CANDIDATE_LINES
+        )
 
     def _ctx_hint(self, cat: Category, line: str) -> str:
         whole = re.match(r"(?P<msg>.*)", line)

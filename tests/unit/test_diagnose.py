@@ -410,6 +410,17 @@ def test_request_error_after_ready_keeps_ready_but_a_dead_scheduler_crashes() ->
     )
 
 
+def test_old_survived_request_error_is_not_the_root_of_a_later_crash() -> None:
+    lines = [
+        "[2026-11-30 10:05:00] The server is fired up and ready to roll!",
+        "ValueError: The input (200000 tokens) is longer than the model's context length",
+    ]
+    lines += [f"[2026-11-30 10:06:00 TP0] Decode batch. #running-req: {i}" for i in range(300)]
+    lines += ["AssertionError: bad batch state", SIGQUIT]
+    d = diagnose_lines(lines)
+    assert (d.state, d.line) == (State.CRASHED, 303)
+
+
 # --- phases ----------------------------------------------------------------------------------
 
 
