@@ -16,7 +16,11 @@ import pytest
 from glmserve.bench import groundtruth as gt
 from glmserve.cli import main
 
-SIM = ["--tp-size", "2", "--disable-cuda-graph", "--sim-speed", "20"]
+# ~50 tok/s per stream (20 ms ITL): scheduling jitter of a busy 2-core box (a few ms at the
+# ends of a stream) stays well under the 1% being checked.
+SIM = ["--tp-size", "2", "--disable-cuda-graph", "--sim-speed", "5"]
+# 256 streams need a faster server to finish quickly; the aggregate is a window average
+SIM_FAST = ["--tp-size", "2", "--disable-cuda-graph", "--sim-speed", "20"]
 
 
 def bench(capsys, url: str, *args: str) -> dict:
@@ -33,15 +37,15 @@ def trace(url: str) -> dict:
 
 def test_single_stream_decode_and_itl_match_ground_truth(capsys, start_simulator):
     sim = start_simulator(*SIM)
-    res = bench(capsys, sim.url, "--mode", "decode", "--num-prompts", "4", "--output-len", "96")
+    res = bench(capsys, sim.url, "--mode", "decode", "--num-prompts", "3", "--output-len", "64")
     lv = res["levels"][0]
-    assert lv["errors"] == 0 and lv["completed"] == 4
-    assert lv["output_tokens"] == 4 * 96  # the server's counts, exactly
+    assert lv["errors"] == 0 and lv["completed"] == 3
+    assert lv["output_tokens"] == 3 * 64  # the server's counts, exactly
     tr = trace(sim.url)
     since = lv["window_start"]
     truth_rate = gt.truth_decode_tok_s(tr, since)
     truth_itl_ms = gt.truth_itl_p50(tr, since) * 1000
-    assert truth_rate and truth_rate > 50  # the simulator really streamed at speed
+    assert truth_rate and truth_rate > 20  # the simulator really streamed
     assert res["decode_tok_s"] == pytest.approx(truth_rate, rel=0.01)
     assert lv["itl_ms"]["p50"] == pytest.approx(truth_itl_ms, rel=0.05)
     assert lv["tpot_ms"]["p50"] == pytest.approx(1000 / res["decode_tok_s"], rel=0.05)
@@ -49,7 +53,7 @@ def test_single_stream_decode_and_itl_match_ground_truth(capsys, start_simulator
 
 @pytest.mark.slow
 def test_aggregate_tok_s_at_concurrency_256_matches_ground_truth(capsys, start_simulator):
-    sim = start_simulator(*SIM)
+    sim = start_simulator(*SIM_FAST)
     res = bench(capsys, sim.url, "--mode", "concurrency", "--concurrency", "256",
                 "--num-prompts", "512", "--output-len", "64", "--input-len", "32")  # fmt: skip
     lv = res["levels"][0]
@@ -68,6 +72,8 @@ def test_aggregate_tok_s_at_concurrency_256_matches_ground_truth(capsys, start_s
 def test_multi_token_chunks_give_same_counts_and_rates(capsys, start_simulator):
     one = start_simulator(*SIM, "--sim-tokens-per-chunk", "1")
     four = start_simulator(*SIM, "--sim-tokens-per-chunk", "4")
+    for h in (one, four):
+        assert httpx.get(h.url + "/sim/trace").json()["tokens_per_chunk"] in (1, 4)
     args = ("--mode", "decode", "--num-prompts", "3", "--output-len", "64")
     r1, r4 = bench(capsys, one.url, *args), bench(capsys, four.url, *args)
     assert r1["levels"][0]["output_tokens"] == r4["levels"][0]["output_tokens"] == 3 * 64
@@ -76,10 +82,10 @@ def test_multi_token_chunks_give_same_counts_and_rates(capsys, start_simulator):
         truth = gt.truth_decode_tok_s(trace(sim.url), res["levels"][0]["window_start"])
         assert res["decode_tok_s"] == pytest.approx(truth, rel=0.01)
     # under concurrency too: same tokens, same aggregate rate
-    cargs = ("--mode", "concurrency", "--concurrency", "16", "--num-prompts", "32",
+    cargs = ("--mode", "concurrency", "--concurrency", "16", "--num-prompts", "16",
              "--output-len", "64")  # fmt: skip
     c1, c4 = bench(capsys, one.url, *cargs), bench(capsys, four.url, *cargs)
-    assert c1["levels"][0]["output_tokens"] == c4["levels"][0]["output_tokens"] == 32 * 64
+    assert c1["levels"][0]["output_tokens"] == c4["levels"][0]["output_tokens"] == 16 * 64
     assert c4["levels"][0]["output_tok_s"] == pytest.approx(
         c1["levels"][0]["output_tok_s"], rel=0.03
     )
