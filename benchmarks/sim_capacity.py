@@ -9,7 +9,7 @@ whole-pool cast), opens N concurrent streaming ``/generate`` requests over raw a
 * every steady decode step's achieved duration (gap between the server's emission times of
   consecutive steps, from ``/sim/trace``) with its configured duration (model_s * time_scale).
 
-Usage: python benchmarks/sim_capacity.py [--streams 1000] [--output-len 200] [--target 25000]
+Usage: python benchmarks/sim_capacity.py [--streams 1000] [--output-len 300] [--target 25000]
 """
 
 from __future__ import annotations
@@ -108,8 +108,8 @@ def get_json(url: str) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--streams", type=int, default=1000)
-    ap.add_argument("--input-len", type=int, default=64)
-    ap.add_argument("--output-len", type=int, default=200)
+    ap.add_argument("--input-len", type=int, default=16)
+    ap.add_argument("--output-len", type=int, default=300)
     ap.add_argument("--target", type=float, default=25000.0, help="configured tokens/s")
     args = ap.parse_args()
 
