@@ -31,6 +31,7 @@ from typing import Any, TextIO
 from glmserve.errors import ConfigError
 
 ANALYSIS_VERSION = 1
+PROFILED_EVENT = "PROFILED"  # run-store event holding summarize_analysis() of a capture
 
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
@@ -689,6 +690,30 @@ def analyze_traces(paths: Iterable[str | Path], steps_hint: int | None = None) -
     return TraceAnalysis(ranks=ranks, findings=find_bottlenecks(ranks))
 
 
+def summarize_analysis(analysis: TraceAnalysis, top: int = 5) -> dict[str, Any]:
+    """The part of an analysis worth storing (sweep.json, the run's events): per rank the
+    step time and top kernels/ops, plus every finding."""
+    return {
+        "version": analysis.version,
+        "ranks": [
+            {
+                "rank": r.rank,
+                "step_ms": r.step_us / 1000,
+                "steps": r.steps,
+                "top_kernels": [
+                    {"name": k.short_name, "share": k.share, "kind": k.kind}
+                    for k in r.kernels[:top]
+                ],
+                "top_ops": [
+                    {"name": o.name, "label": o.label, "share": o.share} for o in r.ops[:top]
+                ],
+            }
+            for r in analysis.ranks
+        ],
+        "findings": [asdict(f) for f in analysis.findings],
+    }
+
+
 def find_trace_files(directory: Path) -> list[Path]:
     """Trace files under a directory, SGLang's naming first (``*.trace.json.gz``)."""
     files = sorted(p for p in directory.rglob("*") if p.is_file() and _is_trace_name(p.name))
@@ -959,7 +984,11 @@ def capture_profile(
         (local / name).write_bytes(data)
         paths.append(local / name)
     say(f"fetched {len(paths)} trace file(s) to {local}")
-    return analyze_traces(paths, steps_hint=steps)
+    analysis = analyze_traces(paths, steps_hint=steps)
+    summary = {**summarize_analysis(analysis), "traces": str(local), "load": load}
+    with RunStore.open() as store:  # `glmserve report RUN` shows these findings
+        store.add_event(run.run_id, PROFILED_EVENT, None, summary)
+    return analysis
 
 
 def _wait_for_traces(t: Any, remote_dir: str, want: int, deadline: float) -> list[str]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from glmserve.errors import ConfigError, RunNotFound
+from glmserve.profiler import PROFILED_EVENT
 from glmserve.sweep import OK, Sweep, list_sweep_ids, load_sweep, sweep_rows
 
 PALETTE = ["#4269d0", "#efb118", "#ff725c", "#6cc5b0", "#3ca951", "#ff8ab7", "#a463f2", "#97bbf5"]
@@ -97,8 +98,11 @@ def series_from_sweep(sweep: Sweep) -> list[ReportSeries]:
     return out
 
 
-def series_from_run(run: dict[str, Any], bench: list[dict[str, Any]]) -> ReportSeries:
-    """Pure: a stored run plus its bench results (newest first, as the store lists them)."""
+def series_from_run(
+    run: dict[str, Any], bench: list[dict[str, Any]], profiled: dict[str, Any] | None = None
+) -> ReportSeries:
+    """Pure: a stored run plus its bench results (newest first, as the store lists them) and
+    the summary of its latest profiler capture, if any."""
     from glmserve.sweep import SweepEntry
 
     results = [b.get("result", b) for b in bench]
@@ -119,6 +123,7 @@ def series_from_run(run: dict[str, Any], bench: list[dict[str, Any]]) -> ReportS
         throughput=entry.aggregate_tok_s(),
         latency=lat,
         latency_level=level or None,
+        findings=[f["message"] for f in (profiled or {}).get("findings", [])],
     )
 
 
@@ -162,7 +167,16 @@ def load_report_data(ids: list[str]) -> ReportData:
                 raise RunNotFound(
                     f"{ident!r} is neither a sweep nor a run (see `glmserve runs`)"
                 ) from exc
-            series.append(series_from_run(run.to_dict(), store.list_bench_results(run.run_id)))
+            profiled = [
+                e["data"] for e in store.list_events(run.run_id) if e["state"] == PROFILED_EVENT
+            ]
+            series.append(
+                series_from_run(
+                    run.to_dict(),
+                    store.list_bench_results(run.run_id),
+                    profiled[-1] if profiled else None,
+                )
+            )
             titles.append(f"run {run.run_id}")
     finally:
         if store is not None:

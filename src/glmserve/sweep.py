@@ -593,7 +593,7 @@ class LifecycleBackend(SweepBackend):
         return outcome.result.to_dict()
 
     def capture(self, run_id: str, opts: SweepOptions) -> dict[str, Any]:
-        from glmserve.profiler import capture_profile
+        from glmserve.profiler import capture_profile, summarize_analysis
 
         analysis = capture_profile(run_id, steps=opts.capture_steps, load="decode")
         return summarize_analysis(analysis)
@@ -609,25 +609,3 @@ class LifecycleBackend(SweepBackend):
             for r in self.store.list_runs(host=self.host.name)
             if r.profile == profile and r.created_at >= since - 1.0 and r.state != "STOPPED"
         ]
-
-
-def summarize_analysis(analysis: Any, top: int = 5) -> dict[str, Any]:
-    """The part of a TraceAnalysis worth keeping in sweep.json (top kernels/ops, findings)."""
-    return {
-        "ranks": [
-            {
-                "rank": r.rank,
-                "step_ms": r.step_us / 1000,
-                "steps": r.steps,
-                "top_kernels": [
-                    {"name": k.short_name, "share": k.share, "kind": k.kind}
-                    for k in r.kernels[:top]
-                ],
-                "top_ops": [
-                    {"name": o.name, "label": o.label, "share": o.share} for o in r.ops[:top]
-                ],
-            }
-            for r in analysis.ranks
-        ],
-        "findings": [asdict(f) for f in analysis.findings],
-    }

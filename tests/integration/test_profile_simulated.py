@@ -67,7 +67,7 @@ def test_profile_finds_the_cast_only_where_the_backend_casts(
 
 
 @pytest.mark.slow
-def test_profile_text_output_and_bad_load(launched):
+def test_profile_text_output_bad_load_and_report_of_the_run(launched, tmp_path):
     run_id = launched("flashinfer")
     bad = glmserve("profile", run_id, "--load", "burst")
     assert bad.returncode == 2 and "--load: expected decode or concurrency:C" in bad.stderr
@@ -76,3 +76,7 @@ def test_profile_text_output_and_bad_load(launched):
     assert "rank 0:" in res.stdout and "top GPU kernels" in res.stdout
     assert "rank 7:" in res.stdout  # other ranks get one line each
     assert "[high] aten::copy_ (fp8 -> " in res.stdout
+    html = tmp_path / "run.html"
+    rep = glmserve("report", run_id, "--html", str(html))
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    assert 'class="findings"' in html.read_text() and "aten::copy_ (fp8 -&gt; " in html.read_text()

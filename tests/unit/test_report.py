@@ -167,6 +167,12 @@ def test_report_loads_stored_sweeps_and_runs_and_rejects_unknown_ids():
         load_report_data(["nope"])
 
 
+def test_run_series_carries_its_latest_profiler_findings():
+    run = {"run_id": "r1", "profile": "flashinfer", "state": "READY"}
+    s = series_from_run(run, bench_pair(10.0), {"findings": [{"message": "cast takes 60%"}]})
+    assert s.findings == ["cast takes 60%"] and s.status == OK
+
+
 def test_run_without_bench_is_listed_with_its_crash():
     s = series_from_run(
         {
