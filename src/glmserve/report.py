@@ -21,7 +21,7 @@ from typing import Any
 
 from glmserve.errors import ConfigError, RunNotFound
 from glmserve.profiler import PROFILED_EVENT
-from glmserve.sweep import OK, Sweep, list_sweep_ids, load_sweep, sweep_rows
+from glmserve.sweep import OK, Sweep, list_sweep_ids, load_sweep, speed_note, sweep_rows
 
 PALETTE = ["#4269d0", "#efb118", "#ff725c", "#6cc5b0", "#3ca951", "#ff8ab7", "#a463f2", "#97bbf5"]
 PERCENTILES = ("p50", "p90", "p99")
@@ -53,6 +53,7 @@ class ReportData:
     sources: list[str]
     series: list[ReportSeries]
     generated_at: float = field(default_factory=time.time)
+    notes: list[str] = field(default_factory=list)  # e.g. "simulated at sim.speed=20 ..."
 
 
 # --------------------------------------------------------------------------- inputs
@@ -150,12 +151,17 @@ def load_report_data(ids: list[str]) -> ReportData:
     sweeps = set(list_sweep_ids())
     series: list[ReportSeries] = []
     titles = []
+    notes: list[str] = []
     store = None
     try:
         for ident in ids:
             if ident in sweeps:
-                series += series_from_sweep(load_sweep(ident))
+                sw = load_sweep(ident)
+                series += series_from_sweep(sw)
                 titles.append(f"sweep {ident}")
+                note = speed_note(sw)
+                if note and note not in notes:
+                    notes.append(note)
                 continue
             if store is None:
                 from glmserve.store import RunStore
@@ -182,7 +188,10 @@ def load_report_data(ids: list[str]) -> ReportData:
         if store is not None:
             store.close()
     return ReportData(
-        title="glmserve report: " + ", ".join(titles), sources=ids, series=with_speedups(series)
+        title="glmserve report: " + ", ".join(titles),
+        sources=ids,
+        series=with_speedups(series),
+        notes=notes,
     )
 
 
@@ -204,6 +213,8 @@ def _nice_max(v: float) -> float:
 
 
 def _num(v: float) -> str:
+    if v == 0:
+        return "0"
     return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 1 else f"{v:.2f}"
 
 
@@ -347,7 +358,8 @@ def line_chart(
 def _no_data(chart: str, title: str) -> str:
     return (
         f'<p class="no-data" data-chart="{_e(chart)}">'
-        f"{_e(title)}: no data in the selected results</p>"
+        f"{_e(title)}: no data in the selected results"
+        f"{' (bench with --bench concurrency)' if chart == 'throughput' else ''}</p>"
     )
 
 
@@ -425,7 +437,8 @@ _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d1d1f}
 h1{font-size:20px} h2{font-size:16px;margin-top:28px}
 table{border-collapse:collapse;font-size:13px} th,td{border:1px solid #ddd;padding:4px 8px}
-th{background:#f4f4f6;text-align:left} td.num{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f4f4f6;text-align:left} td.diag{max-width:460px;font-size:12px}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.status-ok td.status{color:#18794e} tr:not(.status-ok) td.status{color:#b42318;font-weight:600}
 svg.chart{display:block;margin:12px 0;background:#fff;border:1px solid #eee}
 svg .title{font-size:14px;font-weight:600}
@@ -456,7 +469,7 @@ def render_html(data: ReportData) -> str:
             f'<td class="num">{_fmt(s.ttft_ms)}</td>',
             *[f'<td class="num">{_fmt(s.throughput.get(c))}</td>' for c in levels],
             f'<td class="num">{"-" if s.speedup is None else f"{s.speedup:.2f}x"}</td>',
-            f"<td>{_e(s.diagnosis)}{' — ' + _e(s.hint) if s.hint else ''}</td>",
+            f'<td class="diag">{_e(s.diagnosis)}{" — " + _e(s.hint) if s.hint else ""}</td>',
         ]
         rows.append(
             f'<tr class="status-{_e(s.status)}" data-series="{_e(s.name)}">{"".join(cells)}</tr>'
@@ -494,7 +507,8 @@ def render_html(data: ReportData) -> str:
         f"<title>{_e(data.title)}</title><style>{_CSS}</style></head><body>"
         f'<h1>{_e(data.title)}</h1><p class="meta">generated {stamp} from stored results '
         f"({_e(', '.join(data.sources))}); nothing was re-measured.</p>"
-        f"<h2>Summary</h2>{table}<h2>Charts</h2>{charts}{extra}</body></html>\n"
+        + "".join(f'<p class="meta note">{_e(n)}</p>' for n in data.notes)
+        + f"<h2>Summary</h2>{table}<h2>Charts</h2>{charts}{extra}</body></html>\n"
     )
 
 
