@@ -112,7 +112,7 @@ def _load_file(path: Path) -> dict[str, HostConfig]:
         raise ConfigError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from exc
     if data is None:
         return {}
-    if not isinstance(data, dict) or not isinstance(data.get("hosts", {}), dict):
+    if not isinstance(data, dict) or not isinstance(data.get("hosts") or {}, dict):
         raise ConfigError(f"{path}:1: expected a mapping with a 'hosts:' mapping of name -> host")
     extra = set(data) - {"hosts"}
     lines = _key_lines(path, text)

@@ -341,14 +341,19 @@ def open_endpoint(run_id: str) -> Iterator[str]:
         yield f"http://127.0.0.1:{local_port}"
 
 
-def health_ok(base_url: str, timeout: float = 1.0) -> bool:
-    """``GET /health`` answered 200."""
+def health_status(base_url: str, timeout: float = 1.0) -> int | None:
+    """Status code of ``GET /health``; None when nothing answered."""
     import httpx
 
     try:
-        return httpx.get(f"{base_url}/health", timeout=timeout).status_code == 200
+        return httpx.get(f"{base_url}/health", timeout=timeout).status_code
     except httpx.HTTPError:
-        return False
+        return None
+
+
+def health_ok(base_url: str, timeout: float = 1.0) -> bool:
+    """``GET /health`` answered 200."""
+    return health_status(base_url, timeout) == 200
 
 
 def quote_argv(argv: list[str]) -> str:

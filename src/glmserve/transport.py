@@ -201,6 +201,8 @@ class SshTransport(Transport):
         self.host = host
         self.target: str = host.target
         self.control_path = self._control_path()
+        self.reconnects = 0  # masters restarted after one died (for watch reports and tests)
+        self._had_master = False
 
     def _control_path(self) -> str:
         key = "|".join(
@@ -256,6 +258,18 @@ class SshTransport(Transport):
         return argv
 
     # -- the master connection ------------------------------------------------------------
+    def _socket_live(self) -> bool:
+        """Cheap check (no subprocess) that a master listens on the control socket."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(2)
+            s.connect(self.control_path)
+            return True
+        except OSError:
+            return False
+        finally:
+            s.close()
+
     def master_alive(self) -> bool:
         if not os.path.exists(self.control_path):
             return False
@@ -298,6 +312,9 @@ class SshTransport(Transport):
                 raise TransportError(f"ssh {self.host.name}: connection timed out") from exc
         if p.returncode != 0:
             raise TransportError(f"ssh {self.host.name} ({self.target}): {_ssh_error(errfile)}")
+        if self._had_master:
+            self.reconnects += 1
+        self._had_master = True
         # -f returns once authenticated; the socket appears a moment later.
         deadline = time.monotonic() + 5
         while not os.path.exists(self.control_path) and time.monotonic() < deadline:
@@ -316,7 +333,9 @@ class SshTransport(Transport):
     ) -> tuple[int, bytes, bytes, float]:
         """Run over the master; if ssh itself fails (255), reconnect once and retry."""
         for attempt in (0, 1):
-            if not os.path.exists(self.control_path):
+            if self._socket_live():
+                self._had_master = True
+            else:  # missing, or a dead master's stale socket
                 self.connect()
             t0 = time.perf_counter()
             argv = [*self.ssh_base(), self.target, "--", "bash -c " + shlex.quote(cmd)]

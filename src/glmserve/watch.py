@@ -20,9 +20,9 @@ from typing import Any
 
 from glmserve.diagnose import Diagnosis, LogDiagnoser, State, phase_stall_budget
 from glmserve.errors import TransportError
-from glmserve.lifecycle import health_ok, run_ownership
+from glmserve.lifecycle import health_ok, health_status, run_ownership
 from glmserve.store import RunRecord, RunStore
-from glmserve.transport import Transport
+from glmserve.transport import READ_CHUNK, Transport
 
 DEFAULT_POLL_S = 1.0
 RECONNECT_GIVE_UP_S = 120.0  # a connection down this long ends the watch (exit 5)
@@ -97,6 +97,7 @@ class Watcher:
         self._fwd = contextlib.ExitStack()
         self.reconnect_give_up_s = reconnect_give_up_s
         self.diag = LogDiagnoser()
+        self.chunk = READ_CHUNK
         self.lines = LineSplitter()
         self.offset = 0
         self.last_line = ""
@@ -105,19 +106,24 @@ class Watcher:
 
     # -- one poll ------------------------------------------------------------------------
     def _read_new(self) -> bool:
-        """Feed all bytes written since the last poll; True if there were any."""
+        """Feed the bytes written since the last poll; True if there were any.
+
+        One read per poll, unless a read came back full (a backlog): a server that logs
+        non-stop must not keep the watcher from checking processes and verdicts.
+        """
         got = False
         while True:
-            data, new = self.t.read_from(self.run.log_path, self.offset)
+            data, new = self.t.read_from(self.run.log_path, self.offset, self.chunk)
             if new < self.offset or (not data and new != self.offset):  # truncated
                 self.lines = LineSplitter()
+            self.offset = new
             if not data:
-                self.offset = new
                 return got
             got = True
-            self.offset = new
             for line in self.lines.feed(data):
                 self._feed(line)
+            if len(data) < self.chunk or self.diag.diagnosis.state is State.CRASHED:
+                return got
 
     def _feed(self, line: str) -> None:
         if line.strip():
@@ -192,6 +198,8 @@ class Watcher:
         while True:
             tick_start = time.monotonic()
             note = ""
+            resume_at = self.offset
+            conn_before = getattr(self.t, "reconnects", 0)
             try:
                 if self._read_new():
                     last_progress = time.monotonic()
@@ -199,8 +207,11 @@ class Watcher:
                 if d.state is State.CRASHED:
                     return self._finish("CRASHED", d, started)
                 own = run_ownership(self.t, self.run)
-                if down_since is not None:
-                    self.offsets_after_reconnect.append(self.offset)
+                if down_since is not None or getattr(self.t, "reconnects", 0) > conn_before:
+                    # A new ssh master was needed: this poll resumed at resume_at.
+                    if down_since is None:
+                        self.reconnects += 1
+                    self.offsets_after_reconnect.append(resume_at)
                     down_since = None
                     self._open_health()
             except TransportError as exc:
@@ -284,14 +295,24 @@ def assess_run(run: RunRecord, store: RunStore, t: Transport | None = None) -> d
     d = diag.diagnosis
     state, fields = run.state, {}
     healthy: bool | None = None
+    code: int | None = None
     if own.alive:
         missing = [p for p in run.meta.get("ready_pids", []) if p not in own.pids]
+        was_ready = run.ready_at is not None
         with contextlib.ExitStack() as stack:
             try:
                 local = stack.enter_context(t.forward(run.port))
-                healthy = health_ok(f"http://127.0.0.1:{local}", timeout=2.0)
+                code = health_status(f"http://127.0.0.1:{local}", timeout=2.0)
+                if code != 200 and was_ready:  # one more look: a busy server may be slow
+                    time.sleep(1.0)
+                    code = health_status(f"http://127.0.0.1:{local}", timeout=2.0)
+                healthy = code == 200
             except TransportError:
                 healthy = None
+        hint = (
+            "SGLang does not notice a dead worker (/health only turns 503): read "
+            f"`glmserve logs {run.run_id} -n 100`, then `glmserve stop {run.run_id}`"
+        )
         if d.state is State.CRASHED:
             state = "CRASHED"
         elif missing:
@@ -299,8 +320,15 @@ def assess_run(run: RunRecord, store: RunStore, t: Transport | None = None) -> d
             fields = {
                 "category": "CRASH",
                 "root_cause": f"process(es) {missing} of the run died after READY",
-                "hint": "SGLang does not notice a dead worker (/health only turns 503): read "
-                f"`glmserve logs {run.run_id} -n 100`, then `glmserve stop {run.run_id}`",
+                "hint": hint,
+            }
+        elif was_ready and healthy is False:
+            state = "CRASHED"
+            fields = {
+                "category": "CRASH",
+                "root_cause": f"GET /health -> {code or 'no answer'} after READY while the "
+                "server process is up: a worker likely died",
+                "hint": hint,
             }
         elif healthy or d.state is State.READY:
             state = "READY"

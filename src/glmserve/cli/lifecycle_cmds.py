@@ -198,7 +198,7 @@ def launch(
             result = watcher.watch()
     except KeyboardInterrupt:
         err.print(f"stopped watching: {_how_to(run.run_id)}", highlight=False, markup=False)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise SystemExit(EXIT_INTERRUPTED) from None  # main() ignores a typer.Exit code
     except TransportError as exc:
         raise TransportError(f"{exc}; {_how_to(run.run_id)}") from exc
     if json_out:
