@@ -29,7 +29,13 @@ from glmserve.bench.runner import (
     run_level,
     run_warmup,
 )
-from glmserve.errors import ConfigError
+from glmserve.errors import EXIT_INTERRUPTED, ConfigError, GlmserveError
+
+
+class BenchInterrupted(GlmserveError):
+    """Ctrl-C during a bench: the partial result was printed and stored, marked incomplete."""
+
+    exit_code = EXIT_INTERRUPTED
 
 
 @dataclass

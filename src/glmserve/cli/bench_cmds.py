@@ -11,7 +11,7 @@ import typer
 
 from glmserve.bench.results import parse_output_gate, render_plain, render_table
 from glmserve.bench.runner import BenchSettings, LevelRun, Progress
-from glmserve.bench.session import Gates, run_bench
+from glmserve.bench.session import BenchInterrupted, Gates, run_bench
 from glmserve.cli._app import app, emit_json, err, is_interactive, out
 from glmserve.errors import BenchmarkGateFailed, ConfigError, TransportError
 
@@ -177,7 +177,8 @@ def bench(
         if outcome.result_id is not None:
             out.print(f"stored as bench result {outcome.result_id}", highlight=False)
     if outcome.interrupted:
-        raise KeyboardInterrupt
+        where = f" as bench result {outcome.result_id}" if outcome.result_id is not None else ""
+        raise BenchInterrupted(f"interrupted: partial results stored{where}, marked incomplete")
     if res.stopped and res.stopped.startswith("server unreachable"):
         raise TransportError(res.stopped)
     failed = [g for g in res.gates if not g["ok"]]

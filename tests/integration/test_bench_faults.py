@@ -1,0 +1,93 @@
+"""Faults through the real console entry point against the simulator: a server that dies
+mid-run, and Ctrl-C. Both must end promptly, print and store the partial result marked
+incomplete, and exit with the documented code (5 transport, 130 interrupted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from glmserve.store import RunStore
+
+SIM = ["--tp-size", "2", "--disable-cuda-graph", "--sim-speed", "5"]
+
+
+def start_bench(url: str, *args: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-c", "from glmserve.cli import main; main()", "bench", "--url", url,
+           "--json", "--warmup", "0", *args]  # fmt: skip
+    # A shell starts background jobs with SIGINT ignored and children inherit that; restore
+    # the default so the child behaves like a foreground command receiving Ctrl-C.
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def wait_finished_requests(url: str, n: int, timeout: float = 30.0) -> None:
+    """Poll the simulator's trace until ``n`` requests have produced all their tokens."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reqs = httpx.get(url + "/sim/trace", timeout=5).json()["requests"].values()
+        if sum(1 for r in reqs if r["finish"]) >= n:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {n} requests finished within {timeout}s")
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, dict, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"bench did not end within {timeout}s:\n{err[-2000:]}") from None
+    return proc.returncode, (json.loads(out) if out.strip() else {}), err
+
+
+@pytest.mark.slow
+def test_dead_server_mid_run_ends_promptly_with_partial_results(start_simulator):
+    sim = start_simulator(*SIM)
+    proc = start_bench(sim.url, "--mode", "concurrency", "--concurrency", "4",
+                       "--num-prompts", "400", "--output-len", "48")  # fmt: skip
+    wait_finished_requests(sim.url, 4)
+    sim.stop()  # SIGKILL the simulator's process group
+    t0 = time.monotonic()
+    code, data, err = finish(proc, timeout=20)
+    assert time.monotonic() - t0 < 10  # promptly, not after stall timeouts
+    assert code == 5, err
+    assert sim.url in err.strip().splitlines()[-1]
+    assert data["complete"] is False and "server unreachable" in data["stopped"]
+    lv = data["levels"][0]
+    assert lv["completed"] >= 4 and lv["errors"] >= 1 and lv["requests"] < 400
+    with RunStore.open() as store:
+        stored = store.get_bench_result(data["id"])
+    assert stored["result"]["complete"] is False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_saves_partial_results_marked_incomplete(start_simulator, workers):
+    sim = start_simulator(*SIM)
+    proc = start_bench(sim.url, "--mode", "concurrency", "--concurrency", "4", "--workers",
+                       workers, "--num-prompts", "400", "--output-len", "48")  # fmt: skip
+    wait_finished_requests(sim.url, 4)
+    os.kill(proc.pid, signal.SIGINT)  # the bench process we started, by its pid
+    code, data, err = finish(proc, timeout=20)
+    assert code == 130, err
+    assert data["complete"] is False and data["stopped"].startswith("interrupted")
+    lv = data["levels"][0]
+    assert lv["completed"] >= 4
+    assert lv["requests"] < 400
+    assert lv["output_tok_s"] is None or lv["output_tok_s"] > 0
+    with RunStore.open() as store:
+        assert store.get_bench_result(data["id"])["result"]["stopped"].startswith("interrupted")
