@@ -28,4 +28,6 @@ def simulate(ctx: typer.Context) -> None:
     if not args or any(a in ("--help", "-h", "--sim-help") for a in args):
         typer.echo(SIM_HELP, nl=False)
         raise typer.Exit(0)
-    raise typer.Exit(main(args))
+    # SystemExit, not typer.Exit: with standalone_mode=False click would swallow the latter's
+    # code, and the simulator's status (2 usage, 1 port in use) is the contract.
+    raise SystemExit(main(args))

@@ -105,6 +105,18 @@ class _Group:
         if self.left <= 0 and not self.fut.done():
             self.fut.set_result(None)
 
+    def abort_on_close(self, conn: Connection, reqs: list[Request]) -> None:
+        """Client went away: drop its requests (as SGLang aborts them) and end the handler."""
+
+        def _closed() -> None:
+            for r in reqs:
+                if not r.finished:
+                    r.abort()
+            if not self.fut.done():
+                self.fut.set_result(None)
+
+        conn.on_close.append(_closed)
+
 
 class CollectSink:
     __slots__ = ("group",)
@@ -186,8 +198,7 @@ async def generate(server: SimServer, req: HttpRequest, conn: Connection) -> Res
             rid = uuid.uuid4().hex
         sink = NativeStreamSink(conn, created, incremental, group) if stream else CollectSink(group)
         reqs.append(Request(rid, plen, max(1, max_new), sink))
-    for r in reqs:
-        conn.on_close.append(r.abort)
+    group.abort_on_close(conn, reqs)
     if stream:
         conn.start_stream(req)
     for r in reqs:
@@ -364,7 +375,7 @@ async def openai(
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     sink: Any = OpenAIStreamSink(conn, model, chat, group) if stream else CollectSink(group)
     r = Request(rid, plen, max_new, sink)
-    conn.on_close.append(r.abort)
+    group.abort_on_close(conn, [r])
     if stream:
         conn.start_stream(req)
     server.engine.submit(r)  # type: ignore[union-attr]

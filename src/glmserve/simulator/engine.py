@@ -148,6 +148,7 @@ class Request:
         """Client went away: the scheduler drops it at the next boundary (SGLang aborts)."""
         self.sink = None
         self.finished = True
+        self.finish = -1.0  # marks an abort in the ground truth
 
     def to_trace(self) -> dict[str, Any]:
         return {
@@ -220,7 +221,12 @@ class Engine:
         while True:
             if self.dead:
                 await asyncio.Event().wait()  # a dead worker never steps again
-            self.running = [r for r in self.running if not r.finished]
+            if any(r.finished for r in self.running):
+                for r in self.running:
+                    if r.finished and r.finish < 0:
+                        self.counters["num_aborted_requests_total"] += 1
+                        r.finish = 0.0
+                self.running = [r for r in self.running if not r.finished]
             if not self.running and not self.waiting:
                 self._wake.clear()
                 await self._wake.wait()
@@ -333,6 +339,7 @@ class Engine:
                 if sink is not None:
                     sink.flush(r, now)
                 if done:
+                    r.sink = None  # the finished request no longer holds its connection
                     self._account(r)
         self._tp_tokens += n_tokens
         self.counters["generation_tokens_total"] += n_tokens

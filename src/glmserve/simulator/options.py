@@ -124,7 +124,7 @@ def sim_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-crash-kind", type=str, default=None, choices=CRASH_KINDS)
     p.add_argument("--sim-hang-at", type=str, default=None, choices=[*PHASES, "serve"])
     p.add_argument("--sim-worker-death-after", type=float, default=None)
-    p.add_argument("--sim-trace-max-requests", type=int, default=200000)
+    p.add_argument("--sim-trace-max-requests", type=int, default=20000)
     p.add_argument("--sim-trace-max-steps", type=int, default=200000)
     for name in CostModel.field_names():
         p.add_argument("--sim-" + name.replace("_", "-"), dest="cm_" + name, default=None)
@@ -149,7 +149,7 @@ class SimOptions:
     crash_kind: str | None = None
     hang_at: str | None = None
     worker_death_after: float | None = None
-    trace_max_requests: int = 200000
+    trace_max_requests: int = 20000
     trace_max_steps: int = 200000
     patches: tuple[str, ...] = ()
 
