@@ -1,0 +1,87 @@
+"""Run store: migrations from empty, lookups, bench results, concurrent writer processes."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+
+import pytest
+
+from glmserve.errors import RunNotFound
+from glmserve.store import MIGRATIONS, RunRecord, RunStore
+
+
+def _run(rid: str, **kw) -> RunRecord:  # type: ignore[no-untyped-def]
+    return RunRecord(run_id=rid, host="local", profile="p", port=8000, run_dir=f"/r/{rid}", **kw)
+
+
+def test_migrations_build_schema_from_empty_and_are_idempotent(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    s = RunStore.open(path)
+    assert s.applied_migrations() == [name for name, _ in MIGRATIONS]
+    cols = {r[1] for r in s.db.execute("PRAGMA table_info(runs)")}
+    assert {"run_id", "pid", "pgid", "proc_start", "boot_id", "state", "spec"} <= cols
+    assert {r[1] for r in s.db.execute("PRAGMA table_info(bench_results)")} >= {"run_id", "result"}
+    assert s.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    s.close()
+    again = RunStore.open(path)
+    assert again.migrate() == []
+
+
+def test_get_run_by_unique_prefix_and_errors():
+    s = RunStore.open()
+    s.add_run(_run("abcd1234", patches=["x"], meta={"k": 1}))
+    s.add_run(_run("abff0000"))
+    got = s.get_run("abcd")
+    assert got.patches == ["x"] and got.meta == {"k": 1}
+    with pytest.raises(RunNotFound, match="ambiguous"):
+        s.get_run("ab")
+    with pytest.raises(RunNotFound, match="no run"):
+        s.get_run("zz")
+    with pytest.raises(RunNotFound):
+        s.get_run("a%")  # LIKE wildcards are literal
+
+
+def test_update_list_events_and_bench_results():
+    s = RunStore.open()
+    s.add_run(_run("r1"))
+    s.add_run(_run("r2"))
+    s.update_run("r1", state="CRASHED", category="OOM", ended_at=1.0)
+    assert [r.run_id for r in s.list_runs(live_only=True)] == ["r2"]
+    assert [r.run_id for r in s.list_runs(active_only=True)] == ["r2"]
+    s.add_event("r2", "READY", "fired up", {"line_no": 3})
+    assert s.list_events("r2")[0]["data"] == {"line_no": 3}
+    i = s.add_bench_result("r2", {"version": 2, "tok_s": 10.0}, {"cmd": "bench"})
+    j = s.add_bench_result(None, {"version": 2}, {})
+    assert s.get_bench_result(i)["result"]["tok_s"] == 10.0
+    assert [b["id"] for b in s.list_bench_results()] == [j, i]
+    assert [b["id"] for b in s.list_bench_results(run_id="r2")] == [i]
+    assert len(s.list_bench_results(last=1)) == 1
+    with pytest.raises(RunNotFound):
+        s.get_bench_result(999)
+
+
+def _writer(path: str, n: int, tag: str) -> None:
+    s = RunStore.open(path)
+    for k in range(n):
+        rid = f"{tag}-{k}"
+        s.add_run(_run(rid))
+        s.add_event(rid, "STARTING", None, {})
+        s.update_run(rid, state="READY")
+        s.add_bench_result(rid, {"k": k}, {})
+
+
+def test_concurrent_writer_processes_lose_nothing(tmp_path):
+    path = str(tmp_path / "runs.sqlite")  # created and migrated by the racing writers
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(path, 40, f"w{i}")) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT COUNT(*) FROM runs WHERE state='READY'").fetchone()[0] == 160
+    assert db.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 160
+    assert db.execute("SELECT COUNT(*) FROM bench_results").fetchone()[0] == 160
+    assert db.execute("SELECT COUNT(*) FROM _migrations").fetchone()[0] == len(MIGRATIONS)
