@@ -672,7 +672,15 @@ def _unknown_flag_suggestion(flag: str, spec: ArgSpec) -> str | None:
 
 
 def _span(versions: list[str]) -> str:
-    return versions[0] if len(versions) == 1 else f"{versions[0]}..{versions[-1]}"
+    """``0.5.8..0.5.10, 0.5.20`` -- runs of consecutive shipped releases."""
+    order = available_versions()
+    runs: list[list[str]] = []
+    for version in sorted(versions, key=order.index):
+        if runs and order.index(version) == order.index(runs[-1][-1]) + 1:
+            runs[-1].append(version)
+        else:
+            runs.append([version])
+    return ", ".join(r[0] if len(r) == 1 else f"{r[0]}..{r[-1]}" for r in runs)
 
 
 def _choice_suggestion(act: ArgAction, raw: str, spec: ArgSpec) -> str:
@@ -824,6 +832,7 @@ def validate_argv(argv: list[str], spec: ArgSpec, opaque: Iterable[int] = ()) ->
         else:
             take = run if hi is None else min(run, hi)
             if take < lo:
+                i += take  # the values given belong to this flag, not to the positionals
                 findings.append(
                     Finding(
                         "error",
