@@ -731,6 +731,8 @@ GEMM_SHARE = 0.40
 HTOD_SHARE = 0.05
 IDLE_SHARE = 0.30
 DOMINANT_SHARE = 0.25
+# A cast buffer this many rows or more is a KV pool, not one batch's gathered rows.
+WHOLE_POOL_ROWS = 100_000
 
 
 def find_bottlenecks(ranks: list[RankProfile]) -> list[Finding]:
@@ -743,6 +745,18 @@ def find_bottlenecks(ranks: list[RankProfile]) -> list[Finding]:
         dims = op.example_dims[0] if op.example_dims else None
         shape = f" of a {list(dims)} buffer" if dims else ""
         src, dst = op.cast or ("fp8", "bf16")
+        rows = _rows(dims)
+        gathered = _has_gather(prof) and not (rows is not None and rows >= WHOLE_POOL_ROWS)
+        if gathered:
+            why = (
+                "only the batch's KV rows are cast (gather-then-cast is active); the rest "
+                "goes with an FP8-native attention backend (cutlass_mla, or trtllm_mla on SM100)"
+            )
+        else:
+            why = (
+                "the whole KV pool is cast every layer; try flashinfer_gtc (gather-then-cast) "
+                "or trtllm_mla (reads FP8 KV natively)"
+            )
         findings.append(
             Finding(
                 kind="fp8_kv_cast",
@@ -751,9 +765,7 @@ def find_bottlenecks(ranks: list[RankProfile]) -> list[Finding]:
                 ranks=rks,
                 message=(
                     f"{op.name} ({src.split('_')[0]} -> {dst} elementwise) takes {share:.0%} of "
-                    f"decode ({per_step:.0f} casts{shape} per step): the whole KV pool is cast "
-                    "every layer; try flashinfer_gtc (gather-then-cast) or trtllm_mla "
-                    "(reads FP8 KV natively)"
+                    f"decode ({per_step:.0f} casts{shape} per step): {why}"
                 ),
             )
         )
@@ -837,6 +849,25 @@ def find_bottlenecks(ranks: list[RankProfile]) -> list[Finding]:
         )
     findings.sort(key=lambda f: ({"high": 0, "medium": 1, "info": 2}[f.severity], -f.share))
     return findings
+
+
+_GATHER_OPS = frozenset({"aten::index", "aten::index_select", "aten::gather", "aten::take"})
+
+
+def _has_gather(prof: RankProfile) -> bool:
+    """Rows are gathered before the cast (the flashinfer_gtc pattern) in this rank's trace."""
+    if any(o.name in _GATHER_OPS for o in prof.ops):
+        return True
+    return any(
+        "gather" in k.short_name or "index_elementwise" in k.short_name for k in prof.kernels
+    )
+
+
+def _rows(dims: Any) -> int | None:
+    try:
+        return int(dims[0]) if dims else None
+    except (TypeError, ValueError, IndexError):
+        return None
 
 
 def _worst(

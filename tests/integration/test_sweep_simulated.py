@@ -106,7 +106,9 @@ def test_flashinfer_gtc_beats_plain_flashinfer_for_the_seeds_reason():
     assert "fp8_kv_cast" in kinds  # the whole-pool cast, found in plain flashinfer's trace
     cast = next(f for f in plain_trace["findings"] if f["kind"] == "fp8_kv_cast")
     gtc_cast = [f for f in gtc_trace["findings"] if f["kind"] == "fp8_kv_cast"]
+    assert "whole KV pool" in cast["message"]
     assert not gtc_cast or gtc_cast[0]["share"] < cast["share"] / 2
+    assert not gtc_cast or "gather-then-cast is active" in gtc_cast[0]["message"]
 
 
 @pytest.mark.slow

@@ -465,3 +465,20 @@ def test_stream_reader_agrees_with_json_loads_for_any_document_and_chunk_size():
         assert got_meta == {k: v for k, v in json.loads(text).items() if k != "traceEvents"}
 
     check()
+
+
+def test_gathered_cast_is_not_called_a_whole_pool_cast():
+    t = GpuTrace()
+    t.step(1, 0.0, 1000.0)
+    gather = "void at::native::index_elementwise_kernel<128, 4, ...>(long, ...)"
+    for i in range(3):
+        t.op_kernel("aten::index", gather, i * 300.0, 50.0)
+        t.op_kernel("aten::copy_", CAST_KERNEL, i * 300.0 + 60, 100.0,
+                    types=["c10::BFloat16", "c10::Float8_e4m3fn"],
+                    dims=[[2048, 1, 576], [2048, 1, 576]])  # fmt: skip
+    acc = TraceAccumulator(rank=0)
+    for ev in t.events:
+        acc.add(ev)
+    (f,) = [f for f in find_bottlenecks([acc.finish()]) if f.kind == "fp8_kv_cast"]
+    assert "gather-then-cast is active" in f.message and "whole KV pool" not in f.message
+    assert f.share == pytest.approx(0.3)
