@@ -78,6 +78,7 @@ def run_metadata(run_id: str | None) -> dict[str, Any]:
         run = store.get_run(run_id)
     spec = run.spec or {}
     meta = run.meta or {}
+    gpus = meta.get("gpus") or meta.get("host_gpus") or host_gpus(run)
     return {
         "run_id": run.run_id,
         "profile": run.profile,
@@ -86,9 +87,42 @@ def run_metadata(run_id: str | None) -> dict[str, Any]:
         "argv": spec.get("command") or spec.get("argv"),
         "patches": run.patches,
         "tp_size": run.tp_size,
-        "gpus": meta.get("gpus") or meta.get("host_gpus"),
+        "gpus": gpus,
         "sglang_version": meta.get("sglang_version"),
     }
+
+
+GPU_QUERY = "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader"
+
+
+def host_gpus(run: Any) -> list[str] | None:
+    """The run host's GPUs (one ``nvidia-smi`` line each), None where there is no nvidia-smi
+    (a simulated run on a CPU box) or the host does not answer within a few seconds."""
+    from glmserve.errors import GlmserveError
+    from glmserve.lifecycle import transport_for_run
+
+    try:
+        res = transport_for_run(run).run(GPU_QUERY, timeout=15)
+    except GlmserveError:
+        return None
+    lines = [ln.strip() for ln in res.stdout.splitlines() if ln.strip()]
+    return lines if res.ok and lines else None
+
+
+SERVER_ARG_KEYS = ("model_path", "tp_size", "attention_backend", "kv_cache_dtype",
+                   "disable_cuda_graph", "cuda_graph_max_bs", "max_running_requests",
+                   "mem_fraction_static", "speculative_algorithm", "stream_interval",
+                   "enable_metrics")  # fmt: skip
+
+
+def server_summary(info: dict[str, Any]) -> dict[str, Any]:
+    """What the server says about itself: version, throughput gauge, the flags that matter."""
+    out: dict[str, Any] = {
+        "version": info.get("version"),
+        "last_gen_throughput": last_gen_throughput(info),
+    }
+    out["args"] = {k: info[k] for k in SERVER_ARG_KEYS if k in info}
+    return out
 
 
 @contextlib.contextmanager
@@ -146,7 +180,7 @@ def run_bench(
     with endpoint(run_id, settings.base_url or None) as base:
         settings.base_url = base
         info = probe_server(base)
-        server = {"version": info.get("version"), "last_gen_throughput": last_gen_throughput(info)}
+        server = server_summary(info)
         model = settings.model or (resolve_model(base) if settings.api != "native" else "default")
         settings.model = model
         requests = prepare_requests(settings, model)
