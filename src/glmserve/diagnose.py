@@ -674,7 +674,8 @@ RULES: list[Rule] = [
         r"|Can't load (?:the )?(?:config|tokenizer|weights)|couldn't connect to 'https://huggingface"
         r"|\bunexpected EOF\b.{0,40}safetensors|Failed to load weights|PytorchStreamReader failed"
         r"|weights? .{0,40}not found in (?:the )?checkpoint|does not recognize this architecture"
-        r"|Model architectures? \[.{0,200}\] (?:are|is) not supported",
+        r"|Model architectures? \[.{0,200}\] (?:are|is) not supported"
+        r"|no file named .{0,200} found in directory",
         C.WEIGHT_LOADING,
         _weights_hint,
     ),

@@ -81,6 +81,11 @@ def crash(*lines: str) -> Diagnosis:
             "ValueError: Model architectures ['GlmMoeDsaForCausalLM'] are not supported for now.",
             Category.WEIGHT_LOADING,
         ),
+        (
+            "OSError: Error no file named pytorch_model.bin, model.safetensors found in "
+            "directory /models/x.",
+            Category.WEIGHT_LOADING,
+        ),
         ("OSError: [Errno 98] Address already in use", Category.PORT_IN_USE),
         (
             "torch.distributed.DistNetworkError: The server socket has failed to listen on any "
