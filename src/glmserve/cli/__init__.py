@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; the only place a glmserve error becomes an exit status."""
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)
     except GlmserveError as exc:
         if debug or STATE.get("debug"):
             traceback.print_exc()
@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
                 markup=False,
             )
         return _exit(EXIT_INTERNAL)
-    return _exit(0)
+    # standalone_mode=False makes click return a verb's typer.Exit(n) code instead of exiting.
+    return _exit(rc if isinstance(rc, int) else 0)
 
 
 def _exit(code: int) -> int:
