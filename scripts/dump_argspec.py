@@ -44,6 +44,22 @@ def _run(cmd: list[str]) -> None:
     subprocess.run(cmd, check=True)
 
 
+def _pinned(py: str, package: str) -> str | None:
+    """The exact version the installed sglang pins ``package`` to, if it pins one."""
+    code = "\n".join(
+        [
+            "import importlib.metadata as m, re",
+            "for req in m.requires('sglang') or []:",
+            f"    hit = re.match(r'{package}\\s*==\\s*([\\w.]+)\\s*$', req)",
+            "    if hit:",
+            "        print(hit.group(1))",
+            "        break",
+        ]
+    )
+    proc = subprocess.run([py, "-c", code], capture_output=True, text=True, check=False)
+    return proc.stdout.strip() or None
+
+
 def dump(version: str, out_dir: Path, keep_venv: bool = False) -> Path:
     """Dump one release's spec into ``out_dir`` and return the written path."""
     tmp = Path(tempfile.mkdtemp(prefix=f"argspec-{version}-"))
@@ -57,6 +73,13 @@ def dump(version: str, out_dir: Path, keep_venv: bool = False) -> Path:
         f"{sys.version.split()[0]}; pip install --no-deps sglang=={version} "
         + " ".join(LIGHT_PACKAGES)
     )
+    transformers = _pinned(py, "transformers")
+    if transformers:
+        # sglang registers its own configs with transformers at import time; another
+        # transformers release may already own those names (0.5.12: 'qwen3_asr'), so use
+        # the pinned one. transformers does not depend on torch: its deps are all light.
+        _run([py, "-m", "pip", "install", "--quiet", f"transformers=={transformers}"])
+        made_by += f"; pip install transformers=={transformers}"
     proc = subprocess.run(
         [py, "-c", DUMP_SNIPPET],
         capture_output=True,

@@ -41,7 +41,9 @@ import importlib.machinery
 import json
 import os
 import platform
+import re
 import sys
+import traceback
 import types
 import warnings
 
@@ -131,6 +133,21 @@ def _missing_name(exc):
     return None
 
 
+_PACKAGE_FILE = re.compile(r"[/\\\\](?:site|dist)-packages[/\\\\]([A-Za-z0-9_]+)")
+
+
+def _broken_package(exc):
+    """A package that is installed but dies while being imported (e.g. a torchvision built
+    for another torch): the innermost module-level frame outside torch and sglang."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    for frame in reversed(frames):
+        match = _PACKAGE_FILE.search(frame.filename)
+        if not match or match.group(1) in ("torch", "sglang"):
+            continue
+        return match.group(1) if frame.name == "<module>" else None
+    return None
+
+
 def _import_server_args(allow_stubs):
     finder = _StubFinder()
     sys.meta_path.insert(0, finder)
@@ -140,8 +157,11 @@ def _import_server_args(allow_stubs):
             from sglang.srt.server_args import ServerArgs
 
             return ServerArgs, stubbed
-        except ImportError as exc:
-            name = _missing_name(exc)
+        except Exception as exc:
+            if isinstance(exc, ImportError):
+                name = _missing_name(exc)
+            else:
+                name = _broken_package(exc)
             root = (name or "").split(".")[0]
             if not allow_stubs or not root or root == "sglang" or root in finder.roots:
                 raise

@@ -144,7 +144,7 @@ def test_launch_forms(text: str, argv: list[str]) -> None:
     ],
 )
 def test_not_a_launch(text: str) -> None:
-    with pytest.raises(ConfigError, match="inline.sh"):
+    with pytest.raises(ConfigError, match=r"inline\.sh"):
         extract_launch_argv(text, "inline.sh")
 
 
