@@ -111,8 +111,10 @@ def main() -> int:
     ap.add_argument("--input-len", type=int, default=16)
     ap.add_argument("--output-len", type=int, default=300)
     ap.add_argument("--target", type=float, default=25000.0, help="configured tokens/s")
+    ap.add_argument("--send-threads", type=int, default=2, help="simulator --sim-send-threads")
     args = ap.parse_args()
 
+    load0 = os.getloadavg()
     shape = ServerShape(attention_backend="trtllm_mla", kv_cache_dtype="fp8_e4m3")
     mid_ctx = args.streams * (args.input_len + args.output_len // 2)
     step_s = costmodel.decode_step_s(CostModel(), shape, args.streams, mid_ctx)
@@ -123,6 +125,7 @@ def main() -> int:
         "--port", str(port), "--tp-size", "8", "--attention-backend", "trtllm_mla",
         "--disable-cuda-graph", "--max-running-requests", str(args.streams + 24),
         "--sim-gpu-arch", "sm100", "--sim-speed", f"{speed:.6f}",
+        "--sim-send-threads", str(args.send_threads),
         "--sim-load-seconds", "0.2", "--sim-kv-seconds", "0", "--sim-warmup-seconds", "0",
     ]  # fmt: skip
     log = open("/tmp/sim_capacity.log", "wb")  # noqa: SIM115
@@ -172,8 +175,10 @@ def main() -> int:
     p99 = sorted(ratios)[int(0.99 * len(ratios))]
     within2 = sum(1 for r in ratios if abs(r - 1) <= 0.02) / len(ratios)
     print(f"date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
-    print(f"machine: nproc={os.cpu_count()} {platform.uname().system} {platform.uname().release} "
+    print(f"machine: {' '.join(platform.uname())}")
+    print(f"nproc={os.cpu_count()} {platform.uname().system} {platform.uname().release} "
           f"{platform.uname().machine} python {platform.python_version()}")  # fmt: skip
+    print("load average before run (other jobs on the box): " + " ".join(f"{x:.2f}" for x in load0))
     print(f"command: python benchmarks/sim_capacity.py {' '.join(sys.argv[1:])}".rstrip())
     print(f"streams: {args.streams} concurrent, input {args.input_len}, output {args.output_len}")
     print(f"all streams completed: {all(c == args.output_len for c in stats['per_stream'])} "

@@ -65,8 +65,9 @@ class NativeStreamSink:
         self.group = group
         self.done = False
 
-    def flush(self, req: Request, now: float) -> None:
+    def flush(self, req: Request, ntokens: int) -> None:
         if self.conn.closed:
+            req.emit_times.extend([time.perf_counter()] * ntokens)
             return
         ids = ",".join(map(str, req.out_ids[self.sent :])) if self.incremental else req.ids_csv
         self.sent = n = len(req.out_ids)
@@ -88,7 +89,7 @@ class NativeStreamSink:
             f'data: {{"text":"{req.text_acc}","output_ids":[{ids}],'
             f'"meta_info":{{"id":"{req.rid}",{tail}'
         )
-        self.conn.write_chunk(chunk.encode())
+        self.conn.write_chunk(chunk.encode(), req.emit_times, ntokens)
         if req.finished:
             self.group.finish_one()
 
@@ -124,7 +125,8 @@ class CollectSink:
     def __init__(self, group: _Group) -> None:
         self.group = group
 
-    def flush(self, req: Request, now: float) -> None:
+    def flush(self, req: Request, ntokens: int) -> None:
+        req.emit_times.extend([time.perf_counter()] * ntokens)
         if req.finished:
             self.group.finish_one()
 
@@ -253,8 +255,9 @@ class OpenAIStreamSink:
         }
         return b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
 
-    def flush(self, req: Request, now: float) -> None:
+    def flush(self, req: Request, ntokens: int) -> None:
         if self.conn.closed:
+            req.emit_times.extend([time.perf_counter()] * ntokens)
             return
         self.rid = req.rid
         delta = "".join(req.text_parts[self.sent :])
@@ -293,7 +296,7 @@ class OpenAIStreamSink:
                 "finish_reason": fin,
                 "matched_stop": None,
             }
-        self.conn.write_chunk(self._chunk(choice))
+        self.conn.write_chunk(self._chunk(choice), req.emit_times, ntokens)
         if req.finished:
             self.group.finish_one()
 

@@ -92,9 +92,12 @@ def token_text(tid: int) -> str:
 
 
 class Sink(Protocol):
-    """Where a request's tokens go (an SSE stream, or a future for non-streaming)."""
+    """Where a request's tokens go (an SSE stream, or a future for non-streaming).
 
-    def flush(self, req: Request, now: float) -> None: ...
+    ``flush`` hands over the ``ntokens`` newest tokens and must append their emission time
+    (perf_counter at the moment they leave for the client) to ``req.emit_times``."""
+
+    def flush(self, req: Request, ntokens: int) -> None: ...
 
 
 class Request:
@@ -333,11 +336,12 @@ class Engine:
                 r.finish = gen_t
             if done or n + 1 - r.flushed >= k:
                 sink = r.sink
-                now = clock()
-                r.emit_times.extend([now] * (n + 1 - r.flushed))
+                ntok = n + 1 - r.flushed
                 r.flushed = n + 1
                 if sink is not None:
-                    sink.flush(r, now)
+                    sink.flush(r, ntok)  # records the tokens' emission time when it sends
+                else:
+                    r.emit_times.extend([clock()] * ntok)
                 if done:
                     r.sink = None  # the finished request no longer holds its connection
                     self._account(r)

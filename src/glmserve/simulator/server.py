@@ -22,7 +22,13 @@ from typing import Any
 
 from glmserve.simulator import costmodel, faults, profiler
 from glmserve.simulator.engine import Engine, Request
-from glmserve.simulator.httpserver import Connection, HttpRequest, Response, serve
+from glmserve.simulator.httpserver import (
+    Connection,
+    HttpRequest,
+    Response,
+    serve,
+    start_send_pool,
+)
 from glmserve.simulator.logs import ServerLog, progress_bar
 from glmserve.simulator.options import SimOptions
 
@@ -77,6 +83,7 @@ class SimServer:
         self._log_scheduler_ready()
         if o.hang_at == "serve":
             await asyncio.Event().wait()
+        start_send_pool(o.send_threads)
         try:
             self.http = await serve(o.server.host, o.server.port, self.dispatch, self._access)
         except OSError:
@@ -563,7 +570,8 @@ class _FutureSink:
     def __init__(self, fut: asyncio.Future) -> None:
         self.fut = fut
 
-    def flush(self, req: Request, now: float) -> None:
+    def flush(self, req: Request, ntokens: int) -> None:
+        req.emit_times.extend([time.perf_counter()] * ntokens)
         if req.finished and not self.fut.done():
             self.fut.set_result(req)
 
