@@ -228,14 +228,17 @@ def main():
         ServerArgs, stubbed = _import_server_args(allow_stubs)
         parser = argparse.ArgumentParser()
         ServerArgs.add_cli_args(parser)
-    try:
-        from importlib.metadata import version
+    import sglang
 
-        sglang_version = version("sglang")
-    except Exception:
-        import sglang
+    # The imported package's own version first: metadata may describe another copy.
+    sglang_version = getattr(sglang, "__version__", None)
+    if not isinstance(sglang_version, str):
+        try:
+            from importlib.metadata import version
 
-        sglang_version = getattr(sglang, "__version__", "unknown")
+            sglang_version = version("sglang")
+        except Exception:
+            sglang_version = "unknown"
     spec = {
         "format": 1,
         "sglang_version": sglang_version,

@@ -1,0 +1,131 @@
+"""DUMP_SNIPPET, run by a real interpreter against a fake ``sglang`` package: the same
+program the dump script and the lifecycle code run against real releases."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from glmserve.argspec import DUMP_SNIPPET, parse_argspec, validate_argv
+
+FAKE_SERVER_ARGS = """
+import argparse, json
+import definitely_not_installed_pkg as missing          # stubbed by the snippet
+from also_missing.sub import Thing                      # stubbed, attribute access
+
+class Sub(Thing, frozen=True):                          # subclassing a stub with kwargs
+    pass
+
+@missing.decorator
+def helper():
+    return 1
+
+def json_list_type(value):
+    return json.loads(value)
+
+class DeprecatedAction(argparse.Action):
+    def __init__(self, option_strings, dest, nargs=0, **kwargs):
+        super().__init__(option_strings, dest, nargs=nargs, **kwargs)
+    def __call__(self, parser, namespace, values, option_string=None):
+        pass
+
+class ServerArgs:
+    @staticmethod
+    def add_cli_args(parser):
+        print("noise on stdout must not corrupt the JSON")
+        parser.add_argument("--model-path", "--model", type=str, required=True)
+        parser.add_argument("--tp-size", type=int, default=1)
+        parser.add_argument("--mem-fraction-static", type=float, default=None)
+        parser.add_argument("--attention-backend", choices=["a", "b"], default=None)
+        parser.add_argument("--cuda-graph-bs", type=int, nargs="+")
+        parser.add_argument("--hooks", type=json_list_type)
+        parser.add_argument("--extra", type=json.loads, default={"k": float("inf")})
+        parser.add_argument("--flag", action="store_true", help="ratio %(default)s")
+        parser.add_argument("--old", action=DeprecatedAction, help="deprecated now")
+        parser.add_argument("--toggle", action=argparse.BooleanOptionalAction)
+"""
+
+
+@pytest.fixture
+def fake_sglang(tmp_path: Path) -> Path:
+    pkg = tmp_path / "sglang"
+    (pkg / "srt").mkdir(parents=True)
+    (pkg / "__init__.py").write_text('__version__ = "0.0.1"\n')
+    (pkg / "srt" / "__init__.py").write_text("")
+    (pkg / "srt" / "server_args.py").write_text(FAKE_SERVER_ARGS)
+    return tmp_path
+
+
+def run_snippet(path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", DUMP_SNIPPET],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(path), **env},
+        check=False,
+    )
+
+
+def test_snippet_is_stdlib_only() -> None:
+    tree = ast.parse(DUMP_SNIPPET)
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module.split(".")[0])
+    assert imported - {"sglang"} <= set(sys.stdlib_module_names)
+
+
+def test_dump_of_fake_release(fake_sglang: Path) -> None:
+    proc = run_snippet(fake_sglang, GLMSERVE_ARGSPEC_MADE_BY="test")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["sglang_version"] == "0.0.1"
+    assert data["made_by"] == "test"
+    assert data["stubbed_modules"] == ["also_missing", "definitely_not_installed_pkg"]
+    acts = {a["dest"]: a for a in data["actions"]}
+    assert "help" not in acts  # argparse's own -h is left out
+    assert acts["model_path"]["option_strings"] == ["--model-path", "--model"]
+    assert acts["model_path"]["required"] is True
+    assert acts["tp_size"]["type"] == "int"
+    assert acts["mem_fraction_static"]["type"] == "float"
+    assert acts["attention_backend"]["choices"] == ["a", "b"]
+    assert acts["cuda_graph_bs"]["nargs"] == "+"
+    assert acts["hooks"]["type"] == "sglang.srt.server_args.json_list_type"
+    assert acts["extra"]["type"] == "json.loads"
+    assert acts["extra"]["default"] == {"k": "inf"}
+    assert acts["flag"]["action"] == "_StoreTrueAction"
+    assert acts["flag"]["help"] == "ratio False"
+    assert acts["old"]["action"] == "DeprecatedAction"
+    assert acts["toggle"]["option_strings"] == ["--toggle", "--no-toggle"]
+
+    spec = parse_argspec(data, "fake")
+    assert validate_argv(["--model", "m", "--no-toggle", "--cuda-graph-bs", "1", "2"], spec).ok
+    assert not validate_argv(["--model", "m", "--hooks", "[1,"], spec).ok
+    assert validate_argv(["--model", "m", "--old"], spec).warnings
+
+
+def test_stubbing_can_be_forbidden(fake_sglang: Path) -> None:
+    proc = run_snippet(fake_sglang, GLMSERVE_ARGSPEC_STUB="0")
+    assert proc.returncode != 0
+    assert "definitely_not_installed_pkg" in proc.stderr
+
+
+def test_missing_sglang_fails_loudly() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", DUMP_SNIPPET],  # -S: no site-packages, so no sglang
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "No module named 'sglang'" in proc.stderr
