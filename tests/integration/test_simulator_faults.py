@@ -17,7 +17,6 @@ CASES = {
     "flashinfer_fp8_static_assert": ("warmup", "static_assert(sizeof(DTypeKV) == 2)"),
     "no_kernel_image": ("graphs", "no kernel image is available for execution on the device"),
     "tllm_unsupported_arch": ("warmup", "fmhaRunner.cuh:30: Unsupported architecture"),
-    "nccl_timeout": ("load", "Watchdog caught collective operation timeout"),
     "illegal_memory_access": ("load", "an illegal memory access was encountered"),
 }
 
@@ -40,6 +39,20 @@ def test_crash_kind_logs_root_cause_then_cascade_and_exit_137(start_simulator, k
     # the phase's progress lines before the crash are there, the later phases' are not
     if phase == "kv":
         assert "Load weight end." in log and "KV Cache is allocated" not in log
+
+
+def test_nccl_watchdog_abort_during_init_exits_1_via_dead_scheduler(start_simulator):
+    sim = start_simulator("--tp-size", "8", "--sim-crash-kind", "nccl_timeout", *FAST,
+                          wait_ready=False)  # fmt: skip
+    assert sim.wait_exit(20) == 1
+    log = sim.log_text()
+    root = log.index("Watchdog caught collective operation timeout: WorkNCCL(")
+    assert root < log.index(
+        "terminate called after throwing an instance of 'c10::DistBackendError'"
+    )
+    assert root < log.index("Rank 3 scheduler is dead. Please check if there are relevant logs.")
+    assert log.rstrip().endswith("EOFError")
+    assert "Scheduler hit an exception" not in log
 
 
 def test_crash_after_ready_uses_running_phase_sigquit(start_simulator):

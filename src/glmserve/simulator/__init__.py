@@ -58,8 +58,12 @@ Env: GLMSERVE_PATCHES=flashinfer_mla_gather_cast drops the whole-pool cast term 
 logs the patch activation line); SGLANG_HEALTH_CHECK_TIMEOUT (20) and
 SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION behave as in SGLang.
 
-Exit status: 0 after SIGINT/normal end; 137 for a crash (the launcher SIGKILLs its tree);
-1 when the port is in use (uvicorn's bind error); 2 for bad arguments (argparse).
+Exit status, as SGLang's launcher ends: 137 for a crash (a scheduler reports "Scheduler hit
+an exception", the launcher SIGKILLs its tree); 1 when the port is in use (uvicorn's bind
+error) or a scheduler dies silently during init (nccl_timeout: "Rank N scheduler is dead",
+EOFError); 2 for bad arguments (argparse). nccl_timeout at warmup/after-ready kills a worker
+without the launcher noticing: warmup times out after 600 s (scaled) and the launcher
+SIGKILLs itself; after start-up the process stays up and /health turns 503.
 
 Cost model:
 {costmodel.__doc__}"""

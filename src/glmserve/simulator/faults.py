@@ -304,7 +304,12 @@ def cascade_lines(
     lines: list[tuple[int | None, str]] = []
     if after_ready:
         lines.append(
-            (None, "SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+            (
+                None,
+                "SIGQUIT received. signum=3, frame=<frame at 0x7f2c1c3b5a40, file "
+                "'/usr/lib/python3.12/selectors.py', line 468, code select>. It usually means "
+                "one child failed.",
+            )
         )
     else:
         lines.append(
@@ -338,3 +343,80 @@ def port_in_use_lines(pid: int, host: str, port: int) -> list[str]:
         "INFO:     Waiting for application shutdown.",
         "INFO:     Application shutdown complete.",
     ]
+
+
+def nccl_abort_lines(rank: int) -> list[str]:
+    """A scheduler killed by PyTorch's NCCL watchdog: C++ terminate, no Python traceback, so
+    no "Scheduler hit an exception" and no SIGQUIT to the launcher (sglang#1693)."""
+    ts = "E1130 19:40:12.418254113"
+    what = (
+        f"[PG ID 2 PG GUID 3 Rank {rank}] Process group watchdog thread terminated with "
+        f"exception: [Rank {rank}] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran "
+        "for 600014 milliseconds before timing out."
+    )
+    lib = f"{SITE}/torch/lib/libtorch_cuda.so"
+    return [
+        f"[rank{rank}]:[{ts} ProcessGroupNCCL.cpp:632] [Rank {rank}] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+        "Timeout(ms)=600000) ran for 600014 milliseconds before timing out.",
+        f"[rank{rank}]:[{ts} ProcessGroupNCCL.cpp:2271] [PG ID 2 PG GUID 3 Rank {rank}]  failure "
+        "detected by watchdog at work sequence id: 2 PG status: last enqueued work: 2, last "
+        "completed work: 1",
+        "terminate called after throwing an instance of 'c10::DistBackendError'",
+        f"  what():  {what}",
+        "Exception raised from checkTimeout at "
+        "/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:635 (most recent call first):",
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x98 (0x7f3b6d41df86 in "
+        f"{SITE}/torch/lib/libc10.so)",
+        "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::"
+        f"duration<long, std::ratio<1l, 1000l> > >) + 0x1d2 (0x7f3b6e71a8d2 in {lib})",
+        f"frame #2: c10d::ProcessGroupNCCL::Watchdog::runLoop() + 0x969 (0x7f3b6e721313 in {lib})",
+        "",
+    ]
+
+
+def dead_scheduler_launcher(rank: int) -> tuple[list[str], str]:
+    """What the launcher logs when a scheduler dies during init without reporting
+    (sglang 0.5.9 ``engine._wait_for_scheduler_ready``), then its uncaught EOFError; the
+    ``finally: kill_process_tree(..., include_parent=False)`` leaves exit status 1."""
+    lines = [
+        f"Rank {rank} scheduler is dead. Please check if there are relevant logs.",
+        "Exit code: -6",
+    ]
+    tb = (
+        "Traceback (most recent call last):\n"
+        '  File "<frozen runpy>", line 198, in _run_module_as_main\n'
+        '  File "<frozen runpy>", line 88, in _run_code\n'
+        f'  File "{SITE}/sglang/launch_server.py", line 35, in <module>\n'
+        "    run_server(server_args)\n"
+        f'  File "{SITE}/sglang/launch_server.py", line 27, in run_server\n'
+        "    launch_server(server_args)\n"
+        + _frame("entrypoints/http_server.py", 1905, "launch_server",
+                 "tokenizer_manager, template_manager, scheduler_infos, port_args = (")
+        + _frame("entrypoints/engine.py", 812, "_launch_subprocesses",
+                 "scheduler_infos = _wait_for_scheduler_ready(")
+        + _frame("entrypoints/engine.py", 892, "_wait_for_scheduler_ready",
+                 "data = scheduler_pipe_readers[i].recv()")
+        + '  File "/usr/lib/python3.12/multiprocessing/connection.py", line 250, in recv\n'
+        "    buf = self._recv_bytes()\n"
+        '  File "/usr/lib/python3.12/multiprocessing/connection.py", line 430, in _recv_bytes\n'
+        "    buf = self._recv(4)\n"
+        '  File "/usr/lib/python3.12/multiprocessing/connection.py", line 399, in _recv\n'
+        "    raise EOFError\n"
+        "EOFError\n"
+    )  # fmt: skip
+    return lines, tb
+
+
+def warmup_timeout_traceback(host: str, port: int) -> str:
+    """``Initialization failed. warmup error:`` when the warmup request never returns."""
+    return (
+        "Traceback (most recent call last):\n"
+        + _frame("entrypoints/http_server.py", 1768, "_execute_server_warmup",
+                 "res = requests.post(")
+        + f'  File "{SITE}/requests/adapters.py", line 713, in send\n'
+        "    raise ReadTimeout(e, request=request)\n"
+        f"requests.exceptions.ReadTimeout: HTTPConnectionPool(host='{host}', port={port}): "
+        "Read timed out. (read timeout=600)\n"
+    )  # fmt: skip

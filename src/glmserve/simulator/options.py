@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,7 +246,7 @@ def build_cost_model(sim: argparse.Namespace) -> CostModel:
 
 def active_patches(env: dict[str, str] | None = None) -> tuple[str, ...]:
     raw = (env if env is not None else os.environ).get("GLMSERVE_PATCHES", "")
-    return tuple(p.strip() for p in raw.replace(";", ",").split(",") if p.strip())
+    return tuple(p for p in re.split(r"[,;:\s]+", raw) if p)
 
 
 def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:

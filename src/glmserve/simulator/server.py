@@ -256,7 +256,14 @@ class SimServer:
         done = asyncio.get_running_loop().create_future()
         req.sink = _FutureSink(done)
         self.engine.submit(req, traced=False)
-        await done
+        timeout = self._scaled(600.0)  # requests.post(..., timeout=600) in _execute_server_warmup
+        try:
+            await asyncio.wait_for(done, timeout)
+        except asyncio.TimeoutError:
+            tb = faults.warmup_timeout_traceback(o.server.host, o.server.port)
+            self.log.line("Initialization failed. warmup error: " + tb.rstrip("\n"))
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
         await asyncio.sleep(dur / 2)
         self.log.line('INFO:     127.0.0.1:51236 - "POST /generate HTTP/1.1" 200 OK')
 
@@ -269,6 +276,9 @@ class SimServer:
             sys.exit(self._port_in_use())
         if kind == "bad_args":
             sys.exit(self._bad_args())
+        if kind == "nccl_timeout":
+            self._nccl_abort(phase)
+            return
         crash = faults.scheduler_crash(kind, phase, o.gpu_arch, o.shape.attention_backend, self.tp)
         for ln in crash.pre_lines:
             self.log.raw(ln)
@@ -281,6 +291,22 @@ class SimServer:
         sys.stdout.flush()
         # kill_process_tree(os.getpid()): SIGKILL to ourselves -> exit status 137
         os.kill(os.getpid(), signal.SIGKILL)
+
+    def _nccl_abort(self, phase: str) -> None:
+        """A scheduler aborted by the NCCL watchdog. During init the launcher sees its pipe
+        close and exits 1; once the schedulers reported ready nobody notices: the worker is
+        just gone (warmup then times out; after start-up /health turns 503)."""
+        rank = min(3, self.tp - 1)
+        for ln in faults.nccl_abort_lines(rank):
+            self.log.raw(ln)
+        if phase in ("load", "kv", "graphs"):
+            lines, tb = faults.dead_scheduler_launcher(rank)
+            for ln in lines:
+                self.log.line(ln)
+            self.log.raw(tb)
+            sys.stderr.flush()
+            os._exit(1)
+        self._worker_dies()
 
     def _port_in_use(self) -> int:
         for ln in faults.port_in_use_lines(self.pid, self.opts.server.host, self.opts.server.port):
