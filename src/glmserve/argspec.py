@@ -896,6 +896,7 @@ def validate_argv(argv: list[str], spec: ArgSpec, opaque: Iterable[int] = ()) ->
         if not value_errors:
             values[act.dest] = (raw_values, tok.index)
 
+    extras = [t for t in extras if t.index not in unknown_values]
     if extras:
         findings.append(
             Finding(
