@@ -100,6 +100,12 @@ async def run_load(port: int, streams: int, input_len: int, output_len: int) -> 
     return stats
 
 
+def proc_cpu_s(pid: int) -> float:
+    """utime + stime of a process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def get_json(url: str) -> dict:
     with urllib.request.urlopen(url, timeout=60) as r:
         return json.loads(r.read())
@@ -111,7 +117,7 @@ def main() -> int:
     ap.add_argument("--input-len", type=int, default=16)
     ap.add_argument("--output-len", type=int, default=300)
     ap.add_argument("--target", type=float, default=25000.0, help="configured tokens/s")
-    ap.add_argument("--send-threads", type=int, default=2, help="simulator --sim-send-threads")
+    ap.add_argument("--send-threads", type=int, default=0, help="simulator --sim-send-threads")
     args = ap.parse_args()
 
     load0 = os.getloadavg()
@@ -144,7 +150,9 @@ def main() -> int:
                 return 1
             time.sleep(0.1)
         cpu0 = os.times()
+        srv0 = proc_cpu_s(proc.pid)
         stats = asyncio.run(run_load(port, args.streams, args.input_len, args.output_len))
+        srv_cpu = proc_cpu_s(proc.pid) - srv0
         trace = get_json(f"http://127.0.0.1:{port}/sim/trace")
         cfg = get_json(f"http://127.0.0.1:{port}/sim/config")
     finally:
@@ -193,7 +201,9 @@ def main() -> int:
           f"median {statistics.median(ratios):.4f}  p99 {p99:.4f}  "
           f"steps within 2%: {within2 * 100:.1f}% of {len(ratios)}")  # fmt: skip
     print(f"server window {t_last - t_first:.2f} s vs configured {configured_window:.2f} s")
-    print(f"client cpu {cpu1.user - cpu0.user + cpu1.system - cpu0.system:.2f} s")
+    print(f"cpu during the load: server {srv_cpu:.2f} s "
+          f"({srv_cpu / tokens * 1e6:.1f} us/token), "
+          f"client {cpu1.user - cpu0.user + cpu1.system - cpu0.system:.2f} s")  # fmt: skip
     return 0
 
 

@@ -44,7 +44,7 @@ Simulator options:
   --sim-crash-kind KIND       {"|".join(CRASH_KINDS)}
   --sim-hang-at PHASE         stop logging at PHASE, never become ready
   --sim-worker-death-after S  after ready, a worker dies: process stays up, /health -> 503
-  --sim-send-threads N        threads that write SSE chunks (2; 0 = on the event loop)
+  --sim-send-threads N        threads that write SSE chunks (default 0: the event loop)
   --sim-config FILE.yaml      cost-model overrides (field: value)
   --sim-<field> VALUE         one cost-model field, e.g. --sim-bandwidth-gbps 1500
                               ({", ".join(costmodel.CostModel.field_names())})

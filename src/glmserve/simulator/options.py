@@ -125,7 +125,7 @@ def sim_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-crash-kind", type=str, default=None, choices=CRASH_KINDS)
     p.add_argument("--sim-hang-at", type=str, default=None, choices=[*PHASES, "serve"])
     p.add_argument("--sim-worker-death-after", type=float, default=None)
-    p.add_argument("--sim-send-threads", type=int, default=2)
+    p.add_argument("--sim-send-threads", type=int, default=0)
     p.add_argument("--sim-trace-max-requests", type=int, default=20000)
     p.add_argument("--sim-trace-max-steps", type=int, default=200000)
     for name in CostModel.field_names():
@@ -152,7 +152,7 @@ class SimOptions:
     hang_at: str | None = None
     worker_death_after: float | None = None
     trace_max_requests: int = 20000
-    send_threads: int = 2
+    send_threads: int = 0
     trace_max_steps: int = 200000
     patches: tuple[str, ...] = ()
 
