@@ -291,7 +291,9 @@ class SendPool:
     runs with the GIL released; threads can spread it over cores while the event loop builds
     the next step (raw sends on the 2-core box: ~28k/s from one thread, ~53k/s from two). In
     the full simulator on the same box it did not beat sending on the loop (server CPU per
-    token 15 vs 16-17 us), hence off by default; kept for hosts with more cores. Each connection has one lane (thread), so its chunks stay in order; when the kernel
+    token 15 vs 16-17 us), hence off by default; kept for hosts with more cores.
+
+    Each connection has one lane (thread), so its chunks stay in order; when the kernel
     does not take a whole chunk the connection turns "slow" and everything after goes through
     the transport on the loop thread, still in order. Items added during one loop callback
     (one engine step) are handed over together."""
