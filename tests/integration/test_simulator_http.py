@@ -208,3 +208,20 @@ def test_metrics_profile_and_flush(start_simulator, tmp_path):
     log = sim.log_text()
     assert "Profiling starts. Traces will be saved to:" in log
     assert "Profiling done." in log
+
+
+def test_sender_threads_keep_framing_order_and_ground_truth(start_simulator):
+    sim = start_simulator("--sim-send-threads", "2", "--disable-cuda-graph", *FAST)
+    n = 8
+    with httpx.Client(base_url=sim.url, timeout=10) as c:
+        for _ in range(3):  # keep-alive: later requests reuse the connection
+            body = {"input_ids": [3] * 8, "sampling_params": {"max_new_tokens": n}, "stream": True}
+            with c.stream("POST", "/generate", json=body) as r:
+                events = sse_events(r)
+            assert events[-1] == "[DONE]"
+            metas = [json.loads(e)["meta_info"] for e in events[:-1]]
+            assert [m["completion_tokens"] for m in metas] == list(range(1, n + 1))
+            rec = c.get("/sim/trace", params={"rid": metas[0]["id"]}).json()["requests"]
+            times = rec[metas[0]["id"]]
+            assert len(times["emit_times"]) == n
+            assert times["emit_times"] == sorted(times["emit_times"])
