@@ -248,6 +248,7 @@ def main():
         "stubbed_modules": sorted(stubbed),
         "parser": {
             "allow_abbrev": parser.allow_abbrev,
+            "add_help": parser.add_help,
             "prefix_chars": parser.prefix_chars,
         },
         "actions": [
@@ -339,6 +340,7 @@ class ArgSpec:
     version: str
     actions: list[ArgAction]
     allow_abbrev: bool = True
+    add_help: bool = True
     source: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -347,6 +349,23 @@ class ArgSpec:
         for act in self.actions:
             for opt in act.option_strings:
                 self.by_option[opt] = act
+        # The dump leaves argparse's own -h/--help out, but the real parser has it: it takes
+        # part in prefix matching (``--h`` is ambiguous) and exits 0 when given.
+        if self.add_help and "--help" not in self.by_option:
+            help_action = ArgAction(
+                option_strings=("-h", "--help"),
+                dest="help",
+                action="_HelpAction",
+                type=None,
+                choices=None,
+                default=None,
+                nargs=0,
+                required=False,
+                help="show this help message and exit",
+                deprecated=False,
+            )
+            self.by_option.setdefault("-h", help_action)
+            self.by_option["--help"] = help_action
 
     @property
     def options(self) -> list[str]:
@@ -459,6 +478,7 @@ def parse_argspec(data: dict[str, Any], source: str = "") -> ArgSpec:
         version=version,
         actions=actions,
         allow_abbrev=bool(parser.get("allow_abbrev", True)),
+        add_help=bool(parser.get("add_help", True)),
         source=source,
         meta=meta,
     )
@@ -804,7 +824,15 @@ def validate_argv(argv: list[str], spec: ArgSpec, opaque: Iterable[int] = ()) ->
         after_dashes = after_dashes or tok.kind == "--"
         tokens.append(tok)
 
+    # argparse classifies every string before consuming any, so an ambiguous prefix is an
+    # error wherever it stands; unknown flags and stray values are only collected and
+    # reported after everything else parsed (so --help before them still wins).
+    findings.extend(
+        _unknown_option_finding(tok, [], spec) for tok in tokens if tok.ambiguous is not None
+    )
+    deferred: list[Finding] = []
     seen: dict[str, int] = {}
+    help_at: int | None = None
     values: dict[str, tuple[list[str], int]] = {}
     extras: list[_Token] = []
     i = 0
@@ -822,11 +850,15 @@ def validate_argv(argv: list[str], spec: ArgSpec, opaque: Iterable[int] = ()) ->
         if tok.action is None:
             trailing = tokens[i : i + run] if tok.explicit is None else []
             i += len(trailing)
-            findings.append(_unknown_option_finding(tok, trailing, spec))
+            if not tok.ambiguous:  # ambiguity is reported up front, like argparse does
+                deferred.append(_unknown_option_finding(tok, trailing, spec))
             continue
         act = tok.action
         flag = tok.option or act.name
         lo, hi = act.arg_range
+        if act.action == "_HelpAction" and tok.explicit is None:
+            help_at = tok.index
+            break
         if tok.explicit is not None:
             if hi == 0:
                 findings.append(
@@ -896,6 +928,21 @@ def validate_argv(argv: list[str], spec: ArgSpec, opaque: Iterable[int] = ()) ->
         if not value_errors:
             values[act.dest] = (raw_values, tok.index)
 
+    if help_at is not None:
+        # argparse prints help and exits 0 right there: later flags are never looked at,
+        # and unknown flags / missing required ones (checked at the end) never reported.
+        findings.append(
+            Finding(
+                "warning",
+                tokens[help_at].text,
+                f"{tokens[help_at].text} makes sglang print its help and exit 0: the server "
+                "does not start",
+                None,
+                help_at,
+            )
+        )
+        return ValidationReport(spec.version, findings)
+    findings.extend(deferred)
     extras = [t for t in extras if t.index not in unknown_values]
     if extras:
         findings.append(

@@ -14,25 +14,18 @@ import importlib.util
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from glmserve.argspec import DUMP_SNIPPET, load_argspec, validate_argv
+from glmserve.scriptparse import extract_launch_argv
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
 M = ["--model", "m"]
-SEED = [
-    *("--model lukealonso/GLM-5-NVFP4 --served-model-name glm-5 --reasoning-parser glm45".split()),
-    *(
-        "--tool-call-parser glm47 --trust-remote-code --tp-size 8 --mem-fraction-static 0.92".split()
-    ),
-    *("--max-running-requests 2048 --kv-cache-dtype auto --quantization modelopt_fp4".split()),
-    *("--attention-backend trtllm_mla --fp8-gemm-backend cutlass --nsa-decode-backend".split()),
-    *("trtllm --nsa-prefill-backend trtllm --moe-runner-backend flashinfer_cutlass".split()),
-    *("--disable-cuda-graph --disable-radix-cache --num-continuous-decode-steps 16".split()),
-    *("--host 0.0.0.0 --port 8000".split()),
-]
+SEED_SCRIPT = Path(__file__).parent.parent / "data" / "scripts" / "run_tp8_trtllm_mla.sh"
+SEED, _ = extract_launch_argv(SEED_SCRIPT.read_text(encoding="utf-8"), str(SEED_SCRIPT))
 
 # (argv, argparse accepts it?) -- the expectation documents intent; the real parser decides.
 CASES: list[tuple[list[str], bool]] = [
@@ -67,6 +60,10 @@ CASES: list[tuple[list[str], bool]] = [
     ([*M, "--preferred-sampling-params", '{"temperature": 0}'], True),
     ([*M, "--forward-hooks", "[]"], True),
     ([*M, "--tp-size=8"], True),
+    (["--help"], True),  # prints help, exits 0 before the required check
+    (["--bogus", "--help"], True),  # unknown flags are only reported at the end
+    (["--help", "--port"], True),  # nothing after --help is consumed
+    ([*M, "--he"], True),  # unique prefix of --help
     # rejected
     ([], False),  # --model-path is required
     (["--port", "8000"], False),
@@ -99,6 +96,10 @@ CASES: list[tuple[list[str], bool]] = [
     ([*M, "--cuda-graph-bs", "1", "x"], False),
     ([*SEED, "--attention-backend", "cutlass"], False),
     ([*M, "--nsa-prefill-backend", "trtllm", "--nsa-decode-backend"], False),
+    (["--help", "--h"], False),  # ambiguity is found while classifying, before --help runs
+    ([*M, "--tp-size", "x", "--help"], False),  # a bad value before --help still fails
+    ([*M, "--help=1"], False),
+    ([*M, "--h", "x"], False),  # --help, --host, ... share the prefix
 ]
 
 _REAL_PARSER = r"""

@@ -441,3 +441,12 @@ def test_backend_warnings_is_pure_table_lookup() -> None:
 def test_invalid_backend_choice_gives_no_backend_fact() -> None:
     report = validate_argv([*M, "--attention-backend", "cutlass_mla"], spec("0.5.23"))
     assert not report.warnings
+
+
+def test_help_exits_before_deferred_errors() -> None:
+    s = spec("0.5.9")
+    report = validate_argv(["--bogus", "--help"], s)
+    assert report.ok
+    assert "does not start" in report.warnings[-1].message
+    assert not validate_argv(["--help", "--h"], s).ok  # ambiguity is found up front
+    assert not validate_argv([*M, "--tp-size", "x", "--help"], s).ok
