@@ -1039,6 +1039,17 @@ def _option_notes(tok: _Token, act: ArgAction, spec: ArgSpec) -> list[Finding]:
                 f"write {tok.option} in full: a later release may add a flag with this prefix"
             )
         notes.append(Finding("warning", act.name, message, suggestion, tok.index))
+    if act.dest == "config":
+        # prepare_server_args merges the YAML only when the literal token "--config" is in
+        # argv (0.5.8-0.5.23): "--config=x.yaml" or an abbreviation parses but is ignored.
+        if tok.text == "--config":
+            message = "options inside the --config file are merged by sglang and not checked here"
+        else:
+            message = (
+                f"{tok.text}: sglang only reads the config file when '--config' is a separate "
+                "token; this form parses but the file is ignored"
+            )
+        notes.append(Finding("warning", act.name, message, "--config FILE", tok.index))
     if act.is_deprecated:
         use = _DEPRECATION_USE.search(act.help or "")
         replacement = f"use {use.group(1).strip()}" if use else None

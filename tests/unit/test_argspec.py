@@ -450,3 +450,11 @@ def test_help_exits_before_deferred_errors() -> None:
     assert "does not start" in report.warnings[-1].message
     assert not validate_argv(["--help", "--h"], s).ok  # ambiguity is found up front
     assert not validate_argv([*M, "--tp-size", "x", "--help"], s).ok
+
+
+def test_config_file_forms() -> None:
+    s = spec("0.5.9")
+    separate = validate_argv([*M, "--config", "c.yaml"], s)
+    assert separate.ok and "not checked" in separate.warnings[0].message
+    joined = validate_argv([*M, "--config=c.yaml"], s)
+    assert joined.ok and "file is ignored" in joined.warnings[0].message
