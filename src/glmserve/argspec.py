@@ -521,6 +521,25 @@ def load_argspec(version_or_path: str) -> ArgSpec:
     )
 
 
+def dump_command(python: str = "python3") -> list[str]:
+    """The argv that prints the live spec of whatever sglang ``python`` imports (run it on the
+    GPU host, ``shlex.join``-ed; parse its stdout with ``argspec_from_dump``)."""
+    return [python, "-c", DUMP_SNIPPET]
+
+
+def argspec_from_dump(stdout: str, source: str) -> ArgSpec:
+    """An ArgSpec from DUMP_SNIPPET's stdout (anything printed before the JSON is skipped)."""
+    start = stdout.find("\n{")
+    text = stdout if stdout.startswith("{") else stdout[start + 1 :] if start >= 0 else ""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{source}: argspec dump is not JSON ({exc.msg})") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: argspec dump must be a JSON object")
+    return parse_argspec(data, source)
+
+
 def shipped_specs() -> list[ArgSpec]:
     """Every shipped spec, oldest first (for rename and removed-choice suggestions)."""
     return [_load_shipped(v) for v in available_versions()]

@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from glmserve.argspec import DUMP_SNIPPET, parse_argspec, validate_argv
+from glmserve.argspec import (
+    DUMP_SNIPPET,
+    argspec_from_dump,
+    dump_command,
+    parse_argspec,
+    validate_argv,
+)
+from glmserve.errors import ConfigError
 
 FAKE_SERVER_ARGS = """
 import argparse, json
@@ -108,6 +115,7 @@ def test_dump_of_fake_release(fake_sglang: Path) -> None:
     assert acts["toggle"]["option_strings"] == ["--toggle", "--no-toggle"]
 
     spec = parse_argspec(data, "fake")
+    assert argspec_from_dump("import noise\n" + proc.stdout, "host").actions == spec.actions
     assert validate_argv(["--model", "m", "--no-toggle", "--cuda-graph-bs", "1", "2"], spec).ok
     assert not validate_argv(["--model", "m", "--hooks", "[1,"], spec).ok
     assert validate_argv(["--model", "m", "--old"], spec).warnings
@@ -129,3 +137,16 @@ def test_missing_sglang_fails_loudly() -> None:
     )
     assert proc.returncode != 0
     assert "No module named 'sglang'" in proc.stderr
+
+
+def test_dump_command_runs_the_snippet(fake_sglang: Path) -> None:
+    argv = dump_command(sys.executable)
+    assert argv[1:] == ["-c", DUMP_SNIPPET]
+    env = {**os.environ, "PYTHONPATH": str(fake_sglang)}
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, check=False)
+    assert argspec_from_dump(proc.stdout, "gpu1").version == "0.0.1"
+
+
+def test_garbled_dump_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="gpu1: argspec dump is not JSON"):
+        argspec_from_dump("Traceback (most recent call last):\n  boom", "gpu1")
