@@ -312,6 +312,7 @@ class SweepOptions:
     continue_on_error: bool = False
     capture_steps: int = 0  # >0: torch-profiler capture of that many steps after the bench
     timeout_s: float | None = None  # READY deadline per profile
+    stall_timeout_s: float = 60.0  # bench: a stream silent this long is an error
     sglang_version: str | None = None
 
 
@@ -349,6 +350,10 @@ class SweepBackend:
     def capture(self, run_id: str, opts: SweepOptions) -> dict[str, Any]:
         raise NotImplementedError
 
+    def assess(self, run_id: str) -> StepOutcome:
+        """Is the server still healthy (after a bench ended early)?"""
+        return StepOutcome("READY", {})
+
     def stop(self, run_id: str) -> None:
         raise NotImplementedError
 
@@ -375,8 +380,37 @@ def run_sweep(
     sweep unless ``continue_on_error``. Ctrl-C stops the running server, marks the profile
     interrupted, saves, and re-raises so the CLI exits 130; ``--resume`` picks up there.
     """
-    with sweep_lock(sweep.sweep_id):
+    with sweep_lock(sweep.sweep_id), _term_as_interrupt():
         return _run_locked(sweep, opts, backend, say)
+
+
+@contextlib.contextmanager
+def _term_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a CI timeout, ``kill``) takes the Ctrl-C path: stop the server, save, exit.
+
+    Forked children (bench workers) inherit the handler; in them it falls back to the
+    default action so ``Process.terminate()`` still ends them at once.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    owner = os.getpid()
+
+    def on_term(signum: int, frame: Any) -> None:
+        if os.getpid() != owner:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 @contextlib.contextmanager
@@ -469,8 +503,25 @@ def _run_entry(
         return
     for mode in opts.bench:
         say(f"{entry.profile}: bench {mode}")
-        entry.bench.append(backend.bench(entry.run_id, mode, opts))
+        result = backend.bench(entry.run_id, mode, opts)
+        entry.bench.append(result)
         save_sweep(sweep)
+        # Look at the server after every bench: a worker that died under load only turns
+        # /health 503 (SGLang does not notice), and the bench may still call itself complete.
+        after = backend.assess(entry.run_id)
+        if after.state in ("CRASHED", "EXITED"):
+            entry.status, entry.diagnosis = CRASHED, after.diagnosis
+            d = after.diagnosis
+            why = " ".join(str(d[k]) for k in ("category", "root_cause") if k in d)
+            say(f"{entry.profile}: crashed during bench {mode}: {why}")
+            return
+        levels = result.get("levels") or []
+        if levels and not any(lv.get("completed") for lv in levels):
+            sample = next((lv["error_samples"][0] for lv in levels if lv.get("error_samples")), "")
+            entry.status = FAILED
+            entry.error = f"bench {mode}: every request failed" + (f" ({sample})" if sample else "")
+            say(f"{entry.profile}: {entry.error}")
+            return
     if opts.capture_steps > 0:
         say(f"{entry.profile}: profiler capture ({opts.capture_steps} steps)")
         entry.trace = backend.capture(entry.run_id, opts)
@@ -586,6 +637,7 @@ class LifecycleBackend(SweepBackend):
             input_len=opts.input_len,
             output_len=opts.output_len,
             num_prompts=opts.num_prompts,
+            stall_timeout=opts.stall_timeout_s,
         )
         outcome = run_bench(settings, run_id, Gates(), Progress())
         if outcome.interrupted:
@@ -597,6 +649,16 @@ class LifecycleBackend(SweepBackend):
 
         analysis = capture_profile(run_id, steps=opts.capture_steps, load="decode")
         return summarize_analysis(analysis)
+
+    def assess(self, run_id: str) -> StepOutcome:
+        from glmserve.watch import assess_run
+
+        info = assess_run(self.store.get_run(run_id), self.store)
+        run = self.store.get_run(run_id)
+        diag = {"state": info["state"], "category": run.category, "root_cause": run.root_cause}
+        if run.hint:
+            diag["hint"] = run.hint
+        return StepOutcome(str(info["state"]), {k: v for k, v in diag.items() if v})
 
     def stop(self, run_id: str) -> None:
         from glmserve.lifecycle import stop_run

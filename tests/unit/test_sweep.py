@@ -68,7 +68,7 @@ class Scripted(SweepBackend):
             return {"version": 1, "mode": "decode", "levels": [], "decode_tok_s": tok,
                     "ttft_ms": 90.0}  # fmt: skip
         return {"version": 1, "mode": "concurrency",
-                "levels": [{"concurrency": c, "output_tok_s": tok * c * 0.8}
+                "levels": [{"concurrency": c, "output_tok_s": tok * c * 0.8, "completed": 2}
                            for c in opts.concurrency]}  # fmt: skip
 
     def capture(self, run_id, opts):
@@ -186,3 +186,60 @@ def test_a_sweep_runs_in_one_process_at_a_time():
         run_sweep(sw, opts, Scripted())
     run_sweep(sw, opts, Scripted())  # released: runs
     assert sw.entries[0].status == OK
+
+
+def test_a_server_that_dies_during_the_bench_is_a_crash_not_a_success():
+    class DiesUnderLoad(Scripted):
+        def bench(self, run_id, mode, opts):
+            return {"version": 1, "mode": mode, "complete": False, "stopped": "connect failed",
+                    "levels": [], "decode_tok_s": 3.0}  # fmt: skip
+
+        def assess(self, run_id):
+            why = {"category": "CRASH", "root_cause": "process(es) [42] died after READY"}
+            return StepOutcome("CRASHED", why)
+
+    opts = SweepOptions(bench=["decode", "concurrency"], capture_steps=2)
+    sw = start_sweep(["cutlass_mla"], None, True, opts)
+    be = DiesUnderLoad()
+    run_sweep(sw, opts, be)
+    (entry,) = sw.entries
+    assert entry.status == CRASHED and len(entry.bench) == 1 and entry.trace is None
+    assert sweep_rows(sw)[0]["diagnosis"] == "CRASH: process(es) [42] died after READY"
+    assert not be.live
+
+
+def test_a_healthy_server_that_answers_nothing_fails_the_profile_and_the_sweep_goes_on():
+    class Silent(Scripted):
+        def bench(self, run_id, mode, opts):
+            if run_id == "run-flashinfer_gtc":
+                return {"version": 1, "mode": mode, "complete": True, "levels": [
+                    {"concurrency": 1, "completed": 0, "errors": 5,
+                     "error_samples": ["stalled: no data within the stall timeout"]}]}  # fmt: skip
+            return super().bench(run_id, mode, opts)
+
+    opts = SweepOptions()
+    sw = start_sweep(["flashinfer_gtc", "cutlass_mla"], None, True, opts)
+    run_sweep(sw, opts, Silent())
+    assert [e.status for e in sw.entries] == [FAILED, OK]
+    assert sw.entries[0].error == (
+        "bench decode: every request failed (stalled: no data within the stall timeout)"
+    )
+
+
+def test_sigterm_takes_the_ctrl_c_path_so_the_server_is_stopped():
+    import os
+    import signal
+
+    class Terminated(Scripted):
+        def bench(self, run_id, mode, opts):
+            os.kill(os.getpid(), signal.SIGTERM)  # e.g. a CI timeout killing the sweep
+            return super().bench(run_id, mode, opts)
+
+    opts = SweepOptions()
+    sw = start_sweep(["cutlass_mla"], None, True, opts)
+    be = Terminated()
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(sw, opts, be)
+    assert not be.live and sw.entries[0].status == INTERRUPTED
+    assert signal.getsignal(signal.SIGTERM) == before  # handler restored

@@ -78,15 +78,18 @@ def sweep(
         0, "--profile-steps", help="Also capture a torch-profiler trace of N decode steps."
     ),
     timeout: float = typer.Option(None, "--timeout", help="Seconds to wait for READY per profile."),
+    stall_timeout: float = typer.Option(
+        60.0, "--stall-timeout", help="Bench: seconds a stream may stay silent (then an error)."
+    ),
     resume: str = typer.Option(None, "--resume", help="Continue this sweep id (finished kept)."),
     simulate: bool = typer.Option(False, "--simulate", help="Launch the simulator, same flags."),
     as_json: bool = typer.Option(False, "--json", help="Print the stored sweep as JSON."),
 ) -> None:
     """Launch, bench and stop each profile in turn; crashes are recorded with their diagnosis.
 
-    The sweep lives in $GLMSERVE_HOME/sweeps/<id>/ (sweep.json, sweep.md). Ctrl-C stops the
-    running server; `--resume <id>` continues where it stopped. Exit 0 when some profile
-    succeeded, 3 when every profile crashed or stalled, 130 on Ctrl-C.
+    The sweep lives in $GLMSERVE_HOME/sweeps/<id>/ (sweep.json, sweep.md). Ctrl-C (or SIGTERM)
+    stops the running server; `--resume <id>` continues where it stopped. Exit 0 when some
+    profile succeeded, 3 when every profile crashed or stalled, 130 on Ctrl-C/SIGTERM.
 
     Example: glmserve sweep --simulate --profiles flashinfer_gtc,trtllm_mla,cutlass_mla
     """
@@ -130,6 +133,7 @@ def sweep(
             continue_on_error=continue_on_error,
             capture_steps=capture_steps,
             timeout_s=timeout,
+            stall_timeout_s=stall_timeout,
         )
         names = [p.strip() for p in profiles.split(",") if p.strip()]
         from glmserve.profiles import load_profile
