@@ -338,7 +338,9 @@ class SshTransport(Transport):
             else:  # missing, or a dead master's stale socket
                 self.connect()
             t0 = time.perf_counter()
-            argv = [*self.ssh_base(), self.target, "--", "bash -c " + shlex.quote(cmd)]
+            # --norc: bash run by sshd would source ~/.bashrc again (slow pyenv/conda inits).
+            remote = "bash --norc --noprofile -c " + shlex.quote(cmd)
+            argv = [*self.ssh_base(), self.target, "--", remote]
             try:
                 p = subprocess.run(
                     argv,

@@ -214,13 +214,14 @@ def test_unknown_host_exit_2_lists_known(ssh_host):
 
 def test_check_table_no_gpu_row(ssh_host):
     """Without nvidia-smi: a clear no-GPU row; blocking for a real launch, not when simulating."""
-    sim = cli("check", "--profile", "trtllm_mla", "--host", ssh_host, "--simulate", "--json")
+    port = ["--set", f"server.port={free_local_port()}"]
+    sim = cli("check", "--profile", "trtllm_mla", "--host", ssh_host, "--simulate", *port, "--json")
     rows = {r["check"]: r for r in json.loads(sim.stdout)["rows"]}
     assert rows["reachable"]["status"] == "ok"
     assert rows["python"]["status"] == "ok"
     if "no GPU" in rows["gpus"]["detail"]:
         assert rows["gpus"]["status"] == "warn"
-        real = cli("check", "--profile", "trtllm_mla", "--host", ssh_host)
+        real = cli("check", "--profile", "trtllm_mla", "--host", ssh_host, *port)
         assert real.returncode == 2
         assert "no GPU" in real.stdout
     assert sim.returncode == 0, sim.stdout + sim.stderr
