@@ -333,6 +333,24 @@ def find_launch(text: str, source: str) -> LaunchInvocation:
         python = next(w.text for w in words if _PYTHON.match(os.path.basename(w.text)))
         args = words[start:]
         notes = [(line, note) for line, note in lexer.notes if line >= words[0].line]
+        if "\r\n" in text:
+            crlf_line = text[: text.index("\r\n")].count("\n") + 1
+            notes.append(
+                (
+                    crlf_line,
+                    "the script has CRLF (Windows) line endings: bash keeps the \\r, so a "
+                    "trailing backslash no longer continues the line",
+                )
+            )
+        later = _later_launch_lines(lexer)
+        if later:
+            notes.append(
+                (
+                    later[0],
+                    f"another sglang.launch_server command starts here ({len(later)} more in "
+                    f"all); only the first, on line {words[0].line}, was checked",
+                )
+            )
         return LaunchInvocation(
             source=source,
             argv=[w.text for w in args],
@@ -347,6 +365,20 @@ def find_launch(text: str, source: str) -> LaunchInvocation:
         f"{source}: no sglang.launch_server invocation found "
         "(expected e.g. `python3 -m sglang.launch_server --model ...`)"
     )
+
+
+def _later_launch_lines(lexer: _Lexer) -> list[int]:
+    """Lines of further launch commands (a script that starts several servers)."""
+    lines: list[int] = []
+    try:
+        while (words := lexer.next_command()) is not None:
+            if _python_argv_start(words) is not None:
+                lines.append(words[0].line)
+            else:
+                _record_assignments(lexer, words)
+    except ConfigError:
+        pass  # bash runs the first command before it reaches a later syntax error
+    return lines
 
 
 def extract_launch_argv(text: str, source: str) -> tuple[list[str], int]:

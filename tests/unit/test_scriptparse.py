@@ -153,6 +153,22 @@ def test_unterminated_quote_names_file_and_line() -> None:
         extract_launch_argv('echo hi\npython3 -m sglang.launch_server --model "m\n', "bad.sh")
 
 
+def test_several_launches_are_noted() -> None:
+    text = (
+        "python3 -m sglang.launch_server --port 1 &\npython3 -m sglang.launch_server --port 2 &\n"
+    )
+    inv = find_launch(text, "two.sh")
+    assert inv.argv == ["--port", "1"]
+    assert [line for line, _ in inv.notes] == [2]
+    assert "only the first, on line 1" in inv.notes[0][1]
+
+
+def test_crlf_line_endings_are_noted() -> None:
+    inv = find_launch("python3 -m sglang.launch_server \\\r\n  --port 1\r\n", "win.sh")
+    assert any("CRLF" in note for _, note in inv.notes)
+    assert "--port" not in inv.argv  # backslash + CR does not continue the line, as in bash
+
+
 # --- against real bash --------------------------------------------------------------------
 
 BASH_COMPARABLE = [
