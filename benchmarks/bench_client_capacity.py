@@ -176,7 +176,8 @@ def main() -> None:
     print(f"date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}")
     print(f"machine: nproc={os.cpu_count()} {platform.uname().system} {platform.uname().release} "
           f"{platform.uname().machine} python {platform.python_version()}")  # fmt: skip
-    print(f"uname -a: {' '.join(platform.uname())}")
+    uname = subprocess.run(["uname", "-a"], capture_output=True, text=True, check=False).stdout
+    print(f"uname -a: {uname.strip()}")
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"command: {' '.join([sys.executable, *sys.argv])}")
     print(

@@ -100,3 +100,16 @@ def test_openai_apis_use_usage_counts(capsys, start_simulator, api):
     assert lv["output_tokens"] == 2 * 32
     truth = gt.truth_decode_tok_s(trace(sim.url), lv["window_start"])
     assert res["decode_tok_s"] == pytest.approx(truth, rel=0.02)
+
+
+def test_server_side_readings_beside_the_clients(capsys, start_simulator):
+    sim = start_simulator(*SIM_FAST, "--enable-metrics")
+    res = bench(capsys, sim.url, "--mode", "concurrency", "--concurrency", "8",
+                "--num-prompts", "16", "--output-len", "128")  # fmt: skip
+    lv = res["levels"][0]
+    srv = lv["server"]
+    # /metrics counter delta over the level == the tokens the client counted, exactly
+    assert srv["generation_tokens"] == lv["output_tokens"] == 16 * 128
+    assert srv["ttft_mean_ms"] > 0 and srv["e2e_mean_ms"] > 0
+    assert srv["generation_tok_s"] == pytest.approx(lv["output_tok_s"], rel=0.3)
+    assert res["server"]["version"] and res["server"]["args"]["tp_size"] == 2

@@ -262,3 +262,21 @@ def test_prometheus_parsing_and_deltas():
     assert d["ttft_mean_ms"] == pytest.approx(200.0)
     assert d["gen_throughput_gauge"] == 55.5
     assert metrics_delta({}, after, 1.0) == {}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_duration_mode_stops_at_the_deadline(fake, workers):
+    fake.n_tokens, fake.itl = 4, 0.01
+    s = BenchSettings(fake.url, mode="concurrency", concurrency=[2], output_len=4,
+                      duration=0.6, warmup=0, workers=workers)  # fmt: skip
+    run = LevelRun(2, workers)
+    t0 = time.perf_counter()
+    run_level(s, 2, prepare_requests(s, "m"), Progress(), run)
+    took = time.perf_counter() - t0
+    assert run.stopped is None
+    assert len(run.records) >= 4  # kept sending for the whole duration
+    assert all(r.ok for r in run.records)
+    last_send = max(r.send for r in run.records if r.send is not None)
+    first_send = min(r.send for r in run.records if r.send is not None)
+    assert last_send - first_send <= 0.6 + 0.05  # nothing sent after the deadline
+    assert took < 5.0
