@@ -230,7 +230,21 @@ def _messages_tokens(messages: Any) -> int:
     return max(1, total + 2)
 
 
+def _delta(role: str | None = None, content: str | None = None) -> dict[str, Any]:
+    """DeltaMessage as pydantic dumps it (every field, None included)."""
+    return {
+        "role": role,
+        "content": content,
+        "reasoning_content": None,
+        "tool_calls": None,
+        "hidden_states": None,
+    }
+
+
 class OpenAIStreamSink:
+    """OpenAI SSE chunks as sglang 0.5.9's serving_{completions,chat}.py yield them
+    (``model_dump_json()``: None fields included; ``model`` echoes the request's)."""
+
     __slots__ = ("chat", "conn", "created", "group", "model", "rid", "sent", "started")
 
     def __init__(self, conn: Connection, model: str, chat: bool, group: _Group) -> None:
@@ -252,6 +266,7 @@ class OpenAIStreamSink:
             "model": self.model,
             "choices": [choice],
             "usage": None,
+            "sglext": None,
         }
         return b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
 
@@ -262,41 +277,29 @@ class OpenAIStreamSink:
         self.rid = req.rid
         delta = "".join(req.text_parts[self.sent :])
         self.sent = len(req.out_ids)
-        fin = "length" if req.finished else None
-        if self.chat:
-            if not self.started:
-                self.conn.write_chunk(
-                    self._chunk(
-                        {
-                            "index": 0,
-                            "delta": {"role": "assistant", "content": ""},
-                            "logprobs": None,
-                            "finish_reason": None,
-                        }
-                    )
-                )
-                self.started = True
-            choice = {
-                "index": 0,
-                "delta": {
-                    "role": None,
-                    "content": delta,
-                    "reasoning_content": None,
-                    "tool_calls": None,
-                },
-                "logprobs": None,
-                "finish_reason": fin,
-                "matched_stop": None,
-            }
-        else:
+        if not self.chat:
             choice = {
                 "index": 0,
                 "text": delta,
                 "logprobs": None,
-                "finish_reason": fin,
+                "finish_reason": "length" if req.finished else None,
                 "matched_stop": None,
+                "hidden_states": None,
             }
-        self.conn.write_chunk(self._chunk(choice), req.emit_times, ntokens)
+            self.conn.write_chunk(self._chunk(choice), req.emit_times, ntokens)
+        else:
+            if not self.started:  # first chunk carries the role only
+                self.started = True
+                first = {"index": 0, "delta": _delta("assistant", ""), "logprobs": None,
+                         "finish_reason": None, "matched_stop": None}  # fmt: skip
+                self.conn.write_chunk(self._chunk(first))
+            choice = {"index": 0, "delta": _delta(content=delta), "logprobs": None,
+                      "finish_reason": None, "matched_stop": None}  # fmt: skip
+            self.conn.write_chunk(self._chunk(choice), req.emit_times, ntokens)
+            if req.finished:  # then a separate finish_reason chunk with an empty delta
+                fin = {"index": 0, "delta": _delta(), "logprobs": None,
+                       "finish_reason": "length", "matched_stop": None}  # fmt: skip
+                self.conn.write_chunk(self._chunk(fin))
         if req.finished:
             self.group.finish_one()
 
@@ -373,7 +376,7 @@ async def openai(
     max_new = int(max_new) if max_new else (DEFAULT_MAX_NEW_TOKENS if not chat else 4096)
     stream = bool(body.get("stream"))
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    model = server.opts.served_model_name
+    model = str(body.get("model") or server.opts.served_model_name)  # SGLang echoes request.model
     group = _Group(1)
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     sink: Any = OpenAIStreamSink(conn, model, chat, group) if stream else CollectSink(group)
@@ -394,34 +397,24 @@ async def openai(
                 "choices": [],
                 "usage": _usage(r),
             }
+            if chat:
+                doc["sglext"] = None
+            else:  # serving_completions dumps this one with exclude_none=True
+                doc["usage"] = {k: v for k, v in doc["usage"].items() if v is not None}
             conn.write_chunk(b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n")
         conn.write_chunk(b"data: [DONE]\n\n")
         conn.end_stream()
         return None
     text = "".join(r.text_parts)
     if chat:
-        choice = {
-            "index": 0,
-            "message": {
-                "role": "assistant",
-                "content": text,
-                "reasoning_content": None,
-                "tool_calls": None,
-            },
-            "logprobs": None,
-            "finish_reason": "length",
-            "matched_stop": None,
-        }
+        message = {"role": "assistant", "content": text, "reasoning_content": None,
+                   "tool_calls": None}  # fmt: skip
+        choice: dict[str, Any] = {"index": 0, "message": message}
         obj = "chat.completion"
     else:
-        choice = {
-            "index": 0,
-            "text": text,
-            "logprobs": None,
-            "finish_reason": "length",
-            "matched_stop": None,
-        }
+        choice = {"index": 0, "text": text}
         obj = "text_completion"
+    choice.update(logprobs=None, finish_reason="length", matched_stop=None, hidden_states=None)
     return Response.json(
         {
             "id": rid,
@@ -430,5 +423,7 @@ async def openai(
             "model": model,
             "choices": [choice],
             "usage": _usage(r),
+            "metadata": None,
+            "sglext": None,
         }
     )
