@@ -144,6 +144,10 @@ def test_chat_completions_stream_and_non_stream(simulator):
             events = sse_events(r)
         docs = [json.loads(e) for e in events[:-1]]
         assert docs[0]["choices"][0]["delta"]["role"] == "assistant"
+        assert all(d["model"] == "m" for d in docs)  # SGLang echoes the request's model
+        fin = docs[-2]["choices"][0]  # a finish chunk with an empty delta, then usage
+        assert fin["finish_reason"] == "length" and fin["delta"]["content"] is None
+        assert all(d["choices"][0]["finish_reason"] is None for d in docs[:-2])
         assert all(d["object"] == "chat.completion.chunk" for d in docs)
         text = "".join(d["choices"][0]["delta"]["content"] or "" for d in docs if d["choices"])
         assert text.count(" ") == 4
