@@ -113,6 +113,14 @@ def test_fault_options_resolve_natural_pairs():
     assert (o.crash_at, o.crash_kind) == ("kv", "oom")
     o = options.parse(["--model-path", "m", "--sim-crash-kind", "tllm_unsupported_arch"], env={})
     assert o.crash_at == "warmup"
+    o = options.parse(["--model-path", "m", "--sim-crash-kind", "no_kernel_image"], env={})
+    assert o.crash_at == "graphs"
+    argv = ["--model-path", "m", "--disable-cuda-graph", "--sim-crash-kind", "no_kernel_image"]
+    assert options.parse(argv, env={}).crash_at == "warmup"
+    with pytest.raises(SimUsageError, match="CUDA graphs are disabled"):
+        options.parse(
+            ["--model-path", "m", "--disable-cuda-graph", "--sim-hang-at", "graphs"], env={}
+        )
     with pytest.raises(SimUsageError, match="after-ready:SECONDS"):
         options.parse(["--model-path", "m", "--sim-crash-at", "lunch"], env={})
 

@@ -40,10 +40,11 @@ Simulator options:
   --sim-load-seconds S, --sim-kv-seconds S, --sim-graphs-seconds S, --sim-warmup-seconds S
   --sim-gpu-arch sm120|sm100|sm90   (trtllm_mla crashes at warmup unless sm100)
   --sim-sglang-version V      version reported and logged (0.5.9)
-  --sim-crash-at PHASE        {"|".join(PHASES)}|after-ready:SECONDS
+  --sim-crash-at PHASE        {"|".join(PHASES)}|after-ready:SECONDS (wall seconds)
   --sim-crash-kind KIND       {"|".join(CRASH_KINDS)}
   --sim-hang-at PHASE         stop logging at PHASE, never become ready
-  --sim-worker-death-after S  after ready, a worker dies: process stays up, /health -> 503
+  --sim-worker-death-after S  S wall seconds after ready a worker dies: the process stays
+                              up, in-flight requests stall, /health turns 503
   --sim-send-threads N        threads that write SSE chunks (default 0: the event loop)
   --sim-config FILE.yaml      cost-model overrides (field: value)
   --sim-<field> VALUE         one cost-model field, e.g. --sim-bandwidth-gbps 1500

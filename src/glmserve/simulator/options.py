@@ -289,6 +289,11 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:
         kind = NATURAL_KIND[crash_at]
     if kind and not crash_at:
         crash_at = NATURAL_PHASE[kind]
+        if crash_at == "graphs" and not cuda_graph:
+            crash_at = "warmup"  # no capture to fail in: the first forward fails instead
+    for flag, phase in (("--sim-crash-at", sim.sim_crash_at), ("--sim-hang-at", sim.sim_hang_at)):
+        if phase == "graphs" and not cuda_graph:
+            raise SimUsageError(f"{flag} graphs: CUDA graphs are disabled, nothing is captured")
     phase_seconds = {
         "load": sim.sim_load_seconds,
         "kv": sim.sim_kv_seconds,
