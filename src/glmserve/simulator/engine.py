@@ -257,7 +257,7 @@ class Engine:
                 kind = "decode"
                 self.decode_since_admit += 1
             end = start + model_s * self.scale
-            await self._sleep_until(end)
+            await self._sleep_until(end, model_s * self.scale)
             if self.dead:
                 continue
             emitted_at = clock()
@@ -278,11 +278,13 @@ class Engine:
                 self.on_step(kind, batch)
 
     @staticmethod
-    async def _sleep_until(end: float) -> None:
-        """Wake at ``end`` on perf_counter, to ~50 us rather than asyncio's ~1 ms timer grain:
-        sleep on the loop until 2 ms before, then spin (<= 2 ms of CPU per step)."""
+    async def _sleep_until(end: float, step_s: float) -> None:
+        """Wake at ``end`` on perf_counter to ~50 us rather than asyncio's ~1 ms timer grain:
+        sleep on the loop, then spin the last stretch (2 ms, or a tenth of a short step, so a
+        fast-forwarded simulator does not spend its CPU spinning)."""
         clock = time.perf_counter
-        delay = end - clock() - SPIN_S
+        spin = min(SPIN_S, 0.1 * step_s)
+        delay = end - clock() - spin
         if delay > 0:
             await asyncio.sleep(delay)
         while clock() < end:
