@@ -859,6 +859,9 @@ def validate_argv(argv: list[str], spec: ArgSpec, opaque: Iterable[int] = ()) ->
         tok = tokens[i]
         i += 1
         if tok.kind == "--":
+            # CPython 3.11: with no positionals declared, "--" itself lands in the extras
+            # ("unrecognized arguments: --"), and so does everything after it.
+            extras.append(tok)
             continue
         if tok.kind == "A":
             extras.append(tok)

@@ -458,3 +458,9 @@ def test_config_file_forms() -> None:
     assert separate.ok and "not checked" in separate.warnings[0].message
     joined = validate_argv([*M, "--config=c.yaml"], s)
     assert joined.ok and "file is ignored" in joined.warnings[0].message
+
+
+def test_double_dash_is_unrecognized_like_cpython_311() -> None:
+    s = spec("0.5.9")
+    finding = only_error(validate_argv([*M, "--"], s))
+    assert finding.message == "unrecognized arguments: --"
