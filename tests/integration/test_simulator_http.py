@@ -187,6 +187,11 @@ def test_ground_truth_matches_what_the_client_saw(simulator):
     assert decode
     for s in decode:
         assert s["end"] - s["start"] == pytest.approx(s["model_s"] * cfg["time_scale"], rel=1e-6)
+    # and the tokens really left at that pace: emission gaps of consecutive decode steps
+    pairs = [(a, b) for a, b in itertools.pairwise(trace["steps"]) if b["kind"] == "decode"]
+    achieved = sum(b["emitted"] - a["emitted"] for a, b in pairs)
+    configured = sum(b["model_s"] * cfg["time_scale"] for _, b in pairs)
+    assert achieved == pytest.approx(configured, rel=0.15)
     assert cfg["shape"]["cast_mode"] == "whole_pool"
 
 
