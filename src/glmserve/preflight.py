@@ -39,7 +39,13 @@ class CheckRow:
 
 def _py(spec: LaunchSpec, code: str) -> str:
     """Shell running ``code`` with the spec's python (its venv activated first)."""
-    act = f"source {shell_path(spec.venv)}/bin/activate >/dev/null 2>&1 && " if spec.venv else ""
+    act = ""
+    if spec.venv:
+        v = shell_path(spec.venv)
+        act = (
+            f"if [ ! -f {v}/bin/activate ]; then echo \"no virtualenv at {spec.venv} "
+            f"(bin/activate missing)\" >&2; exit 1; fi; . {v}/bin/activate >/dev/null 2>&1 && "
+        )
     return f"{act}{spec.python} -c {_sq(code)}"
 
 
@@ -102,21 +108,17 @@ def check_argspec(t: Transport, spec: LaunchSpec, version: str | None) -> CheckR
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(res.stdout)
     try:
-        live = argspec.load_argspec(cache)
-        findings = argspec.validate_argv(spec.argv, live)
+        live = argspec.load_argspec(str(cache))
+        report = argspec.validate_argv(spec.argv, live)
     except GlmserveError as exc:
         return CheckRow("flags", "fail", str(exc))
-    errors = [f for f in findings if getattr(f, "severity", "error") == "error"]
-    if errors:
-        return CheckRow("flags", "fail", "; ".join(str(getattr(f, "message", f)) for f in errors))
-    n = len(findings)
-    return CheckRow(
-        "flags",
-        "warn" if n else "ok",
-        f"argv valid for sglang {version} (live argparse spec)"
-        + (f"; {n} warning(s): " + "; ".join(str(getattr(f, "message", f)) for f in findings))
-        * bool(n),
-    )
+    if report.errors:
+        return CheckRow("flags", "fail", "; ".join(f.format() for f in report.errors))
+    warn = report.warnings
+    detail = f"argv valid for sglang {version} (live argparse spec)"
+    if warn:
+        detail += f"; {len(warn)} warning(s): " + "; ".join(f.format() for f in warn)
+    return CheckRow("flags", "warn" if warn else "ok", detail)
 
 
 def check_gpus(t: Transport, spec: LaunchSpec) -> CheckRow:

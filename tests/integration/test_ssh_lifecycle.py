@@ -319,3 +319,100 @@ def test_concurrent_status_while_watching(ssh_host, cleanup_runs):
     th.join(60)
     assert st.returncode == 0, st.stderr
     assert results["l"].returncode == 0, results["l"].stderr
+
+
+def test_patched_profile_uploads_runtime_and_status_shows_patch_ranks(ssh_host, cleanup_runs):
+    """flashinfer_gtc lists a runtime patch: runtime/ is uploaded, each rank logs activation."""
+    port = free_local_port()
+    res = cli(
+        "launch",
+        "--profile",
+        "flashinfer_gtc",
+        "--host",
+        ssh_host,
+        "--simulate",
+        "--set",
+        f"server.port={port}",
+        *FAST,
+        "--poll",
+        "0.3",
+    )
+    assert res.returncode == 0, res.stderr
+    run = RunStore.open().get_run(res.stdout.split()[0])
+    assert (Path(run.run_dir) / "runtime" / "sitecustomize.py").is_file()
+    assert "patch active on 8/8 ranks" in res.stderr
+    rows = json.loads(cli("status", run.run_id, "--json").stdout)
+    assert rows[0]["patch_active"] == "8/8"
+    table = cli("status").stdout
+    assert "patch active on 8/8 ranks" in table
+
+
+def test_check_validates_flags_against_the_hosts_live_argparse(ssh_host):
+    """With SGLang on the host, its argparse spec is dumped (cached) and a bad value fails."""
+    port = ["--set", f"server.port={free_local_port()}", "--set", "venv=null"]
+    good = cli("check", "--profile", "trtllm_mla", "--host", ssh_host, *port, "--json")
+    rows = {r["check"]: r for r in json.loads(good.stdout)["rows"]}
+    if rows["sglang"]["status"] != "ok":
+        pytest.skip("sglang is not installed for the host's python")
+    assert rows["flags"]["status"] in ("ok", "warn"), rows["flags"]
+    assert list((Path(os.environ["GLMSERVE_HOME"]) / "argspecs").glob("sglang-*.json"))
+    bad = cli(
+        "check",
+        "--profile",
+        "trtllm_mla",
+        "--host",
+        ssh_host,
+        *port,
+        "--set",
+        "server.attention-backend=no_such_backend",
+        "--json",
+    )
+    rows = {r["check"]: r for r in json.loads(bad.stdout)["rows"]}
+    assert rows["flags"]["status"] == "fail" and "no_such_backend" in rows["flags"]["detail"]
+    assert bad.returncode == 2
+
+
+def test_auth_failure_exit_5_with_ssh_error_line(sshd_server, tmp_path):
+    """A key the server does not accept: BatchMode means no prompt, just ssh's own line."""
+    key = tmp_path / "other_key"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
+        check=True,
+        capture_output=True,
+    )
+    conf = tmp_path / "ssh_config"
+    conf.write_text(
+        sshd_server.ssh_config.read_text().replace(str(sshd_server.client_key), str(key))
+    )
+    cfg = Path(os.environ["GLMSERVE_CONFIG_DIR"])
+    cfg.mkdir(parents=True, exist_ok=True)
+    text = sshd_server.hosts_yaml("lockedbox").replace(str(sshd_server.ssh_config), str(conf))
+    (cfg / "hosts.yaml").write_text(text)
+    res = cli("check", "--profile", "trtllm_mla", "--host", "lockedbox", "--simulate")
+    assert res.returncode == 5, res.stderr
+    assert "Permission denied (publickey)" in res.stderr
+
+
+def test_unknown_host_key_is_refused_not_accepted(sshd_server, tmp_path):
+    """known_hosts is respected: a host key that does not match fails (exit 5), no TOFU."""
+    other = tmp_path / "fake_host_key"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)],
+        check=True,
+        capture_output=True,
+    )
+    typ, pub = other.with_suffix(".pub").read_text().split()[:2]
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{sshd_server.port} {typ} {pub}\n")
+    conf = tmp_path / "ssh_config"
+    conf.write_text(
+        sshd_server.ssh_config.read_text().replace(str(sshd_server.known_hosts), str(known))
+    )
+    cfg = Path(os.environ["GLMSERVE_CONFIG_DIR"])
+    cfg.mkdir(parents=True, exist_ok=True)
+    text = sshd_server.hosts_yaml("spoofbox").replace(str(sshd_server.ssh_config), str(conf))
+    (cfg / "hosts.yaml").write_text(text)
+    res = cli("check", "--profile", "trtllm_mla", "--host", "spoofbox", "--simulate")
+    assert res.returncode == 5, res.stderr
+    assert "Host key verification failed" in res.stderr
+    assert known.read_text().count("\n") == 1  # nothing was added
