@@ -1,0 +1,123 @@
+"""The patch refuses loudly: unsupported release, changed source, wrong KV dtype, cap rules.
+
+Pure checks on stand-in modules and model runners (no sglang needed); the real-module tests
+are in tests/integration/test_runtime_patch_sglang.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from glmserve.runtime.glmserve_runtime import PatchError  # noqa: E402
+from glmserve.runtime.glmserve_runtime.patches import flashinfer_mla_gather_cast as p  # noqa: E402
+
+FAILED = "glmserve patch flashinfer_mla_gather_cast FAILED: "
+
+
+def _module_from(tmp_path: Path, text: str) -> ModuleType:
+    path = tmp_path / "flashinfer_mla_backend.py"
+    path.write_text(text)
+    mod = ModuleType(p.TARGET)
+    mod.__file__ = str(path)
+    return mod
+
+
+def test_unsupported_release_is_refused_naming_the_supported_ones(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(p, "sglang_version", lambda: "0.5.23")
+    monkeypatch.delenv(p.ALLOW_VERSION_ENV, raising=False)
+    with pytest.raises(PatchError) as info:
+        p.check_supported(_module_from(tmp_path, "x = 1\n"))
+    assert str(info.value) == (
+        FAILED + "unsupported sglang 0.5.23 (supported: 0.5.8, 0.5.9); "
+        "use the trtllm_mla profile on other releases"
+    )
+    assert capsys.readouterr().err.startswith(FAILED + "unsupported sglang 0.5.23")
+
+
+def test_changed_backend_source_is_refused_even_on_a_supported_version(tmp_path, monkeypatch):
+    monkeypatch.setattr(p, "sglang_version", lambda: "0.5.9")
+    text = "class FlashInferMLAAttnBackend:\n    def forward_decode(self): ...\n"
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    with pytest.raises(PatchError, match=r"differs from the 0\.5\.8/0\.5\.9 source") as info:
+        p.check_supported(_module_from(tmp_path, text))
+    assert digest[:12] in str(info.value)
+
+
+def test_an_untested_version_may_be_allowed_but_the_source_must_still_match(tmp_path, monkeypatch):
+    monkeypatch.setattr(p, "sglang_version", lambda: "0.5.9.post1")
+    monkeypatch.setenv(p.ALLOW_VERSION_ENV, "1")
+    with pytest.raises(PatchError, match=r"differs from the 0\.5\.8/0\.5\.9 source"):
+        p.check_supported(_module_from(tmp_path, "x = 2\n"))
+
+
+def test_module_without_a_readable_source_is_refused(monkeypatch):
+    monkeypatch.setattr(p, "sglang_version", lambda: "0.5.9")
+    mod = ModuleType(p.TARGET)
+    mod.__file__ = "/nonexistent/flashinfer_mla_backend.cpython-311.pyc"
+    with pytest.raises(PatchError, match="cannot read"):
+        p.check_supported(mod)
+
+
+def _runner(kv_dtype=torch.float8_e4m3fn, dtype=torch.bfloat16, pool_size=100):
+    return SimpleNamespace(
+        kv_cache_dtype=kv_dtype,
+        dtype=dtype,
+        device="cpu",
+        page_size=1,
+        model_config=SimpleNamespace(kv_lora_rank=512, qk_rope_head_dim=64),
+        token_to_kv_pool=SimpleNamespace(size=pool_size),
+    )
+
+
+@pytest.mark.parametrize(
+    ("kv_dtype", "dtype", "message"),
+    [
+        (torch.bfloat16, torch.bfloat16, "not torch.float8_e4m3fn: there is no whole-pool cast"),
+        (torch.float8_e5m2, torch.bfloat16, "KV cache dtype is torch.float8_e5m2"),
+        (torch.float8_e4m3fn, torch.float16, "model dtype torch.float16 is not bfloat16"),
+    ],
+)
+def test_backend_state_refuses_what_the_kernel_cannot_serve(kv_dtype, dtype, message):
+    with pytest.raises(PatchError, match=message):
+        p.GatherState(_runner(kv_dtype, dtype))
+
+
+def test_selection_grows_the_shared_buffer_and_respects_the_cap(monkeypatch, capsys):
+    monkeypatch.setenv(p.MAX_ROWS_ENV, "5000")
+    p._BUFFERS.clear()
+    state = p.GatherState(_runner(pool_size=100_000))
+    assert state.cap == 5000 and state.pool_rows == 100_001
+    idx = torch.arange(3000, dtype=torch.int32)
+    sel = state.select(torch.tensor([0, 1000, 3000], dtype=torch.int32), idx)
+    assert sel.compact and sel.nnz == 3000 and torch.equal(sel.indices, idx)
+    assert 3000 <= state.buffer.rows <= 5000
+    assert torch.equal(state.buffer.identity[:3000], torch.arange(3000, dtype=torch.int32))
+    big = torch.arange(6000, dtype=torch.int32)
+    for _ in range(2):
+        sel = state.select(torch.tensor([0, 6000], dtype=torch.int32), big)
+        assert not sel.compact and sel.nnz == 6000
+    assert capsys.readouterr().err.count("WARNING batch needs 6000 KV rows > cap 5000") == 1
+    # A second backend in the process shares the buffer rather than allocating its own.
+    assert p.GatherState(_runner(pool_size=100_000)).buffer is state.buffer
+    p._BUFFERS.clear()
+
+
+def test_bad_cap_value_is_refused(monkeypatch):
+    monkeypatch.setenv(p.MAX_ROWS_ENV, "lots")
+    with pytest.raises(PatchError, match="GLMSERVE_GTC_MAX_ROWS='lots' is not an integer"):
+        p.GatherState(_runner())
+
+
+def test_a_wrapper_planned_outside_the_patch_is_an_error_not_a_silent_whole_pool():
+    p._BUFFERS.clear()
+    state = p.GatherState(_runner())
+    pool = torch.zeros((101, 1, 576), dtype=torch.uint8).view(torch.float8_e4m3fn)
+    with pytest.raises(PatchError, match="planned outside the patched path"):
+        state.key_buffer(SimpleNamespace(), pool, 0, torch.bfloat16)
+    p._BUFFERS.clear()
