@@ -91,9 +91,17 @@ def _swallow_subclass_kwargs(cls, **kwargs):
     return None
 
 
+def _any_pydantic_schema(cls, source, handler):
+    # Only called when pydantic builds a model with a stubbed field type (0.5.18: xgrammar).
+    from pydantic_core import core_schema
+
+    return core_schema.any_schema()
+
+
 def _stub(name):
     namespace = {"__module__": "glmserve_stub"}
     namespace["__init_subclass__"] = classmethod(_swallow_subclass_kwargs)
+    namespace["__get_pydantic_core_schema__"] = classmethod(_any_pydantic_schema)
     return _StubMeta(name, (), namespace)
 
 
