@@ -53,7 +53,8 @@ Simulator options:
 
 Endpoints: SGLang's /health /health_generate /model_info /server_info /v1/models /generate
 /v1/completions /v1/chat/completions /start_profile /stop_profile /flush_cache /metrics,
-plus GET /sim/trace (per-token emission times, step log) and GET /sim/config.
+plus GET /sim/trace[?rid=ID&since_step=N&requests=0] (per-token generation and emission
+times on the server's perf_counter clock, step log) and GET /sim/config (effective model).
 
 Env: GLMSERVE_PATCHES=flashinfer_mla_gather_cast drops the whole-pool cast term (each rank
 logs the patch activation line); SGLANG_HEALTH_CHECK_TIMEOUT (20) and

@@ -504,7 +504,10 @@ class SimServer:
     async def h_sim_trace(self, req: HttpRequest, conn: Connection) -> Response:
         assert self.engine is not None
         since = int(req.query.get("since_step", "0") or 0)
-        return Response.json(self.engine.trace_dict(req.query.get("rid"), since))
+        doc = self.engine.trace_dict(req.query.get("rid"), since)
+        if req.query.get("requests") == "0":  # steps only: cheap to poll during a long run
+            doc["requests"] = {}
+        return Response.json(doc)
 
     async def h_metrics(self, req: HttpRequest, conn: Connection) -> Response:
         from glmserve.simulator.metrics import render_metrics
