@@ -227,7 +227,14 @@ class Watcher:
                 continue
             if d.state is State.READY or (own.alive and self._health()):
                 if d.state is not State.READY:
-                    d = _ready(d)
+                    # /health said ready first: take the log up to now (patch lines, ...).
+                    with contextlib.suppress(TransportError):
+                        self._read_new()
+                    d = self.diag.diagnosis
+                    if d.state is State.CRASHED:
+                        return self._finish("CRASHED", d, started)
+                    if d.state is not State.READY:
+                        d = _ready(d)
                 return self._finish("READY", d, started, meta={"ready_pids": own.pids})
             if not own.alive:
                 # Gone: take whatever it wrote last, then decide crash vs. plain exit.

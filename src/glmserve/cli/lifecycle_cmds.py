@@ -216,7 +216,7 @@ def launch(
     error = _verdict_error(result, run.run_id)
     if error is not None:
         raise error
-    patch = result.diagnosis.patch_active
+    patch = result.diagnosis.patch_active or f"0/{spec.tp_size}"
     err.print(
         f"[green]READY[/green] after {_fmt_s(result.elapsed_s)}: {run.run_id} on "
         f"{run.host}:{run.port}" + (f"; patch active on {patch} ranks" if spec.patches else ""),
