@@ -187,6 +187,7 @@ class Engine:
         self.trace_order: deque[str] = deque()
         self.step_count = 0
         self.decode_since_admit = 0
+        self.decode_ct = 0
         self.last_gen_throughput = 0.0
         self._tp_tokens = 0
         self._tp_t0 = time.perf_counter()
@@ -269,7 +270,8 @@ class Engine:
                 self._log_prefill(admit, new_tokens)
             else:
                 self._emit(self.running, end)
-                if self.decode_since_admit % self.log_interval == 0:
+                self.decode_ct += 1
+                if self.decode_ct % self.log_interval == 0:  # SGLang: forward_ct % interval
                     self._log_decode()
             self.step_count += 1
             self.steps.append((self.step_count, kind, start, end, emitted_at, model_s, batch, ctx))
