@@ -27,6 +27,13 @@ glmserve simulate: SGLang 0.5.9-compatible server simulator (no GPU needed).
 usage: glmserve simulate --model-path MODEL [sglang flags...] [--sim-* options]
        python -m glmserve.simulator --model-path MODEL [sglang flags...] [--sim-* options]
 
+Examples:
+  glmserve simulate --model-path lukealonso/GLM-5-NVFP4 --tp-size 8 --port 30000
+  glmserve simulate --model-path glm-5 --attention-backend trtllm_mla     # dies at warmup
+  glmserve simulate --model-path glm-5 --sim-crash-at after-ready:30 --sim-crash-kind oom
+  GLMSERVE_PATCHES=flashinfer_mla_gather_cast glmserve simulate --model-path glm-5 --sim-speed 10
+  curl localhost:30000/sim/config      # effective cost model and single-stream step terms
+
 Every sglang.launch_server flag is accepted; these are modelled: --model-path/--model,
 --served-model-name, --host, --port (30000), --tp-size/--tp, --max-running-requests,
 --max-total-tokens, --mem-fraction-static, --attention-backend, --kv-cache-dtype,
