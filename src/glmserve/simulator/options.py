@@ -78,7 +78,9 @@ NATURAL_KIND = {
 
 def sglang_parser() -> argparse.ArgumentParser:
     """The subset of SGLang 0.5.9's ``ServerArgs.add_cli_args`` the simulator models."""
-    p = argparse.ArgumentParser(prog=PROG, add_help=True)
+    p = argparse.ArgumentParser(
+        prog=PROG, add_help=True, epilog="glmserve simulator: --sim-help lists the --sim-* options."
+    )
     p.add_argument("--model-path", "--model", dest="model_path", type=str, required=True)
     p.add_argument("--tokenizer-path", type=str, default=None)
     p.add_argument("--served-model-name", type=str, default=None)
