@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import select
 import signal
 import socket
@@ -59,6 +60,9 @@ def run_load(port: int, streams: int, input_len: int, output_len: int) -> dict:
         f"POST /generate HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json"
         f"\r\ncontent-length: {len(payload)}\r\n\r\n"
     ).encode() + payload
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < streams + 64:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, streams + 1024), hard))
     ep = select.epoll()
     socks: dict[int, socket.socket] = {}
     events = {}

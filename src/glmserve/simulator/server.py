@@ -70,6 +70,7 @@ class SimServer:
         if o.crash_kind == "bad_args":
             return self._bad_args()
         self._log_server_args()
+        self._set_ulimit()
         if o.unknown:
             self.log.line("glmserve simulator: accepted, not modelled: " + " ".join(o.unknown))
         loop = asyncio.get_running_loop()
@@ -104,6 +105,18 @@ class SimServer:
             loop.call_later(o.worker_death_after, self._worker_dies)
         await engine_task
         return 0
+
+    def _set_ulimit(self, target: int = 65535) -> None:
+        """Raise RLIMIT_NOFILE as SGLang's ``set_ulimit`` does (thousands of streams need it)."""
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = min(target, hard) if hard != resource.RLIM_INFINITY else target
+        if soft < want:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            except (ValueError, OSError) as exc:
+                self.log.line(f"Fail to set RLIMIT_NOFILE: {exc}")
 
     def _scaled(self, seconds: float) -> float:
         return seconds / self.opts.speed if self.opts.speed > 0 else seconds
