@@ -99,6 +99,7 @@ def test_unresolved_expansions_are_warned_not_failed(capsys: pytest.CaptureFixtu
     [
         (["--sglang-version", "0.4.1", "--", "--model", "m"], "known versions: 0.5.8"),
         (["--", "--model", "m"], "exactly one of --sglang-version"),
+        (["--sglang-version", "0.5.9"], "nothing to check"),
         (["--sglang-version", "0.5.9", "missing.sh"], "missing.sh: no such script"),
         (["--sglang-version", "0.5.9", str(SCRIPTS / "no_launch.sh")], "no sglang.launch_server"),
     ],

@@ -80,6 +80,8 @@ def validate(
         )
     spec = load_argspec(str(spec_file) if spec_file is not None else sglang_version)
     items = list(target or [])
+    if not items:
+        raise ConfigError("nothing to check: give a launch script, or -- followed by server flags")
     invocation = _script_invocation(items)
     if invocation is not None:
         argv, opaque = invocation.argv, invocation.opaque
