@@ -271,7 +271,7 @@ class TraceAnalysis:
 # --------------------------------------------------------------------------- accumulate
 
 
-@dataclass
+@dataclass(slots=True)
 class _Op:
     ts: float
     end: float
@@ -299,6 +299,7 @@ class TraceAccumulator:
         self.kernels: list[tuple[float, float, str, str, int | None, int | None]] = []
         self.launch_sites: dict[int, tuple[Any, Any, float, str]] = {}  # corr -> pid,tid,ts,name
         self.distributed: dict[str, Any] = {}
+        self._shapes: dict[str, dict[str, Any]] = {}
 
     def add(self, ev: dict[str, Any]) -> None:
         self.events += 1
@@ -335,6 +336,8 @@ class TraceAccumulator:
                 keep = {
                     k: args[k] for k in ("Input type", "Input Dims", "Concrete Inputs") if k in args
                 }
+                if keep:  # the same shapes repeat every layer and step: keep one copy of each
+                    keep = self._shapes.setdefault(repr(keep), keep)
                 self.ops.append(_Op(ts, ts + dur, ev.get("pid"), ev.get("tid"), name, ext, keep))
                 if ext is not None:
                     self.ops_by_ext.setdefault(ext, len(self.ops) - 1)
