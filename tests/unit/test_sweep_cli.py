@@ -1,0 +1,42 @@
+"""sweep/profile/report verbs: usage errors are one line with exit 2, before anything runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from glmserve.cli import main
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return int(exc.value.code), out, err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["sweep"], "--profiles is required"),
+        (["sweep", "--profiles", "cutlass_mla", "--bench", "burst"], "--bench: expected decode"),
+        (["sweep", "--profiles", "cutlass_mla", "--concurrency", "4,x"], "--concurrency"),
+        (["sweep", "--profiles", "cutlass_mla,cutlass_mla"], "listed twice"),
+        (["sweep", "--resume", "sw-missing"], "unknown sweep 'sw-missing'"),
+        (["report", "nope", "--html", "x.html"], "neither a sweep nor a run"),
+        (["profile", "nope"], "nope"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_unknown_profile_fails_before_a_sweep_is_created(capsys):
+    import os
+    from pathlib import Path
+
+    code, _, err = run(capsys, "sweep", "--simulate", "--profiles", "cutlass_mla,nosuch")
+    assert code == 2 and "nosuch" in err
+    assert not (Path(os.environ["GLMSERVE_HOME"]) / "sweeps").exists()
