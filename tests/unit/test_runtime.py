@@ -213,3 +213,25 @@ def test_sitecustomize_loads_in_a_python_dash_m_process(tmp_path):
     assert proc.returncode == 0, proc.stderr
     pid = proc.stdout.split()[-1]
     assert proc.stderr.splitlines() == [f"{ARMED}flashinfer_mla_gather_cast (pid {pid})"]
+
+
+def test_the_real_simulator_process_loads_the_shipped_sitecustomize(tmp_path):
+    """``python3 -m glmserve.simulator`` (the launcher --simulate uses) with the shipped
+    runtime first on PYTHONPATH logs the armed line; it imports no sglang, so nothing more."""
+    pytest.importorskip("glmserve.simulator")
+    runtime = _shipped_copy(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(runtime)
+    env["GLMSERVE_PATCHES"] = "flashinfer_mla_gather_cast"
+    proc = subprocess.run(
+        [sys.executable, "-u", "-m", "glmserve.simulator", "--help"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines and lines[0].startswith(f"{ARMED}flashinfer_mla_gather_cast (pid ")
+    assert not [ln for ln in lines if "glmserve patch flashinfer_mla_gather_cast" in ln]

@@ -121,3 +121,39 @@ def test_a_wrapper_planned_outside_the_patch_is_an_error_not_a_silent_whole_pool
     with pytest.raises(PatchError, match="planned outside the patched path"):
         state.key_buffer(SimpleNamespace(), pool, 0, torch.bfloat16)
     p._BUFFERS.clear()
+
+
+def test_an_idle_batch_plans_zero_rows_and_gathers_nothing():
+    """DP attention and idle steps plan empty batches: no crash, an empty compact buffer."""
+    p._BUFFERS.clear()
+    state = p.GatherState(_runner())
+    empty = torch.empty(0, dtype=torch.int32)
+    sel = state.select(torch.zeros(1, dtype=torch.int32), empty)
+    assert sel.compact and sel.nnz == 0
+    wrapper = SimpleNamespace(_glmserve_selection=sel)
+    pool = torch.zeros((101, 1, 576), dtype=torch.uint8).view(torch.float8_e4m3fn)
+    out = state.key_buffer(wrapper, pool, 0, torch.bfloat16)
+    assert out.shape == (0, 1, 576) and out.dtype == torch.bfloat16
+    p._BUFFERS.clear()
+
+
+def test_compact_rows_are_the_pool_rows_cast(monkeypatch):
+    """key_buffer on CPU (torch path): rows [0, nnz) are pool[kv_indices].to(bf16)."""
+    p._BUFFERS.clear()
+    state = p.GatherState(_runner(pool_size=300))
+    raw = torch.randint(
+        0, 256, (301, 1, 576), dtype=torch.uint8, generator=torch.Generator().manual_seed(1)
+    )
+    pool = raw.view(torch.float8_e4m3fn)
+    idx = torch.tensor([7, 300, 7, 0, 42], dtype=torch.int32)
+    sel = state.select(torch.tensor([0, 2, 5], dtype=torch.int32), idx)
+    out = state.key_buffer(SimpleNamespace(_glmserve_selection=sel), pool, 3, torch.bfloat16)
+    want = pool[idx.long()].to(torch.bfloat16)
+    assert torch.equal(out.view(torch.int16), want.view(torch.int16))
+    with pytest.raises(PatchError, match=r"query dtype torch\.float16 is not bfloat16"):
+        state.key_buffer(SimpleNamespace(_glmserve_selection=sel), pool, 4, torch.float16)
+    with pytest.raises(PatchError, match=r"expected float8_e4m3fn \[rows, 1, 576\]"):
+        state.key_buffer(
+            SimpleNamespace(_glmserve_selection=sel), raw[:, :, :512], 5, torch.bfloat16
+        )
+    p._BUFFERS.clear()

@@ -133,9 +133,9 @@ class CompactBuffer:
     def ensure(self, nnz: int, cap: int) -> None:
         import torch
 
-        if nnz <= self.rows:
+        if nnz <= self.rows and self.data is not None:
             return
-        rows = min(cap, max(nnz, self.rows * 3 // 2, 4096))
+        rows = max(1, min(cap, max(nnz, self.rows * 3 // 2, 4096)))
         rows = min(cap, -(-rows // 1024) * 1024) if rows < cap else cap
         self.data = None  # free the old buffer before allocating the new one
         self.data = torch.empty((rows, 1, self.width), dtype=self.dtype, device=self.device)
