@@ -662,18 +662,24 @@ def _pair_renames(old: ArgSpec, new: ArgSpec) -> dict[str, str]:
     renames: dict[str, str] = {}
     for gone in removed:
         best: tuple[float, ArgAction] | None = None
+        gone_help = _norm_help(gone.help)
         for cand in added:
             if cand.action != gone.action:
                 continue
             name_score = _similar(gone.name, cand.name)
-            help_score = _similar(_norm_help(gone.help), _norm_help(cand.help))
-            choice_score = _jaccard(gone.choices, cand.choices)
+            if name_score < 0.5:  # both rules need at least this much; skip the costly part
+                continue
             score = 0.0
-            long_help = len(_norm_help(gone.help)) >= 20
-            if long_help and help_score >= 0.85 and name_score >= 0.5:
-                score = help_score + name_score
-            elif gone.choices and cand.choices and name_score >= 0.8 and choice_score >= 0.5:
-                score = name_score + choice_score
+            if len(gone_help) >= 20:
+                matcher = difflib.SequenceMatcher(None, gone_help, _norm_help(cand.help))
+                if matcher.real_quick_ratio() >= 0.85 and matcher.quick_ratio() >= 0.85:
+                    help_score = matcher.ratio()
+                    if help_score >= 0.85:
+                        score = help_score + name_score
+            if not score and gone.choices and cand.choices and name_score >= 0.8:
+                choice_score = _jaccard(gone.choices, cand.choices)
+                if choice_score >= 0.5:
+                    score = name_score + choice_score
             if score and (best is None or score > best[0]):
                 best = (score, cand)
         if best is not None:
