@@ -68,15 +68,23 @@ def transport_for_run(run: RunRecord) -> Transport:
 
 
 # -- process probing -------------------------------------------------------------------------
-def probe_group(t: Transport, pgid: int) -> GroupProbe:
-    """Boot id and every process whose process group is ``pgid`` (one host command)."""
-    cmd = (
+def probe_script(pgid: int) -> str:
+    """Shell printing the boot id, then ``pid state starttime`` of each member of ``pgid``."""
+    return (
         "cat /proc/sys/kernel/random/boot_id; "
         f"cat /proc/[0-9]*/stat 2>/dev/null | {_STAT_FIELDS} "
         f"| awk -v g={int(pgid)} '$4 == g {{print $1, $2, $21}}'"
     )
-    res = t.run(cmd, check=True, what="process probe", timeout=30)
-    lines = res.stdout.splitlines()
+
+
+def probe_group(t: Transport, pgid: int) -> GroupProbe:
+    """Boot id and every process whose process group is ``pgid`` (one host command)."""
+    res = t.run(probe_script(pgid), check=True, what="process probe", timeout=30)
+    return parse_probe(res.stdout)
+
+
+def parse_probe(text: str) -> GroupProbe:
+    lines = text.splitlines()
     probe = GroupProbe(boot_id=lines[0].strip() if lines else "")
     for ln in lines[1:]:
         parts = ln.split()
@@ -216,13 +224,13 @@ def launch_run(
         "created_at": time.time(),
         "spec": spec.to_dict(),
     }
-    t.put(f"{run_dir}/launch.sh", render_script(spec).encode(), mode=0o755)
-    t.put(f"{run_dir}/meta.json", json.dumps(meta, indent=2, default=str).encode())
+    files = {"meta.json": json.dumps(meta, indent=2, default=str).encode()}
     if spec.patches:
         from glmserve.runtime import runtime_files
 
-        for rel, data in runtime_files().items():
-            t.put(f"{run_dir}/runtime/{rel}", data)
+        files.update({f"runtime/{rel}": data for rel, data in runtime_files().items()})
+    t.put_tree(run_dir, files)  # one round trip for all of them
+    t.put(f"{run_dir}/launch.sh", render_script(spec).encode(), mode=0o755)
     rec = RunRecord(
         run_id=run_id,
         host=host.name,

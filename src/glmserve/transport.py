@@ -46,7 +46,7 @@ def shell_path(path: str) -> str:
     return shlex.quote(path)
 
 
-def _read_script(path: str, offset: int, limit: int) -> str:
+def log_read_script(path: str, offset: int, limit: int) -> str:
     """Shell that prints ``<start> <count>`` then ``count`` bytes of ``path`` from ``start``.
 
     ``start`` falls back to 0 when the file shrank below ``offset`` (truncated/rotated), so the
@@ -62,7 +62,7 @@ def _read_script(path: str, offset: int, limit: int) -> str:
     )
 
 
-def _parse_read(out: bytes, offset: int, cmd: str) -> tuple[bytes, int]:
+def parse_log_read(out: bytes, offset: int, cmd: str) -> tuple[bytes, int]:
     head, _, body = out.partition(b"\n")
     if head.strip() == b"missing":
         return b"", offset
@@ -124,17 +124,34 @@ class Transport(ABC):
         )
         self.run(cmd, check=True, stdin=data, what=f"upload {path}")
 
+    def put_tree(self, base: str, files: dict[str, bytes], mode: int = 0o644) -> None:
+        """Write several files under ``base`` in one round trip (a tar stream on stdin)."""
+        import io
+        import tarfile
+
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for rel, data in files.items():
+                if rel.startswith("/") or ".." in Path(rel).parts:
+                    raise TransportError(f"refusing to upload outside {base}: {rel}")
+                info = tarfile.TarInfo(rel)
+                info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+                tar.addfile(info, io.BytesIO(data))
+        q = shell_path(base)
+        cmd = f"mkdir -p -- {q} && tar -x -m --no-same-owner -C {q} -f -"
+        self.run(cmd, check=True, stdin=buf.getvalue(), what=f"upload {len(files)} files to {base}")
+
     def read_from(self, path: str, offset: int, limit: int = READ_CHUNK) -> tuple[bytes, int]:
         """New bytes of ``path`` since ``offset`` and the offset after them.
 
         Missing file: ``(b"", offset)``. File shorter than ``offset`` (truncated): read from 0.
         """
-        cmd = _read_script(path, offset, limit)
+        cmd = log_read_script(path, offset, limit)
         rc, out, errb, _ = self.run_bytes(cmd, timeout=30)
         if rc != 0:
             res = Result(cmd, rc, out.decode("utf-8", "replace"), errb.decode("utf-8", "replace"))
             raise RemoteCommandError(res, what=f"read {path} on {self.host.name}")
-        return _parse_read(out, offset, cmd)
+        return parse_log_read(out, offset, cmd)
 
     @abstractmethod
     def forward(self, remote_port: int) -> contextlib.AbstractContextManager[int]:

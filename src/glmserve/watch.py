@@ -19,13 +19,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from glmserve.diagnose import Diagnosis, LogDiagnoser, State, phase_stall_budget
-from glmserve.errors import TransportError
-from glmserve.lifecycle import health_ok, health_status, run_ownership
+from glmserve.errors import RemoteCommandError, Result, TransportError
+from glmserve.lifecycle import (
+    Ownership,
+    health_ok,
+    health_status,
+    parse_probe,
+    probe_script,
+    run_ownership,
+    verify_ownership,
+)
 from glmserve.store import RunRecord, RunStore
-from glmserve.transport import READ_CHUNK, Transport
+from glmserve.transport import READ_CHUNK, Transport, log_read_script, parse_log_read
 
 DEFAULT_POLL_S = 1.0
 RECONNECT_GIVE_UP_S = 120.0  # a connection down this long ends the watch (exit 5)
+_SEP = "--glmserve-poll-sep--"
 
 
 @dataclass
@@ -106,24 +115,49 @@ class Watcher:
 
     # -- one poll ------------------------------------------------------------------------
     def _read_new(self) -> bool:
-        """Feed the bytes written since the last poll; True if there were any.
+        """Feed the bytes written since the last read; True if there were any.
 
-        One read per poll, unless a read came back full (a backlog): a server that logs
+        Reads again only while reads come back full (a backlog): a server that logs
         non-stop must not keep the watcher from checking processes and verdicts.
         """
         got = False
         while True:
             data, new = self.t.read_from(self.run.log_path, self.offset, self.chunk)
-            if new < self.offset or (not data and new != self.offset):  # truncated
-                self.lines = LineSplitter()
-            self.offset = new
-            if not data:
-                return got
-            got = True
-            for line in self.lines.feed(data):
-                self._feed(line)
+            got = self._consume(data, new) or got
             if len(data) < self.chunk or self.diag.diagnosis.state is State.CRASHED:
                 return got
+
+    def _poll(self) -> tuple[bool, Ownership]:
+        """One round trip: probe the process group, then read the new log bytes.
+
+        Probing first means that when the server is found dead, the bytes read after it
+        include everything it wrote. Returns (new bytes seen, ownership).
+        """
+        if self.run.pgid is None:
+            got = self._read_new()
+            return got, run_ownership(self.t, self.run)
+        cmd = f"{probe_script(self.run.pgid)}; echo {_SEP}; " + log_read_script(
+            self.run.log_path, self.offset, self.chunk
+        )
+        rc, out, errb, _dur = self.t.run_bytes(cmd, timeout=30)
+        if rc != 0:
+            res = Result(cmd, rc, out.decode("utf-8", "replace"), errb.decode("utf-8", "replace"))
+            raise RemoteCommandError(res, what=f"poll on {self.t.host.name}")
+        head, _, rest = out.partition(_SEP.encode() + b"\n")
+        own = verify_ownership(self.run, parse_probe(head.decode("utf-8", "replace")))
+        data, new = parse_log_read(rest, self.offset, cmd)
+        got = self._consume(data, new)
+        if got and len(data) >= self.chunk and self.diag.diagnosis.state is not State.CRASHED:
+            self._read_new()  # a backlog: drain it
+        return got, own
+
+    def _consume(self, data: bytes, new: int) -> bool:
+        if new < self.offset or (not data and new != self.offset):  # truncated
+            self.lines = LineSplitter()
+        self.offset = new
+        for line in self.lines.feed(data):
+            self._feed(line)
+        return bool(data)
 
     def _feed(self, line: str) -> None:
         if line.strip():
@@ -201,12 +235,12 @@ class Watcher:
             resume_at = self.offset
             conn_before = getattr(self.t, "reconnects", 0)
             try:
-                if self._read_new():
+                got, own = self._poll()
+                if got:
                     last_progress = time.monotonic()
                 d = self.diag.diagnosis
                 if d.state is State.CRASHED:
                     return self._finish("CRASHED", d, started)
-                own = run_ownership(self.t, self.run)
                 if down_since is not None or getattr(self.t, "reconnects", 0) > conn_before:
                     # A new ssh master was needed: this poll resumed at resume_at.
                     if down_since is None:

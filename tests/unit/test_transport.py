@@ -6,7 +6,7 @@ import pytest
 
 from glmserve.errors import RemoteCommandError, TransportError
 from glmserve.hosts import HostConfig
-from glmserve.transport import LocalTransport, SshTransport, _parse_read, _read_script
+from glmserve.transport import LocalTransport, SshTransport, log_read_script, parse_log_read
 
 
 def test_local_run_result_and_check():
@@ -26,9 +26,9 @@ def test_read_from_offsets_and_truncation(tmp_path, kind):
     else:  # the shell script ssh hosts run, executed locally
 
         def read(path, off, limit=1 << 20):  # type: ignore[no-untyped-def]
-            rc, out, _e, _d = t.run_bytes(_read_script(path, off, limit))
+            rc, out, _e, _d = t.run_bytes(log_read_script(path, off, limit))
             assert rc == 0
-            return _parse_read(out, off, "x")
+            return parse_log_read(out, off, "x")
 
     assert read(str(f), 7) == (b"", 7)  # missing file: nothing, same offset
     t.put(str(f), b"one\ntwo\n")
