@@ -68,10 +68,8 @@ def test_defaults_resolve_like_sglang_on_sm120():
     assert o.shape.attention_backend == "flashinfer"
     assert o.shape.cuda_graph is True
     assert o.crash_at is None and o.hang_at is None
-    assert (
-        options.parse(["--model-path", "m", "--cuda-graph-max-bs", "0"], env={}).shape.cuda_graph
-        is False
-    )
+    for off in (["--cuda-graph-max-bs", "0"], ["--cuda-graph-backend-decode=disabled"]):
+        assert options.parse(["--model-path", "m", *off], env={}).shape.cuda_graph is False
 
 
 def test_sim_overrides_flags_and_yaml(tmp_path):

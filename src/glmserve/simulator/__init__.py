@@ -37,7 +37,8 @@ Examples:
 Every sglang.launch_server flag is accepted; these are modelled: --model-path/--model,
 --served-model-name, --host, --port (30000), --tp-size/--tp, --max-running-requests,
 --max-total-tokens, --mem-fraction-static, --attention-backend, --kv-cache-dtype,
---disable-cuda-graph (or --cuda-graph-max-bs 0), --num-continuous-decode-steps,
+--disable-cuda-graph (or --cuda-graph-max-bs 0, or the newer
+--cuda-graph-backend-decode disabled), --num-continuous-decode-steps,
 --enable-metrics, --context-length, --max-prefill-tokens, --decode-log-interval,
 --skip-server-warmup, --stream-output. Others are listed once in the log.
 

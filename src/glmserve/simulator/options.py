@@ -96,6 +96,8 @@ def sglang_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-cache-dtype", type=str, choices=KV_CACHE_DTYPE_CHOICES, default="auto")
     p.add_argument("--disable-cuda-graph", action="store_true")
     p.add_argument("--cuda-graph-max-bs", type=int, default=None)
+    # newer releases (0.5.2x): --disable-cuda-graph deprecated for per-phase graph backends
+    p.add_argument("--cuda-graph-backend-decode", type=str, default=None)
     p.add_argument("--num-continuous-decode-steps", type=int, default=1)
     p.add_argument("--enable-metrics", action="store_true")
     p.add_argument("--context-length", type=int, default=None)
@@ -259,7 +261,11 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:
     server, unknown = sglang_parser().parse_known_args(sglang_argv)
     model = build_cost_model(sim)
     patches = active_patches(env)
-    cuda_graph = not (server.disable_cuda_graph or server.cuda_graph_max_bs == 0)
+    cuda_graph = not (
+        server.disable_cuda_graph
+        or server.cuda_graph_max_bs == 0
+        or (server.cuda_graph_backend_decode or "").lower() in ("disabled", "none")
+    )
     shape = ServerShape(
         attention_backend=costmodel.resolve_backend(server.attention_backend),
         kv_cache_dtype=costmodel.resolve_kv_dtype(server.kv_cache_dtype),
