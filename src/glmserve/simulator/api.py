@@ -212,8 +212,12 @@ async def generate(server: SimServer, req: HttpRequest, conn: Connection) -> Res
     if stream:
         conn.write_chunk(b"data: [DONE]\n\n")
         conn.end_stream()
+        for r in reqs:
+            r.release()
         return None
     outs = [native_payload(r, created, False, 0) for r in reqs]
+    for r in reqs:
+        r.release()
     return Response.json(outs if batch else outs[0])
 
 
@@ -307,8 +311,8 @@ class OpenAIStreamSink:
 def _usage(req: Request) -> dict[str, Any]:
     return {
         "prompt_tokens": req.prompt_tokens,
-        "total_tokens": req.prompt_tokens + len(req.out_ids),
-        "completion_tokens": len(req.out_ids),
+        "total_tokens": req.prompt_tokens + req.completion_tokens,
+        "completion_tokens": req.completion_tokens,
         "prompt_tokens_details": None,
         "reasoning_tokens": 0,
     }
@@ -404,8 +408,10 @@ async def openai(
             conn.write_chunk(b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n")
         conn.write_chunk(b"data: [DONE]\n\n")
         conn.end_stream()
+        r.release()
         return None
     text = "".join(r.text_parts)
+    r.release()
     if chat:
         message = {"role": "assistant", "content": text, "reasoning_content": None,
                    "tool_calls": None}  # fmt: skip
