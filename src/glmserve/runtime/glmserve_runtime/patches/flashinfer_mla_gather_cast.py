@@ -22,6 +22,10 @@ What this patch changes (and nothing else):
   is planned with its real indices and takes the original whole-pool path, with one warning.
 * Ragged prefill, MHA chunked prefix and everything else run the original code.
 
+The one compact buffer is rewritten by every layer's gather; that is safe because a
+process's attention kernels and gathers are ordered on its current CUDA stream (the caching
+allocator also keeps a grown-away buffer alive for kernels already queued on that stream).
+
 Supported: SGLang **0.5.8 and 0.5.9** (their ``flashinfer_mla_backend.py`` is byte-identical;
 the patch checks the file's sha256 and the installed version and refuses anything else).
 **Not supported: 0.5.23** (the backend was restructured: decode-context-parallel buffers,
