@@ -36,6 +36,7 @@ ARCHITECTURE = "GlmMoeDsaForCausalLM"
 MODEL_TYPE = "glm_moe_dsa"
 PATCH_LINE = "glmserve patch {name} active (sglang {version}, pid {pid})"
 WORKER_PID_BASE = 1000  # fake scheduler PIDs: launcher pid + base + rank
+AVAIL_MEM_GIB = 93.42  # free memory SGLang reports on an idle RTX PRO 6000 (96 GB) at start
 
 
 def approx_tokens(text: str) -> int:
@@ -152,7 +153,7 @@ class SimServer:
         if o.crash_at == "load" and o.crash_kind == "nccl_timeout":
             self._crash_now("load")
         for r in range(self.tp):
-            self.log.line("Load weight begin. avail mem=93.42 GB", r)
+            self.log.line(f"Load weight begin. avail mem={AVAIL_MEM_GIB:.2f} GB", r)
         shards = 83
         t0 = time.perf_counter()
         steps = 6
@@ -174,7 +175,7 @@ class SimServer:
         for r, pid in enumerate(pids):
             self.log.line(
                 f"Load weight end. elapsed={self.weight_load_s:.2f} s, type={ARCHITECTURE}, "
-                f"dtype=torch.bfloat16, avail mem={93.42 - o.model.weight_mem_gib:.2f} GB, "
+                f"dtype=torch.bfloat16, avail mem={AVAIL_MEM_GIB - o.model.weight_mem_gib:.2f} GB, "
                 f"mem usage={o.model.weight_mem_gib:.2f} GB.",
                 r,
             )
@@ -200,7 +201,7 @@ class SimServer:
                 / costmodel.GIB
             )
         )
-        avail = 93.42 - o.model.weight_mem_gib
+        avail = AVAIL_MEM_GIB - o.model.weight_mem_gib
         for r in range(self.tp):
             self.log.line(f"KV Cache is allocated. #tokens: {tokens}, KV size: {size:.2f} GB", r)
         for r in range(self.tp):
@@ -208,7 +209,7 @@ class SimServer:
 
     async def _capture_graphs(self, dur: float) -> None:
         o = self.opts
-        avail = 93.42 - o.model.weight_mem_gib - costmodel.kv_pool_gib(o.model, o.shape)
+        avail = AVAIL_MEM_GIB - o.model.weight_mem_gib - costmodel.kv_pool_gib(o.model, o.shape)
         for r in range(self.tp):
             self.log.line(
                 "Capture cuda graph begin. This can take up to several minutes. "
@@ -242,7 +243,9 @@ class SimServer:
 
     def _log_scheduler_ready(self) -> None:
         o = self.opts
-        avail = 93.42 - o.model.weight_mem_gib - costmodel.kv_pool_gib(o.model, o.shape) - 0.61
+        avail = (
+            AVAIL_MEM_GIB - o.model.weight_mem_gib - costmodel.kv_pool_gib(o.model, o.shape) - 0.61
+        )
         chunked = o.server.chunked_prefill_size or 8192
         self.log.line(
             f"max_total_num_tokens={o.pool_tokens}, chunked_prefill_size={chunked}, "
