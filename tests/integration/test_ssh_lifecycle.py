@@ -429,3 +429,26 @@ def test_unknown_host_key_is_refused_not_accepted(sshd_server, tmp_path):
     assert res.returncode == 5, res.stderr
     assert "Host key verification failed" in res.stderr
     assert known.read_text().count("\n") == 1  # nothing was added
+
+
+def test_logs_follow_streams_until_the_server_ends(ssh_host, cleanup_runs):
+    port = free_local_port()
+    res = launch(ssh_host, port, "--set", "sim.hang-at=kv", "--no-wait")
+    run_id = res.stdout.split()[0]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from glmserve.cli import main; main()", "logs", run_id, "-f"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    seen = ""
+    deadline = time.monotonic() + 30
+    while "Load weight begin" not in seen and time.monotonic() < deadline:
+        seen += proc.stdout.readline()
+    assert "Load weight begin" in seen
+    assert proc.poll() is None  # still following
+    stop_run(run_id, timeout=5)
+    _out, errtext = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    assert "no longer running" in errtext
