@@ -506,8 +506,11 @@ def _run_entry(
         result = backend.bench(entry.run_id, mode, opts)
         entry.bench.append(result)
         save_sweep(sweep)
-        # Look at the server after every bench: a worker that died under load only turns
-        # /health 503 (SGLang does not notice), and the bench may still call itself complete.
+        levels = result.get("levels") or []
+        if result.get("complete", True) and not any(lv.get("errors") for lv in levels):
+            continue  # every request answered: the server was serving
+        # Errors or an early end: a worker that died under load only turns /health 503
+        # (SGLang does not notice) and the bench may still call itself complete. Look.
         after = backend.assess(entry.run_id)
         if after.state in ("CRASHED", "EXITED"):
             entry.status, entry.diagnosis = CRASHED, after.diagnosis
@@ -515,7 +518,6 @@ def _run_entry(
             why = " ".join(str(d[k]) for k in ("category", "root_cause") if k in d)
             say(f"{entry.profile}: crashed during bench {mode}: {why}")
             return
-        levels = result.get("levels") or []
         if levels and not any(lv.get("completed") for lv in levels):
             sample = next((lv["error_samples"][0] for lv in levels if lv.get("error_samples")), "")
             entry.status = FAILED
