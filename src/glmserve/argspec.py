@@ -205,6 +205,14 @@ def _type_name(tp):
     return name
 
 
+def _dump_choices(choices):
+    if choices is None:
+        return None
+    if isinstance(choices, (set, frozenset)):  # set order changes run to run
+        return _jsonable(sorted(choices, key=repr))
+    return _jsonable(list(choices))
+
+
 def _dump_action(act):
     help_text = act.help if isinstance(act.help, str) else None
     if help_text and "%" in help_text:
@@ -219,7 +227,7 @@ def _dump_action(act):
         "action": type(act).__name__,
         "action_module": type(act).__module__,
         "type": _type_name(act.type),
-        "choices": None if act.choices is None else _jsonable(list(act.choices)),
+        "choices": _dump_choices(act.choices),
         "default": _jsonable(act.default),
         "const": _jsonable(act.const),
         "nargs": nargs if nargs is None or isinstance(nargs, int) else str(nargs),
