@@ -86,26 +86,28 @@ def _free_port() -> int:
 
 
 def poll_round_trip(host: str, env: dict[str, str]) -> float:
-    """Median seconds of one watcher poll's host work (read_from + process probe)."""
+    """Median seconds of one watcher poll's host work: the same single command the watcher
+    sends (process-group probe + log read by offset)."""
     os.environ.update(env)
     from glmserve.hosts import get_host
-    from glmserve.lifecycle import probe_group
-    from glmserve.transport import transport_for
+    from glmserve.lifecycle import probe_script
+    from glmserve.transport import log_read_script, transport_for
 
     t = transport_for(get_host(host))
     t.run("true")
+    cmd = f"{probe_script(os.getpid())}; echo sep; {log_read_script('/etc/hostname', 0, 1 << 20)}"
     times = []
-    for _ in range(5):
+    for _ in range(7):
         t0 = time.perf_counter()
-        t.read_from("/etc/hostname", 0)
-        probe_group(t, os.getpid())
+        rc, *_rest = t.run_bytes(cmd)
+        assert rc == 0
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--trials", type=int, default=8)
     ap.add_argument("--poll", type=float, nargs="+", default=[1.0, 0.5])
     ap.add_argument("--no-ssh", action="store_true")
     args = ap.parse_args()
