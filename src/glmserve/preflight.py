@@ -43,8 +43,8 @@ def _py(spec: LaunchSpec, code: str) -> str:
     if spec.venv:
         v = shell_path(spec.venv)
         act = (
-            f"if [ ! -f {v}/bin/activate ]; then echo \"no virtualenv at {spec.venv} "
-            f"(bin/activate missing)\" >&2; exit 1; fi; . {v}/bin/activate >/dev/null 2>&1 && "
+            f'if [ ! -f {v}/bin/activate ]; then echo "no virtualenv at {spec.venv} '
+            f'(bin/activate missing)" >&2; exit 1; fi; . {v}/bin/activate >/dev/null 2>&1 && '
         )
     return f"{act}{spec.python} -c {_sq(code)}"
 
