@@ -62,6 +62,7 @@ class _Lexer:
         self.line = 1
         self.vars: dict[str, str] = {}
         self.notes: list[tuple[int, str]] = []
+        self._heredocs: list[tuple[str, bool]] = []
 
     def _peek(self, offset: int = 0) -> str:
         index = self.pos + offset
@@ -84,11 +85,12 @@ class _Lexer:
             if ch == "\\" and self._peek(1) == "\n":
                 self._advance(2)
                 continue
-            if ch in " \t\r":
+            if ch in " \t":
                 self._advance()
                 continue
             if ch == "\n":
                 self._advance()
+                self._skip_heredoc_bodies()
                 if words:
                     return words
                 continue
@@ -120,6 +122,8 @@ class _Lexer:
             word = self._word()
             if skip_next_word:
                 skip_next_word = False
+                if self._heredoc_op:
+                    self._heredocs.append((word.text, self._heredoc_op == "<<-"))
                 continue
             words.append(word)
 
@@ -139,12 +143,27 @@ class _Lexer:
     def _redirect(self) -> None:
         """Consume ``2>&1``, ``>> log``, ``< in``, ``&>``: the target word, if separate, is
         skipped by the caller."""
-        match = re.match(r"\d*(&?>>?|<<?<?|>&|<&)(&?\d+|-)?", self.text[self.pos :])
+        match = re.match(r"\d*(&?>>?|<<<|<<-|<<|>&|<&|<)(&?\d+|-)?", self.text[self.pos :])
         assert match is not None
         self._advance(match.end())
         self._pending_target = match.group(2) is None
+        self._heredoc_op = match.group(1) if match.group(1) in ("<<", "<<-") else ""
 
     _pending_target = False
+    _heredoc_op = ""
+
+    def _skip_heredoc_bodies(self) -> None:
+        """After the newline that ends a line with ``<<EOF``, the body up to ``EOF`` is data,
+        not commands (a script that writes another launch script keeps its text there)."""
+        pending, self._heredocs = self._heredocs, []
+        for delimiter, strip_tabs in pending:
+            while self.pos < len(self.text):
+                end = self.text.find("\n", self.pos)
+                end = len(self.text) if end == -1 else end
+                line = self.text[self.pos : end]
+                self._advance(end - self.pos + (1 if end < len(self.text) else 0))
+                if (line.lstrip("\t") if strip_tabs else line) == delimiter:
+                    break
 
     def _word(self) -> Word:
         start_line = self.line
@@ -152,7 +171,7 @@ class _Lexer:
         opaque = False
         while True:
             ch = self._peek()
-            if ch == "" or ch in " \t\r\n" or self._at_operator() or ch in "<>":
+            if ch == "" or ch in " \t\n" or self._at_operator() or ch in "<>":
                 break
             if ch == "\\":
                 nxt = self._peek(1)

@@ -153,6 +153,12 @@ def test_unterminated_quote_names_file_and_line() -> None:
         extract_launch_argv('echo hi\npython3 -m sglang.launch_server --model "m\n', "bad.sh")
 
 
+def test_heredoc_bodies_are_data() -> None:
+    inv = parse("heredoc_writer.sh")
+    assert inv.argv == ["--model", "real", "--port", "8002"]
+    assert inv.line_no == 9
+
+
 def test_several_launches_are_noted() -> None:
     text = (
         "python3 -m sglang.launch_server --port 1 &\npython3 -m sglang.launch_server --port 2 &\n"
@@ -166,7 +172,7 @@ def test_several_launches_are_noted() -> None:
 def test_crlf_line_endings_are_noted() -> None:
     inv = find_launch("python3 -m sglang.launch_server \\\r\n  --port 1\r\n", "win.sh")
     assert any("CRLF" in note for _, note in inv.notes)
-    assert "--port" not in inv.argv  # backslash + CR does not continue the line, as in bash
+    assert inv.argv == ["\r"]  # backslash + CR does not continue the line, as in bash
 
 
 # --- against real bash --------------------------------------------------------------------
@@ -177,6 +183,7 @@ BASH_COMPARABLE = [
     "nohup_redirect.sh",
     "commented_continuation.sh",
     "hostile_quotes.sh",
+    "heredoc_writer.sh",
 ]
 
 
@@ -221,3 +228,21 @@ def _bash_launch_argv(script: Path, bin_dir: Path, log: Path) -> list[str]:
 def test_argv_equals_what_bash_passes(name: str, fake_python: tuple[Path, Path]) -> None:
     bin_dir, log = fake_python
     assert parse(name).argv == _bash_launch_argv(SCRIPTS / name, bin_dir, log)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash not installed")
+@pytest.mark.parametrize(
+    "text",
+    [
+        "python3 -m sglang.launch_server --model m \\\r\n  --port 1\r\n",  # CRLF
+        'M=x\nexport P=9\npython3 -m sglang.launch_server --model $M --port=${P} --x "$M y"\n',
+        "python3 -m sglang.launch_server --a 'it''s' --b \"q'\" --c=\\$HOME\n",
+    ],
+)
+def test_inline_scripts_equal_what_bash_passes(
+    text: str, tmp_path: Path, fake_python: tuple[Path, Path]
+) -> None:
+    script = tmp_path / "inline.sh"
+    script.write_bytes(text.encode())
+    bin_dir, log = fake_python
+    assert extract_launch_argv(text, "inline.sh")[0] == _bash_launch_argv(script, bin_dir, log)
