@@ -718,24 +718,28 @@ def derived_renames() -> dict[str, str]:
     return renames
 
 
-def _rename_target(flag: str, spec: ArgSpec) -> str | None:
-    """Follow renames from ``flag`` until one exists in ``spec`` (either direction)."""
+def _rename_hit(flag: str, spec: ArgSpec) -> tuple[str, bool] | None:
+    """(name in ``spec``, True if it is the newer name) for a flag renamed across releases."""
     renames = derived_renames()
-    seen = {flag}
-    current = flag
-    while current in renames and renames[current] not in seen:
-        current = renames[current]
-        seen.add(current)
-        if current in spec.by_option:
-            return current
-    reverse = {new: old for old, new in renames.items()}
-    current = flag
-    while current in reverse and reverse[current] not in seen:
-        current = reverse[current]
-        seen.add(current)
-        if current in spec.by_option:
-            return current
+    for table, newer in ((renames, True), ({new: old for old, new in renames.items()}, False)):
+        seen = {flag}
+        current = flag
+        while current in table and table[current] not in seen:
+            current = table[current]
+            seen.add(current)
+            if current in spec.by_option:
+                return current, newer
     return None
+
+
+def _rename_text(flag: str, spec: ArgSpec) -> str | None:
+    hit = _rename_hit(flag, spec)
+    if hit is None:
+        return None
+    target, newer = hit
+    if newer:
+        return f"renamed to {target} in sglang {spec.version}"
+    return f"sglang {spec.version} still calls it {target}"
 
 
 def _releases_with(flag: str) -> list[str]:
@@ -743,9 +747,9 @@ def _releases_with(flag: str) -> list[str]:
 
 
 def _unknown_flag_suggestion(flag: str, spec: ArgSpec) -> str | None:
-    target = _rename_target(flag, spec)
-    if target:
-        return f"renamed to {target} in this release"
+    renamed = _rename_text(flag, spec)
+    if renamed:
+        return renamed
     close = difflib.get_close_matches(flag, spec.options, n=3, cutoff=0.75)
     elsewhere = _releases_with(flag)
     hint = f"{flag} exists in sglang {_span(elsewhere)}" if elsewhere else None
@@ -1032,10 +1036,10 @@ def _type_hint(act: ArgAction, flag: str) -> str | None:
 def _unknown_option_finding(tok: _Token, trailing: list[_Token], spec: ArgSpec) -> Finding:
     flag = tok.option or tok.text
     if tok.ambiguous:
-        rename = _rename_target(flag, spec)
+        rename = _rename_text(flag, spec)
         elsewhere = _releases_with(flag)
         if rename:
-            suggestion = f"renamed to {rename} in this release"
+            suggestion = rename
         elif elsewhere:
             suggestion = (
                 f"{flag} was a flag in sglang {_span(elsewhere)}; in {spec.version} write one "
@@ -1075,8 +1079,7 @@ def _option_notes(tok: _Token, act: ArgAction, spec: ArgSpec) -> list[Finding]:
                 f"as an abbreviation of {tok.option} (in sglang {_span(elsewhere)} it was a "
                 "different flag)"
             )
-            rename = _rename_target(typed, spec)
-            suggestion = f"renamed to {rename}" if rename else f"write {tok.option} if meant"
+            suggestion = _rename_text(typed, spec) or f"write {tok.option} if meant"
         else:
             message = f"{typed} is an abbreviation of {tok.option}"
             suggestion = (
