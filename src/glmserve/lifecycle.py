@@ -145,11 +145,14 @@ def host_adjusted_spec(spec: LaunchSpec, host: HostConfig) -> LaunchSpec:
 def find_alive_runs(store: RunStore, t: Transport, host: str, port: int) -> list[RunRecord]:
     """Recorded glmserve runs on host:port whose processes are still there."""
     alive = []
-    for run in store.list_runs(host=host, port=port):
-        if run.pgid is None or run.state == "STOPPED":
-            continue
-        if run_ownership(t, run).alive:
+    for run in store.list_runs(host=host, port=port, live_only=True):
+        if run.pgid is not None and run_ownership(t, run).alive:
             alive.append(run)
+        else:  # seen gone: later launches need not probe it again
+            fields: dict[str, Any] = {"ended_at": time.time()}
+            if not run.terminal:
+                fields["state"] = "EXITED"  # `glmserve status RUN` re-reads its log for why
+            store.update_run(run.run_id, **fields)
     return alive
 
 
