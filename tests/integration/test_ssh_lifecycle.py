@@ -111,6 +111,8 @@ def test_simulator_launch_reaches_ready_and_stop_leaves_nothing(ssh_host, cleanu
     assert probe_group(t, run["pgid"]).live_pids == []
     assert _dead(run["pid"])
     assert RunStore.open().get_run(run["run_id"]).state == "STOPPED"
+    listed = json.loads(cli("runs", "--json").stdout)
+    assert [(r["run_id"], r["state"]) for r in listed] == [(run["run_id"], "STOPPED")]
 
 
 CRASH_KINDS = {
@@ -163,6 +165,10 @@ def test_hang_is_stalled_exit_4_and_server_keeps_running(ssh_host, cleanup_runs)
     assert run.state == "STALLED"
     t = SshTransport(get_host(ssh_host))
     assert probe_group(t, run.pgid or 0).live_pids  # still there for the user to inspect
+    stop_all = cli("stop", "--all", "--timeout", "5")
+    assert stop_all.returncode == 0, stop_all.stderr
+    assert probe_group(t, run.pgid or 0).live_pids == []
+    assert RunStore.open().get_run(run.run_id).ended_at is not None
 
 
 def test_timeout_is_exit_4(ssh_host, cleanup_runs):
