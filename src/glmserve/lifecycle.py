@@ -133,11 +133,15 @@ def resolve_remote_dir(t: Transport, path: str) -> str:
 
 
 def host_adjusted_spec(spec: LaunchSpec, host: HostConfig) -> LaunchSpec:
-    """Apply the host's python/venv where the profile left the defaults."""
+    """Apply the host's python/venv when hosts.yaml sets them: where SGLang is installed is a
+    property of the machine, so it beats the profile's default. The simulator keeps the
+    interpreter ``profiles.simulate`` chose (one with glmserve installed)."""
     changes: dict[str, Any] = {}
-    if host.venv and not spec.venv and spec.launcher != "simulator":
+    if spec.launcher == "simulator":
+        return spec
+    if host.venv:
         changes["venv"] = host.venv
-    if "python" in host.model_fields_set and spec.python == "python3":
+    if "python" in host.model_fields_set:
         changes["python"] = host.python
     return replace(spec, **changes) if changes else spec
 

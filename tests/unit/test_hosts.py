@@ -57,3 +57,19 @@ def test_target_with_shell_metacharacters_refused():
     _user_file("hosts:\n  x:\n    target: '-oProxyCommand=sh'\n")
     with pytest.raises(ConfigError, match="not a valid ssh target"):
         load_hosts()
+
+
+def test_host_python_and_venv_beat_profile_defaults_but_not_the_simulator():
+    from glmserve.lifecycle import host_adjusted_spec
+    from glmserve.spec import LaunchSpec
+
+    _user_file("hosts:\n  gpu8:\n    target: a@b\n    venv: /opt/sgl\n    python: python3.12\n")
+    h = get_host("gpu8")
+    spec = LaunchSpec(profile="p", argv=[], venv="/root/sglang-venv")
+    got = host_adjusted_spec(spec, h)
+    assert (got.venv, got.python) == ("/opt/sgl", "python3.12")
+    sim = LaunchSpec(profile="p", argv=[], launcher="simulator", python="/usr/bin/python3")
+    assert host_adjusted_spec(sim, h) == sim
+    plain = _user_file("hosts:\n  gpu8:\n    target: a@b\n")
+    assert plain.exists()
+    assert host_adjusted_spec(spec, get_host("gpu8")) == spec

@@ -34,7 +34,9 @@ def _spec(profile: str, sets: list[str], simulate: bool, host_name: str | None):
     if simulate:
         py = None if host.is_local else host.python  # local: this interpreter (has glmserve)
         spec = profiles.simulate(spec, python=py)
-    return host, spec
+    from glmserve.lifecycle import host_adjusted_spec
+
+    return host, host_adjusted_spec(spec, host)
 
 
 def _fmt_s(s: float) -> str:
