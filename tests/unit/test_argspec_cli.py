@@ -57,6 +57,13 @@ def test_raw_argv_after_double_dash(capsys: pytest.CaptureFixture[str]) -> None:
     assert "argv[2]: error: argument --port: expected one argument" in out
 
 
+def test_pasted_command_after_double_dash(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--", "python3", "-u", "-m", "sglang.launch_server", "--model", "m", "--tp", "8"]
+    code, out, _ = run(capsys, "--sglang-version", "0.5.9", *args)
+    assert code == 0
+    assert "argv[2]: warning: --tp is an abbreviation" in out
+
+
 def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "--sglang-version", "0.5.8", SEED, "--json")
     assert code == 2

@@ -6,6 +6,7 @@ script reading is glmserve.scriptparse.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import typer
@@ -86,7 +87,7 @@ def validate(
     if invocation is not None:
         argv, opaque = invocation.argv, invocation.opaque
     else:
-        argv, opaque = items, set()
+        argv, opaque = _strip_launcher(items), set()
     report = validate_argv(argv, spec, opaque=opaque)
     extra, lines = _script_findings(invocation) if invocation is not None else ([], {})
     report = ValidationReport(report.version, extra + report.findings)
@@ -130,6 +131,16 @@ def _script_invocation(items: list[str]) -> LaunchInvocation | None:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     return find_launch(text, str(path))
+
+
+def _strip_launcher(items: list[str]) -> list[str]:
+    """``-- python3 -m sglang.launch_server --model m`` (a pasted command): keep the flags."""
+    if any(item.endswith("sglang.launch_server") for item in items[:6]):
+        try:
+            return find_launch(shlex.join(items), "argv").argv
+        except ConfigError:
+            return items
+    return items
 
 
 def _script_findings(invocation: LaunchInvocation) -> tuple[list[Finding], dict[int, int]]:
