@@ -853,13 +853,16 @@ def _arity_error(act: ArgAction) -> str:
     return f"expected {lo} argument" + ("s" if lo != 1 else "")
 
 
-def validate_argv(argv: list[str], spec: ArgSpec, opaque: Iterable[int] = ()) -> ValidationReport:
+def validate_argv(
+    argv: list[str], spec: ArgSpec, opaque: Iterable[int] = (), patches: Iterable[str] = ()
+) -> ValidationReport:
     """argparse's verdict on ``argv`` (server flags only) for ``spec``'s release, listing
     every error rather than stopping at the first, plus warnings argparse does not give
     (abbreviations, deprecated flags, repeated flags, known backend pitfalls).
 
     ``opaque``: argv positions whose text is only known at run time (``$VAR`` from a
-    script); their type and choice checks are skipped."""
+    script); their type and choice checks are skipped. ``patches``: glmserve runtime patches
+    the launch activates (a pitfall a patch fixes is not warned about)."""
     unknown_values = set(opaque)
     findings: list[Finding] = []
     tokens: list[_Token] = []
@@ -1013,7 +1016,7 @@ def validate_argv(argv: list[str], spec: ArgSpec, opaque: Iterable[int] = ()) ->
                     None,
                 )
             )
-    findings.extend(backend_warnings(values, spec))
+    findings.extend(backend_warnings(values, spec, patches))
     return ValidationReport(spec.version, findings)
 
 
@@ -1182,9 +1185,15 @@ BACKEND_FACTS: dict[str, BackendFact] = {
 _FP8_KV = ("fp8_e4m3", "fp8_e5m2", "fp8")
 
 
-def backend_warnings(values: dict[str, tuple[list[str], int]], spec: ArgSpec) -> list[Finding]:
+GATHER_CAST_PATCH = "flashinfer_mla_gather_cast"
+
+
+def backend_warnings(
+    values: dict[str, tuple[list[str], int]], spec: ArgSpec, patches: Iterable[str] = ()
+) -> list[Finding]:
     """Warnings for known attention-backend pitfalls, given ``dest -> (values, argv index)``
     of the flags that parsed. Pure: a table lookup, no hardware probing."""
+    active_patches = set(patches)
     out: list[Finding] = []
     page = values.get("page_size")
     kv = values.get("kv_cache_dtype")
@@ -1228,8 +1237,10 @@ def backend_warnings(values: dict[str, tuple[list[str], int]], spec: ArgSpec) ->
                         kv[1] if kv else index,
                     )
                 )
-        if backend == "flashinfer" and (
-            kv_dtype.startswith(_FP8_KV) or (kv_dtype == "auto" and _fp8_checkpoint(values))
+        if (
+            backend == "flashinfer"
+            and GATHER_CAST_PATCH not in active_patches
+            and (kv_dtype.startswith(_FP8_KV) or (kv_dtype == "auto" and _fp8_checkpoint(values)))
         ):
             out.append(
                 Finding(

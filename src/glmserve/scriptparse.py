@@ -50,6 +50,7 @@ class LaunchInvocation:
     env: dict[str, str] = field(default_factory=dict)
     python: str = "python3"
     notes: list[tuple[int, str]] = field(default_factory=list)
+    script_vars: dict[str, str] = field(default_factory=dict)
 
 
 class _Lexer:
@@ -379,6 +380,7 @@ def find_launch(text: str, source: str) -> LaunchInvocation:
             env=prefix_env,
             python=python,
             notes=notes,
+            script_vars=dict(lexer.vars),
         )
     raise ConfigError(
         f"{source}: no sglang.launch_server invocation found "

@@ -464,3 +464,9 @@ def test_double_dash_is_unrecognized_like_cpython_311() -> None:
     s = spec("0.5.9")
     finding = only_error(validate_argv([*M, "--"], s))
     assert finding.message == "unrecognized arguments: --"
+
+
+def test_gather_cast_patch_silences_the_cast_warning() -> None:
+    argv = [*M, "--attention-backend", "flashinfer", "--kv-cache-dtype", "fp8_e4m3"]
+    report = validate_argv(argv, spec("0.5.9"), patches=["flashinfer_mla_gather_cast"])
+    assert report.ok and not report.warnings

@@ -141,3 +141,16 @@ def test_installed_executable() -> None:
         ["glmserve", "validate", "--help"], capture_output=True, text=True, timeout=60, check=False
     )
     assert help_proc.returncode == 0 and "Examples" in help_proc.stdout
+
+
+def test_script_exporting_the_patch_is_not_warned(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    script = tmp_path / "gtc.sh"
+    body = "exec python3 -m sglang.launch_server --model m --attention-backend flashinfer"
+    script.write_text(f"export GLMSERVE_PATCHES=flashinfer_mla_gather_cast\n{body}\n")
+    code, out, _ = run(capsys, "--sglang-version", "0.5.9", str(script), "--json")
+    assert code == 0 and json.loads(out)["warnings"] == 0
+    script.write_text(f"{body} --kv-cache-dtype fp8_e4m3\n")
+    code, out, _ = run(capsys, "--sglang-version", "0.5.9", str(script))
+    assert code == 0 and "flashinfer_gtc" in out

@@ -21,6 +21,7 @@ from glmserve.argspec import (
 from glmserve.cli._app import app, emit_json, out
 from glmserve.errors import ConfigError, FlagValidationError
 from glmserve.scriptparse import LaunchInvocation, find_launch
+from glmserve.spec import PATCHES_ENV
 
 _SUMMARY = (
     "Check sglang.launch_server flags against one SGLang release's argparse, the way that "
@@ -88,7 +89,7 @@ def validate(
         argv, opaque = invocation.argv, invocation.opaque
     else:
         argv, opaque = _strip_launcher(items), set()
-    report = validate_argv(argv, spec, opaque=opaque)
+    report = validate_argv(argv, spec, opaque=opaque, patches=_patches(invocation))
     extra, lines = _script_findings(invocation) if invocation is not None else ([], {})
     report = ValidationReport(report.version, extra + report.findings)
     if json_out:
@@ -131,6 +132,14 @@ def _script_invocation(items: list[str]) -> LaunchInvocation | None:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     return find_launch(text, str(path))
+
+
+def _patches(invocation: LaunchInvocation | None) -> list[str]:
+    """glmserve runtime patches a rendered script turns on (``export GLMSERVE_PATCHES=...``)."""
+    if invocation is None:
+        return []
+    value = invocation.env.get(PATCHES_ENV) or invocation.script_vars.get(PATCHES_ENV, "")
+    return [p for p in value.replace(",", " ").split() if p]
 
 
 def _strip_launcher(items: list[str]) -> list[str]:
