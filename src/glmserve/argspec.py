@@ -714,8 +714,25 @@ def derived_renames() -> dict[str, str]:
     renames: dict[str, str] = {}
     for old, new in pairwise(specs):
         renames.update(_pair_renames(old, new))
+    for spec in specs:
+        renames.update(_deprecated_aliases(spec))
     renames.update(KNOWN_RENAMES)
     return renames
+
+
+def _deprecated_aliases(spec: ArgSpec) -> dict[str, str]:
+    """Deprecated flags kept as aliases of a new one: same dest, and the help names it
+    (0.5.15: ``--nsa-decode-backend`` "[Deprecated] Use --dsa-decode-backend instead")."""
+    found: dict[str, str] = {}
+    for act in spec.actions:
+        if not act.is_deprecated or not act.help:
+            continue
+        for cand in re.findall(r"--[a-z0-9][a-z0-9-]*[a-z0-9]\b(?![-{])", act.help):
+            target = spec.by_option.get(cand)
+            if target is not None and target is not act and target.dest == act.dest:
+                found.update({opt: target.name for opt in act.option_strings})
+                break
+    return found
 
 
 def _rename_hit(flag: str, spec: ArgSpec) -> tuple[str, bool] | None:

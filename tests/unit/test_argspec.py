@@ -12,6 +12,7 @@ from glmserve.argspec import (
     ArgSpec,
     Finding,
     ValidationReport,
+    _deprecated_aliases,
     _pair_renames,
     available_versions,
     backend_warnings,
@@ -242,7 +243,9 @@ def test_ambiguous_prefix_lists_candidates() -> None:
 def test_removed_flag_that_became_ambiguous_says_when_it_existed() -> None:
     finding = only_error(validate_argv([*M, "--cuda-graph-max-bs", "8"], spec("0.5.23")))
     assert "ambiguous option" in finding.message
-    assert "was a flag in sglang 0.5.8" in finding.suggestion
+    # 0.5.2x keeps it as a deprecated alias of --cuda-graph-max-bs-decode for a while, so the
+    # rename is derived from sglang's own deprecation help
+    assert finding.suggestion == "renamed to --cuda-graph-max-bs-decode in sglang 0.5.23"
 
 
 def test_equals_forms() -> None:
@@ -391,6 +394,27 @@ def test_shipped_renames_cover_nsa_to_dsa() -> None:
     renames = derived_renames()
     assert renames["--nsa-decode-backend"] == "--dsa-decode-backend"
     assert renames["--nsa-prefill-backend"] == "--dsa-prefill-backend"
+
+
+def test_deprecated_alias_becomes_a_rename() -> None:
+    s = synthetic(
+        [
+            {"option_strings": ["--new-name"], "dest": "thing"},
+            {
+                "option_strings": ["--old-name"],
+                "dest": "thing",
+                "action": "DeprecatedAliasStoreAction",
+                "help": "[Deprecated] Use --new-name instead.",
+            },
+            {
+                "option_strings": ["--gone"],
+                "dest": "gone",
+                "action": "DeprecatedAction",
+                "help": "Deprecated. Use --new-name instead.",  # other dest: not an alias
+            },
+        ]
+    )
+    assert _deprecated_aliases(s) == {"--old-name": "--new-name"}
 
 
 # --- backend facts ------------------------------------------------------------------------
