@@ -13,13 +13,12 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-import shlex
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from glmserve.errors import ConfigError, GlmserveError, RemoteCommandError, TransportError
+from glmserve.errors import ConfigError, GlmserveError, RemoteCommandError
 from glmserve.hosts import HostConfig, get_host
 from glmserve.spec import LaunchSpec
 from glmserve.store import RunRecord, RunStore
@@ -369,16 +368,3 @@ def health_status(base_url: str, timeout: float = 1.0) -> int | None:
 def health_ok(base_url: str, timeout: float = 1.0) -> bool:
     """``GET /health`` answered 200."""
     return health_status(base_url, timeout) == 200
-
-
-def quote_argv(argv: list[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)
-
-
-def ensure_reachable(host_name: str | None) -> Transport:
-    """A transport whose host answered a trivial command (TransportError otherwise)."""
-    t = transport_for(get_host(host_name))
-    res = t.run("true", timeout=30)
-    if not res.ok:
-        raise TransportError(f"host {t.host.name}: `true` failed: {res.tail()}")
-    return t
