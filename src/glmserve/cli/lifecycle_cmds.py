@@ -175,7 +175,8 @@ def launch(
     run = launch_run(
         spec, h.name, replace_existing=replace, store=store, say=lambda m: err.print(m)
     )
-    print(run.run_id, flush=True)
+    if not json_out:  # scripts capture the id: run=$(glmserve launch ...); --json carries it
+        print(run.run_id, flush=True)
     err.print(
         f"run {run.run_id}: {spec.profile} on {run.host}:{run.port}, pid {run.pid}, "
         f"log {run.run_dir}/server.log",
