@@ -104,7 +104,12 @@ def dump(version: str, out_dir: Path, keep_venv: bool = False) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("version", nargs="+", help="sglang release(s), e.g. 0.5.9")
-    parser.add_argument("--out", type=Path, default=REPO / "src" / "glmserve" / "argspecs")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=REPO / "src" / "glmserve" / "argspecs",
+        help="directory for sglang-<V>.json (default: the package data dir)",
+    )
     parser.add_argument("--keep-venv", action="store_true", help="keep the throwaway venv")
     args = parser.parse_args()
     for version in args.version:
