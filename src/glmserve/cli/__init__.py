@@ -5,6 +5,24 @@ from __future__ import annotations
 import sys
 import traceback
 
+import typer
+
+# typer >= 0.2x vendors its own click (typer._click); older releases use click itself.
+_click_errors: list[type] = []
+try:
+    from typer._click.exceptions import ClickException as _VendoredClickException
+
+    _click_errors.append(_VendoredClickException)
+except ImportError:  # pragma: no cover - depends on the installed typer
+    pass
+try:
+    import click
+
+    _click_errors.append(click.ClickException)
+except ImportError:  # pragma: no cover
+    pass
+CLICK_ERRORS = tuple(_click_errors)
+
 from glmserve.cli import (  # noqa: F401  (imported for their @app.command registrations)
     bench_cmds,
     diagnose_cmd,
@@ -34,15 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # typer.Exit from a verb
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         return _exit(code)
-    except Exception as exc:  # click usage errors and the like
-        import click
-
-        if isinstance(exc, click.exceptions.Abort):
-            err.print("interrupted", highlight=False)
-            return _exit(EXIT_INTERRUPTED)
-        if isinstance(exc, click.exceptions.Exit):
-            return _exit(exc.exit_code)
-        if isinstance(exc, click.ClickException):
+    except typer.Abort:
+        err.print("interrupted", highlight=False)
+        return _exit(EXIT_INTERRUPTED)
+    except typer.Exit as exc:
+        return _exit(exc.exit_code)
+    except Exception as exc:
+        # typer vendors its own click; usage errors are its ClickException (exit 2).
+        if isinstance(exc, CLICK_ERRORS):
             exc.show()
             return _exit(exc.exit_code)
         if debug or STATE.get("debug"):
@@ -58,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
             )
         return _exit(EXIT_INTERNAL)
     # standalone_mode=False makes click return a verb's typer.Exit(n) code instead of exiting.
-    return _exit(rc if isinstance(rc, int) else 0)
+    # (typer also turns Ctrl-C inside a verb into a returned 130.)
+    code = rc if isinstance(rc, int) else 0
+    if code == EXIT_INTERRUPTED:
+        err.print("interrupted", highlight=False)
+    return _exit(code)
 
 
 def _exit(code: int) -> int:
