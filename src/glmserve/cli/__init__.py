@@ -7,6 +7,18 @@ import traceback
 
 import typer
 
+from glmserve.cli import (  # noqa: F401  (imported for their @app.command registrations)
+    bench_cmds,
+    diagnose_cmd,
+    lifecycle_cmds,
+    profiles_cmds,
+    simulate_cmd,
+    sweep_cmds,
+    validate_cmd,
+)
+from glmserve.cli._app import STATE, app, err
+from glmserve.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GlmserveError
+
 # typer >= 0.2x vendors its own click (typer._click); older releases use click itself.
 _click_errors: list[type] = []
 try:
@@ -22,18 +34,6 @@ try:
 except ImportError:  # pragma: no cover
     pass
 CLICK_ERRORS = tuple(_click_errors)
-
-from glmserve.cli import (  # noqa: F401  (imported for their @app.command registrations)
-    bench_cmds,
-    diagnose_cmd,
-    lifecycle_cmds,
-    profiles_cmds,
-    simulate_cmd,
-    sweep_cmds,
-    validate_cmd,
-)
-from glmserve.cli._app import STATE, app, err
-from glmserve.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GlmserveError
 
 
 def main(argv: list[str] | None = None) -> int:
