@@ -950,8 +950,9 @@ def validate_argv(
                     )
                 )
                 continue
-            raw_values = [tok.explicit]
-            value_indexes = [tok.index]
+            # CPython 3.11 _get_values drops a "--" value: "--x=--" stores [] unchecked.
+            raw_values = [] if tok.explicit == "--" else [tok.explicit]
+            value_indexes = [tok.index] * len(raw_values)
         else:
             take = run if hi is None else min(run, hi)
             if take < lo:

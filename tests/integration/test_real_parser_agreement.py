@@ -64,6 +64,7 @@ CASES: list[tuple[list[str], bool]] = [
     (["--bogus", "--help"], True),  # unknown flags are only reported at the end
     (["--help", "--port"], True),  # nothing after --help is consumed
     ([*M, "--he"], True),  # unique prefix of --help
+    ([*M, "--tp-size=--"], True),  # argparse drops a "--" value and stores [] unchecked
     # rejected
     ([], False),  # --model-path is required
     (["--port", "8000"], False),
