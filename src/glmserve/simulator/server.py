@@ -12,6 +12,7 @@ after ``SGLANG_HEALTH_CHECK_TIMEOUT`` (20 s) without any, e.g. after a worker di
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -96,6 +97,10 @@ class SimServer:
             f"INFO:     Uvicorn running on http://{o.server.host}:{o.server.port} "
             "(Press CTRL+C to quit)"
         )
+        # Fewer, cheaper GC passes: a gen-2 sweep over thousands of live streams costs whole
+        # milliseconds, i.e. a visibly late step (SGLang tunes its GC for the same reason).
+        gc.freeze()
+        gc.set_threshold(50_000, 20, 100)
         engine_task = loop.create_task(self.engine.run())
         await self._phase("warmup")
         self.status = "Up"
