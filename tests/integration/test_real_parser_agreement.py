@@ -1,5 +1,6 @@
 """``validate_argv`` with the shipped 0.5.9 spec must give the same verdict as the real
-sglang 0.5.9 ``ServerArgs`` argparse on every argv in the table.
+sglang 0.5.9 ``ServerArgs`` argparse on every argv in the table (each case chosen for one
+argparse rule) and on 1,500 seeded random argvs over all of 0.5.9's flags.
 
 The real parser runs in one subprocess (importing sglang takes seconds and, without a
 torchvision matching the CPU torch, needs DUMP_SNIPPET's stub importer; keeping that out of
@@ -12,6 +13,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -103,6 +105,48 @@ CASES: list[tuple[list[str], bool]] = [
     ([*M, "--h", "x"], False),  # --help, --host, ... share the prefix
 ]
 
+
+def _random_argvs(count: int, seed: int = 20261130) -> list[list[str]]:
+    """Seeded random argvs over every 0.5.9 flag: values from its choices or junk, ``=``
+    forms, prefixes, flags of other releases, stray words. Deterministic, so a failure
+    reproduces; broad, so the table's blind spots get exercised."""
+    spec = load_argspec("0.5.9")
+    rng = random.Random(seed)
+    options = sorted(o for o in spec.by_option if o.startswith("--"))
+    others = ["--dsa-decode-backend", "--cuda-graph-max-bs-decode", "--enable-tf32-matmul"]
+    junk = ["1", "0", "-1", "2.5", "x", "", "[1]", '{"a": 1}', "auto", "--", "1k", "a b"]
+
+    def value(opt: str) -> str:
+        act = spec.by_option.get(opt)
+        pool = junk + ([str(c) for c in act.choices][:6] * 2 if act and act.choices else [])
+        return rng.choice(pool)
+
+    argvs = []
+    for _ in range(count):
+        argv = ["--model", "m"] if rng.random() < 0.9 else []
+        for _ in range(rng.randint(0, 5)):
+            opt = rng.choice(options)
+            kind = rng.random()
+            if kind < 0.45:
+                argv += [opt, value(opt)]
+            elif kind < 0.6:
+                argv += [opt]
+            elif kind < 0.7:
+                argv += [f"{opt}={value(opt)}"]
+            elif kind < 0.8:
+                argv += [opt[: rng.randint(3, len(opt))], value(opt)]
+            elif kind < 0.85:
+                argv += [value(opt)]
+            elif kind < 0.9:
+                argv += [rng.choice(others), value(opt)]
+            else:
+                argv += [opt, value(opt), value(opt)]
+        argvs.append(argv)
+    return argvs
+
+
+RANDOM_CASES = _random_argvs(1500)
+
 _REAL_PARSER = r"""
 import argparse, contextlib, io, json, sys
 cases = json.loads(sys.stdin.read())
@@ -148,14 +192,14 @@ def real_verdicts() -> list[dict]:
     program = _REAL_PARSER.replace("SNIPPET", repr(DUMP_SNIPPET), 1)
     proc = subprocess.run(
         [sys.executable, "-c", program],
-        input=json.dumps([argv for argv, _ in CASES]),
+        input=json.dumps([argv for argv, _ in CASES] + RANDOM_CASES),
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(data["results"]) == len(CASES)
+    assert len(data["results"]) == len(CASES) + len(RANDOM_CASES)
     return data["results"]
 
 
@@ -175,3 +219,16 @@ def test_validate_agrees_with_real_parser(case: int, real_verdicts: list[dict]) 
         f"real parser: {'ok' if real['ok'] else real['message']}\n"
         f"glmserve: {[f.format() for f in ours.findings]}"
     )
+
+
+def test_random_argvs_agree_with_real_parser(real_verdicts: list[dict]) -> None:
+    spec = load_argspec("0.5.9")
+    real = real_verdicts[len(CASES) :]
+    disagree = [
+        (argv, verdict["message"])
+        for argv, verdict in zip(RANDOM_CASES, real, strict=True)
+        if validate_argv(argv, spec).ok != verdict["ok"]
+    ]
+    assert not disagree, disagree[:5]
+    # the sample is not lopsided: both verdicts occur often
+    assert 200 < sum(v["ok"] for v in real) < len(real) - 200
