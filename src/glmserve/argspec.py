@@ -1164,12 +1164,22 @@ class BackendFact:
     page_sizes: tuple[int, ...] | None
     forced_page_size: int | None
     note: str
-    kv_dtypes: tuple[str, ...] | None = None
+    # (first release, kv-cache dtypes accepted from then on), oldest first
+    kv_dtypes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def kv_dtypes_for(self, version: str) -> tuple[str, ...] | None:
+        """The accepted kv-cache dtypes in ``version`` (None: no restriction known)."""
+        accepted = None
+        for since, dtypes in self.kv_dtypes:
+            if _version_key(version) >= _version_key(since):
+                accepted = dtypes
+        return accepted
 
 
 BACKEND_FACTS: dict[str, BackendFact] = {
-    # server_args.py: "TensorRT-LLM MLA only supports page_size of 32 or 64, changing page_size
-    # ... to 64"; kv-cache-dtype must be fp8_e4m3/fp4_e2m1/bf16/auto or startup raises.
+    # server_args.py / arg_groups/overrides.py: "TensorRT-LLM MLA only supports page_size of 32
+    # or 64, changing page_size ... to 64"; other kv-cache dtypes raise at startup (fp4_e2m1
+    # accepted 0.5.8-0.5.20, gone in 0.5.22).
     "trtllm_mla": BackendFact(
         page_sizes=(32, 64),
         forced_page_size=64,
@@ -1178,7 +1188,10 @@ BACKEND_FACTS: dict[str, BackendFact] = {
             "sm_100); SGLang's Blackwell check also admits SM120 (RTX PRO 6000) but those "
             "kernels are not built for it"
         ),
-        kv_dtypes=("fp8_e4m3", "fp4_e2m1", "bf16", "auto"),
+        kv_dtypes=(
+            ("0.5.8", ("fp8_e4m3", "fp4_e2m1", "bf16", "auto")),
+            ("0.5.22", ("fp8_e4m3", "bf16", "auto")),
+        ),
     ),
     # server_args.py: "Cutlass MLA only supports a page_size of 128, change page_size to 128."
     "cutlass_mla": BackendFact(
@@ -1244,14 +1257,15 @@ def backend_warnings(
                             page[1],
                         )
                     )
-            if fact.kv_dtypes and kv_dtype not in fact.kv_dtypes:
+            kv_ok = fact.kv_dtypes_for(spec.version)
+            if kv_ok and kv_dtype not in kv_ok:
                 out.append(
                     Finding(
                         "warning",
                         "--kv-cache-dtype",
-                        f"--kv-cache-dtype {kv_dtype} with {flag} {backend}: SGLang refuses to "
-                        f"start (supported: {', '.join(fact.kv_dtypes)})",
-                        f"--kv-cache-dtype {fact.kv_dtypes[0]}",
+                        f"--kv-cache-dtype {kv_dtype} with {flag} {backend}: sglang "
+                        f"{spec.version} refuses to start (supported: {', '.join(kv_ok)})",
+                        f"--kv-cache-dtype {kv_ok[0]}",
                         kv[1] if kv else index,
                     )
                 )

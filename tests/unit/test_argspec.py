@@ -439,6 +439,14 @@ def test_trtllm_mla_kv_dtype() -> None:
     assert any("refuses to start" in w for w in _warnings_for(argv))
 
 
+def test_trtllm_mla_fp4_kv_is_version_dependent() -> None:
+    argv = [*M, "--attention-backend", "trtllm_mla", "--kv-cache-dtype", "fp4_e2m1"]
+    assert not any("refuses to start" in w for w in _warnings_for(argv, "0.5.9"))
+    assert not validate_argv(argv, spec("0.5.23")).ok  # not even a kv-cache-dtype choice there
+    e5m2 = [*M, "--attention-backend", "trtllm_mla", "--kv-cache-dtype", "fp8_e5m2"]
+    assert any("sglang 0.5.23 refuses to start" in w for w in _warnings_for(e5m2, "0.5.23"))
+
+
 def test_cutlass_mla_page_size() -> None:
     argv = [*M, "--attention-backend", "cutlass_mla", "--page-size", "64"]
     assert any("to 128" in w for w in _warnings_for(argv))
