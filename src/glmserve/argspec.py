@@ -1159,7 +1159,8 @@ def _check_values(
 @dataclass(frozen=True)
 class BackendFact:
     """What SGLang (server_args.py, 0.5.8-0.5.23) does with an attention backend at startup,
-    and where its kernels run. ``page_sizes``: sizes it keeps; others are overridden."""
+    and where its kernels run. ``page_sizes``: sizes it keeps; others are overridden.
+    ``note``: an architecture fact worth a warning whenever the backend is picked."""
 
     page_sizes: tuple[int, ...] | None
     forced_page_size: int | None
@@ -1203,13 +1204,13 @@ BACKEND_FACTS: dict[str, BackendFact] = {
     "cutedsl_mla": BackendFact(
         page_sizes=(32, 64),
         forced_page_size=64,
-        note="cutedsl_mla targets SM100-class GPUs (sm_100)",
+        note="",  # page size only: no architecture fact checked for it
     ),
     # server_args.py: "FlashMLA only supports a page_size of 64, change page_size to 64."
     "flashmla": BackendFact(
         page_sizes=(64,),
         forced_page_size=64,
-        note="flashmla kernels target SM90/SM100",
+        note="",
     ),
 }
 
@@ -1239,7 +1240,8 @@ def backend_warnings(
         flag = "--" + dest.replace("_", "-")
         fact = BACKEND_FACTS.get(backend)
         if fact is not None:
-            out.append(Finding("warning", flag, f"{flag} {backend}: {fact.note}", None, index))
+            if fact.note:
+                out.append(Finding("warning", flag, f"{flag} {backend}: {fact.note}", None, index))
             if page and page[0] and fact.page_sizes:
                 try:
                     size = int(page[0][0])
