@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
+from typing import Any
 
+from glmserve.argspec import ArgSpec, Finding, ValidationReport, validate_argv
 from glmserve.errors import ConfigError
+from glmserve.spec import PATCHES_ENV
 
 LAUNCH_MODULES = ("sglang.launch_server",)
 _ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
@@ -406,3 +410,74 @@ def extract_launch_argv(text: str, source: str) -> tuple[list[str], int]:
     """(server flags, line of the command) of the script's ``sglang.launch_server`` call."""
     inv = find_launch(text, source)
     return inv.argv, inv.line_no
+
+
+@dataclass
+class LocatedReport:
+    """A validation report whose findings carry where they are: ``run.sh:12`` in a script,
+    ``argv[3]`` in a raw argv (``locations`` runs parallel to ``report.findings``)."""
+
+    report: ValidationReport
+    locations: list[str]
+    source: str | None = None
+
+    def lines(self) -> list[str]:
+        """One ``location: severity: message (suggestion)`` line per finding."""
+        return [
+            f"{loc}: {f.format()}"
+            for loc, f in zip(self.locations, self.report.findings, strict=True)
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self.report.to_dict()
+        data["source"] = self.source
+        for row, location in zip(data["findings"], self.locations, strict=True):
+            row["location"] = location
+        return data
+
+
+def check_launch(inv: LaunchInvocation, spec: ArgSpec) -> LocatedReport:
+    """Validate a script's launch command: argparse's verdict for its flags plus the
+    script-level warnings (a comment that cuts the command, run-time expansions that cannot
+    be checked), each located at its script line. Pure."""
+    report = validate_argv(inv.argv, spec, opaque=inv.opaque, patches=_active_patches(inv))
+    found: list[tuple[Finding, str]] = [
+        (Finding("warning", "", note, None, None), f"{inv.source}:{line}")
+        for line, note in inv.notes
+    ]
+    for index in sorted(inv.opaque):
+        text = inv.argv[index]
+        message = f"{text!r} is only known when the script runs; not checked"
+        found.append((Finding("warning", text, message, None, index), _token_location(inv, index)))
+    found += [(f, _token_location(inv, f.index)) for f in report.findings]
+    return LocatedReport(
+        ValidationReport(report.version, [f for f, _ in found]),
+        [loc for _, loc in found],
+        inv.source,
+    )
+
+
+def check_argv(argv: list[str], spec: ArgSpec) -> LocatedReport:
+    """Validate raw server flags; a pasted ``python3 -m sglang.launch_server ...`` prefix is
+    dropped first. Locations are ``argv[i]`` of the flags. Pure."""
+    flags = argv
+    if any(item.endswith(LAUNCH_MODULES) for item in argv[:6]):
+        try:
+            flags = find_launch(shlex.join(argv), "argv").argv
+        except ConfigError:
+            flags = argv
+    report = validate_argv(flags, spec)
+    locations = [f"argv[{f.index}]" if f.index is not None else "argv" for f in report.findings]
+    return LocatedReport(report, locations)
+
+
+def _token_location(inv: LaunchInvocation, index: int | None) -> str:
+    if index is not None and index < len(inv.token_lines):
+        return f"{inv.source}:{inv.token_lines[index]}"
+    return f"{inv.source}:{inv.line_no}"
+
+
+def _active_patches(inv: LaunchInvocation) -> list[str]:
+    """glmserve runtime patches the script turns on (``export GLMSERVE_PATCHES=a,b``)."""
+    value = inv.env.get(PATCHES_ENV) or inv.script_vars.get(PATCHES_ENV, "")
+    return [p for p in value.replace(",", " ").split() if p]

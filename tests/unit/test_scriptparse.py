@@ -246,3 +246,21 @@ def test_inline_scripts_equal_what_bash_passes(
     script.write_bytes(text.encode())
     bin_dir, log = fake_python
     assert extract_launch_argv(text, "inline.sh")[0] == _bash_launch_argv(script, bin_dir, log)
+
+
+def test_check_launch_locates_findings_at_script_lines() -> None:
+    from glmserve.argspec import load_argspec
+    from glmserve.scriptparse import check_argv, check_launch
+
+    located = check_launch(parse("run_tp8_trtllm_mla.sh"), load_argspec("0.5.8"))
+    errors = [
+        loc
+        for loc, f in zip(located.locations, located.report.findings, strict=True)
+        if f.severity == "error"
+    ]
+    assert errors == ["run_tp8_trtllm_mla.sh:14", "run_tp8_trtllm_mla.sh:15"]
+    assert located.to_dict()["source"] == "run_tp8_trtllm_mla.sh"
+    cut = check_launch(parse("commented_continuation.sh"), load_argspec("0.5.9"))
+    assert cut.lines()[0].startswith("commented_continuation.sh:3: warning: a comment")
+    raw = check_argv(["python3", "-m", "sglang.launch_server", "--port"], load_argspec("0.5.9"))
+    assert "argv[0]: error: argument --port: expected one argument" in raw.lines()

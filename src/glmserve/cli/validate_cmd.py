@@ -6,22 +6,14 @@ script reading is glmserve.scriptparse.
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 import typer
 
-from glmserve.argspec import (
-    Finding,
-    ValidationReport,
-    available_versions,
-    load_argspec,
-    validate_argv,
-)
+from glmserve.argspec import available_versions, load_argspec
 from glmserve.cli._app import app, emit_json, out
 from glmserve.errors import ConfigError, FlagValidationError
-from glmserve.scriptparse import LaunchInvocation, find_launch
-from glmserve.spec import PATCHES_ENV
+from glmserve.scriptparse import LaunchInvocation, check_argv, check_launch, find_launch
 
 _SUMMARY = (
     "Check sglang.launch_server flags against one SGLang release's argparse, the way that "
@@ -85,27 +77,16 @@ def validate(
     if not items:
         raise ConfigError("nothing to check: give a launch script, or -- followed by server flags")
     invocation = _script_invocation(items)
-    if invocation is not None:
-        argv, opaque = invocation.argv, invocation.opaque
-    else:
-        argv, opaque = _strip_launcher(items), set()
-    report = validate_argv(argv, spec, opaque=opaque, patches=_patches(invocation))
-    extra, lines = _script_findings(invocation) if invocation is not None else ([], {})
-    report = ValidationReport(report.version, extra + report.findings)
+    located = check_launch(invocation, spec) if invocation else check_argv(items, spec)
+    report = located.report
     if json_out:
-        data = report.to_dict()
-        data["source"] = invocation.source if invocation else None
-        for row, finding in zip(data["findings"], report.findings, strict=True):
-            row["location"] = _location(finding, invocation, lines)
-        emit_json(data)
+        emit_json(located.to_dict())
     else:
-        for finding in report.findings:
-            out.print(
-                f"{_location(finding, invocation, lines)}: {finding.format()}", highlight=False
-            )
+        for line in located.lines():
+            out.print(line, highlight=False)
     if not report.ok:
         n_err, n_warn = len(report.errors), len(report.warnings)
-        where = invocation.source if invocation else "argv"
+        where = located.source or "argv"
         raise FlagValidationError(
             f"{where}: {n_err} error{'s' * (n_err != 1)}, {n_warn} warning"
             f"{'s' * (n_warn != 1)} for sglang {report.version}",
@@ -132,55 +113,3 @@ def _script_invocation(items: list[str]) -> LaunchInvocation | None:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     return find_launch(text, str(path))
-
-
-def _patches(invocation: LaunchInvocation | None) -> list[str]:
-    """glmserve runtime patches a rendered script turns on (``export GLMSERVE_PATCHES=...``)."""
-    if invocation is None:
-        return []
-    value = invocation.env.get(PATCHES_ENV) or invocation.script_vars.get(PATCHES_ENV, "")
-    return [p for p in value.replace(",", " ").split() if p]
-
-
-def _strip_launcher(items: list[str]) -> list[str]:
-    """``-- python3 -m sglang.launch_server --model m`` (a pasted command): keep the flags."""
-    if any(item.endswith("sglang.launch_server") for item in items[:6]):
-        try:
-            return find_launch(shlex.join(items), "argv").argv
-        except ConfigError:
-            return items
-    return items
-
-
-def _script_findings(invocation: LaunchInvocation) -> tuple[list[Finding], dict[int, int]]:
-    """Script-level warnings (a comment that cuts the command, run-time expansions that
-    cannot be checked) and, for those tied to a line rather than a token, that line."""
-    found: list[Finding] = []
-    lines: dict[int, int] = {}
-    for line, note in invocation.notes:
-        finding = Finding("warning", "", note, None, None)
-        lines[id(finding)] = line
-        found.append(finding)
-    for index in sorted(invocation.opaque):
-        text = invocation.argv[index]
-        found.append(
-            Finding(
-                "warning",
-                text,
-                f"{text!r} is only known when the script runs; not checked",
-                None,
-                index,
-            )
-        )
-    return found, lines
-
-
-def _location(finding: Finding, invocation: LaunchInvocation | None, lines: dict[int, int]) -> str:
-    """``script:line`` for a script, ``argv[i]`` for a raw argv."""
-    if invocation is None:
-        return f"argv[{finding.index}]" if finding.index is not None else "argv"
-    if id(finding) in lines:
-        return f"{invocation.source}:{lines[id(finding)]}"
-    if finding.index is not None and finding.index < len(invocation.token_lines):
-        return f"{invocation.source}:{invocation.token_lines[finding.index]}"
-    return f"{invocation.source}:{invocation.line_no}"
