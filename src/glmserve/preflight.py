@@ -7,7 +7,6 @@ mode the GPU and SGLang rows are informative only: the simulator needs neither.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -101,12 +100,15 @@ def check_argspec(t: Transport, spec: LaunchSpec, version: str | None) -> CheckR
         res = t.run(_py(spec, argspec.DUMP_SNIPPET), timeout=180)
         if not res.ok:
             return CheckRow("flags", "fail", f"dumping argparse spec failed: {res.tail()}")
-        try:
-            json.loads(res.stdout)
-        except ValueError:
-            return CheckRow("flags", "fail", "argparse dump is not JSON")
+        try:  # sitecustomize hooks or warnings may print before the JSON: skip them
+            argspec.argspec_from_dump(res.stdout, "argparse dump")
+        except GlmserveError as exc:
+            return CheckRow("flags", "fail", str(exc))
+        body = (
+            res.stdout if res.stdout.startswith("{") else res.stdout[res.stdout.find("\n{") + 1 :]
+        )
         cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(res.stdout)
+        cache.write_text(body)
     try:
         live = argspec.load_argspec(str(cache))
         report = argspec.validate_argv(spec.argv, live)
