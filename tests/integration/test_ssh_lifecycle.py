@@ -359,6 +359,11 @@ def test_patched_profile_uploads_runtime_and_status_shows_patch_ranks(ssh_host, 
     assert res.returncode == 0, res.stderr
     run = RunStore.open().get_run(res.stdout.split()[0])
     assert (Path(run.run_dir) / "runtime" / "sitecustomize.py").is_file()
+    log = (Path(run.run_dir) / "server.log").read_text()
+    # The shipped sitecustomize.py ran inside the launched process (PYTHONPATH from launch.sh)...
+    assert "glmserve runtime: patches armed: flashinfer_mla_gather_cast" in log
+    # ...and every TP rank logged the activation line, as patched SGLang workers do.
+    assert log.count("glmserve patch flashinfer_mla_gather_cast active (sglang ") == 8
     assert "patch active on 8/8 ranks" in res.stderr
     rows = json.loads(cli("status", run.run_id, "--json").stdout)
     assert rows[0]["patch_active"] == "8/8"
