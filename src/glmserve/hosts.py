@@ -16,6 +16,8 @@ File format::
         workdir: /root/glmserve       # default ~/glmserve
         python: python3
         venv: /root/venv
+        address: 10.1.230.174         # multi-node: how other nodes reach it (default: ssh's
+                                      # HostName for target)
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ class HostConfig(BaseModel):
     ssh_config: str | None = Field(None, description="ssh -F file (instead of ~/.ssh/config)")
     ssh_options: dict[str, str] = Field(default_factory=dict, description="extra ssh -o K=V")
     connect_timeout: int = Field(10, ge=1, le=300)
+    address: str | None = Field(
+        None, description="address other nodes reach it at (multi-node); default ssh HostName"
+    )
     source: str | None = None  # file:line the entry came from (for messages)
 
     @field_validator("target")

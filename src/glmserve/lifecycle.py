@@ -196,8 +196,12 @@ def launch_run(
     replace_existing: bool = False,
     store: RunStore | None = None,
     say: Callable[[str], None] = lambda _m: None,
+    meta: dict[str, Any] | None = None,
 ) -> RunRecord:
-    """Upload and start one run; returns its record (state STARTING). Does not wait."""
+    """Upload and start one run; returns its record (state STARTING). Does not wait.
+
+    ``meta`` is stored with the run (and in its meta.json), e.g. a multi-node group's id and
+    this node's rank."""
     host = get_host(host_name)
     spec = host_adjusted_spec(spec, host)
     store = store or RunStore.open()
@@ -229,6 +233,7 @@ def launch_run(
         "launcher": spec.launcher,
         "created_at": time.time(),
         "spec": spec.to_dict(),
+        **(meta or {}),
     }
     files = {"meta.json": json.dumps(meta, indent=2, default=str).encode()}
     if spec.patches:
@@ -247,7 +252,7 @@ def launch_run(
         tp_size=spec.tp_size,
         patches=list(spec.patches),
         spec=spec.to_dict(),
-        meta={"workdir": workdir},
+        meta={"workdir": workdir, **(meta or {})},
     )
     store.add_run(rec)
     try:

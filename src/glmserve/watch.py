@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,7 +55,7 @@ class WatchTick:
 class WatchResult:
     """The verdict and how it was reached."""
 
-    state: str  # READY | CRASHED | STALLED | EXITED | TIMEOUT
+    state: str  # READY | CRASHED | STALLED | EXITED | TIMEOUT | CANCELLED (not recorded)
     diagnosis: Diagnosis
     elapsed_s: float
     offset: int
@@ -93,6 +94,7 @@ class Watcher:
         on_tick: Callable[[WatchTick], None] | None = None,
         health: bool = True,
         reconnect_give_up_s: float = RECONNECT_GIVE_UP_S,
+        cancel: threading.Event | None = None,
     ) -> None:
         self.run = run
         self.t = transport
@@ -105,6 +107,9 @@ class Watcher:
         self.base_url: str | None = None
         self._fwd = contextlib.ExitStack()
         self.reconnect_give_up_s = reconnect_give_up_s
+        # Set by whoever watches several runs at once (a multi-node group) when another run's
+        # verdict decides: the loop then returns CANCELLED without recording a verdict.
+        self.cancel = cancel
         self.diag = LogDiagnoser()
         self.chunk = READ_CHUNK
         self.lines = LineSplitter()
@@ -230,6 +235,10 @@ class Watcher:
         last_progress = started
         down_since: float | None = None
         while True:
+            if self.cancel is not None and self.cancel.is_set():
+                return WatchResult(
+                    "CANCELLED", self.diag.diagnosis, time.monotonic() - started, self.offset
+                )
             tick_start = time.monotonic()
             note = ""
             resume_at = self.offset
@@ -291,7 +300,11 @@ class Watcher:
                 )
                 return self._finish("TIMEOUT", td, started)
             self.on_tick(self._tick(started, note))
-            time.sleep(max(0.0, self.poll_s - (time.monotonic() - tick_start)))
+            pause = max(0.0, self.poll_s - (time.monotonic() - tick_start))
+            if self.cancel is not None:
+                self.cancel.wait(pause)
+            else:
+                time.sleep(pause)
 
     def _tick(self, started: float, note: str) -> WatchTick:
         d = self.diag.diagnosis

@@ -18,6 +18,7 @@ from rich.text import Text
 from glmserve.cli._app import app, emit_json, err, is_interactive, out
 from glmserve.errors import (
     EXIT_INTERRUPTED,
+    ConfigError,
     GlmserveError,
     ServerCrashed,
     ServerNotReady,
@@ -161,8 +162,12 @@ def launch(
     ),
     poll: float = typer.Option(1.0, "--poll", help="Seconds between polls.", min=0.05),
     json_out: bool = typer.Option(False, "--json", help="Run and verdict as JSON."),
+    nodes: str = typer.Option(
+        None, "--nodes", help="Host group a,b (node 0 first): one server over several nodes."
+    ),
 ) -> None:
     """Start a run (nohup + setsid, recorded) and wait for READY; exit 3 crashed, 4 stalled.
+    A profile with ``nodes:`` (or --nodes) starts one run per node as a group.
 
     Example: glmserve launch --profile trtllm_mla --host gpu8 --timeout 1800
     """
@@ -170,7 +175,24 @@ def launch(
     from glmserve.store import RunStore
     from glmserve.watch import Watcher
 
+    group = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else None
+    if group is not None and host:
+        raise ConfigError("give --host or --nodes, not both")
+    if group is None and not host:
+        from glmserve import profiles
+
+        group = profiles.load_profile(profile, list(sets)).nodes or None
+    if group:
+        _launch_group(
+            profile, sets, simulate, group, replace, timeout, stall_timeout, poll, json_out
+        )
+        return
     h, spec = _spec(profile, sets, simulate, host)
+    if spec.nodes:
+        raise ConfigError(
+            f"profile {spec.profile} targets nodes {', '.join(spec.nodes)}; drop --host "
+            "(or pass --nodes)"
+        )
     store = RunStore.open()
     run = launch_run(
         spec, h.name, replace_existing=replace, store=store, say=lambda m: err.print(m)
@@ -227,6 +249,98 @@ def launch(
     )
 
 
+def _launch_group(
+    profile: str,
+    sets: list[str],
+    simulate: bool,
+    group: list[str],
+    replace: bool,
+    timeout: float | None,
+    stall_timeout: float | None,
+    poll: float,
+    json_out: bool,
+) -> None:
+    """``launch`` for a host group: start every node, watch all, stop all if one fails."""
+    from dataclasses import replace as dc_replace
+
+    from glmserve.multinode import launch_group, mark_followers_ready, stop_group, watch_group
+    from glmserve.store import RunStore
+
+    _h, spec = _spec(profile, sets, simulate, group[0])  # simulator python: node 0's host
+    spec = dc_replace(spec, nodes=group)
+    store = RunStore.open()
+    gid, runs = launch_group(
+        spec, replace_existing=replace, store=store, say=lambda m: err.print(m, markup=False)
+    )
+    if not json_out:
+        print(gid, flush=True)
+    names = ", ".join(f"{r.meta['node_rank']}:{r.host}" for r in runs)
+    err.print(f"group {gid}: {spec.profile} on nodes {names}", highlight=False, markup=False)
+    last: dict[int, str] = {}
+
+    def tick(rank: int, t: Any) -> None:
+        if last.get(rank) != t.state:
+            last[rank] = t.state
+            err.print(
+                f"[{_fmt_s(t.elapsed_s)}] node {rank}: {t.state}: {t.last_line[-120:]}",
+                highlight=False,
+                markup=False,
+            )
+
+    how = f"stop it with `glmserve stop {gid}`"
+    try:
+        result = watch_group(
+            runs, poll_s=poll, timeout_s=timeout, stall_timeout_s=stall_timeout, on_tick=tick
+        )
+    except KeyboardInterrupt:
+        err.print(f"stopped watching: group {gid} keeps running; {how}", markup=False)
+        raise SystemExit(EXIT_INTERRUPTED) from None
+    except TransportError as exc:
+        raise TransportError(f"{exc}; group {gid} keeps running; {how}") from exc
+    stopped: list[dict[str, Any]] = []
+    if result.state == "READY":
+        mark_followers_ready(runs, store)
+    else:
+        bad = runs[result.failing_rank or 0]
+        err.print(
+            f"node {result.failing_rank} ({bad.host}, run {bad.run_id}) {result.state}: "
+            f"stopping every node of group {gid}",
+            highlight=False,
+            markup=False,
+        )
+        stopped = stop_group(runs, store=store)
+    if json_out:
+        d = result.decisive.diagnosis
+        emit_json(
+            {
+                "group_id": gid,
+                "runs": [store.get_run(r.run_id).to_dict() for r in runs],
+                "verdict": {
+                    "state": result.state,
+                    "failing_node": result.failing_rank,
+                    "failing_host": None
+                    if result.failing_rank is None
+                    else runs[result.failing_rank].host,
+                    "elapsed_s": round(result.elapsed_s, 2),
+                    **d.to_dict(),
+                },
+                "stopped": stopped,
+            }
+        )
+    if result.state != "READY":
+        rank = result.failing_rank
+        error = _verdict_error(result.decisive, runs[rank or 0].run_id)
+        assert error is not None
+        msg = f"group {gid}: node {rank} ({runs[rank or 0].host}) {error}; every node stopped"
+        raise type(error)(msg, diagnosis=result.decisive.diagnosis)
+    node0 = runs[0]
+    err.print(
+        f"[green]READY[/green] after {_fmt_s(result.elapsed_s)}: group {gid}, "
+        f"{len(runs)} nodes, serving on {node0.host}:{node0.port} (run {node0.run_id})",
+        highlight=False,
+    )
+
+
 # -- status / runs -----------------------------------------------------------------------------
 @app.command()
 def status(
@@ -238,12 +352,13 @@ def status(
 
     Example: glmserve status --json
     """
+    from glmserve.multinode import resolve_runs
     from glmserve.store import RunStore
     from glmserve.watch import assess_run
 
     store = RunStore.open()
     if run_id:
-        runs = [store.get_run(run_id)]
+        runs = resolve_runs(store, run_id)  # a group id (or a node's run id): every node
     else:
         runs = store.list_runs() if all_runs else store.list_runs(live_only=True)
     rows = []
@@ -258,6 +373,9 @@ def status(
             row["state"] = f"{r.state}?"
             row["error"] = str(exc)
             rows.append(row)
+        if "group_id" in r.meta:
+            rows[-1]["group_id"] = r.meta["group_id"]
+            rows[-1]["node_rank"] = r.meta.get("node_rank")
     if json_out:
         emit_json(rows)
         return
@@ -269,6 +387,8 @@ def status(
         table.add_column(c)
     for row in rows:
         note = row.get("error") or ""
+        if row.get("group_id"):
+            note = f"group {row['group_id']} node {row['node_rank']} " + note
         if row.get("patch_active"):
             note = f"patch active on {row['patch_active']} ranks " + note
         if row.get("category"):
@@ -384,7 +504,9 @@ def logs(
 # -- stop --------------------------------------------------------------------------------------
 @app.command()
 def stop(
-    run_id: str = typer.Argument(None, help="Run id or unique prefix."),
+    run_id: str = typer.Argument(
+        None, help="Run id or unique prefix; a group id (or one node's run) stops every node."
+    ),
     all_runs: bool = typer.Option(False, "--all", help="Every live run."),
     timeout: float = typer.Option(15.0, "--timeout", help="Seconds between TERM and KILL."),
     json_out: bool = typer.Option(False, "--json", help="What was signalled, as JSON."),
@@ -394,15 +516,22 @@ def stop(
 
     Example: glmserve stop 3f2a
     """
-    from glmserve.errors import ConfigError
     from glmserve.lifecycle import stop_run
+    from glmserve.multinode import resolve_runs, stop_group
     from glmserve.store import RunStore
 
     store = RunStore.open()
     if all_runs == bool(run_id):
         raise ConfigError("give a RUN id or --all (not both)")
-    targets = [r.run_id for r in store.list_runs(live_only=True)] if all_runs else [run_id]
-    reports = [stop_run(rid, timeout=timeout, store=store) for rid in targets]
+    if all_runs:
+        targets = [r.run_id for r in store.list_runs(live_only=True)]
+        reports = [stop_run(rid, timeout=timeout, store=store) for rid in targets]
+    else:
+        runs = resolve_runs(store, run_id)
+        if len(runs) == 1 and "group_id" not in runs[0].meta:
+            reports = [stop_run(runs[0].run_id, timeout=timeout, store=store)]
+        else:
+            reports = stop_group(runs, timeout=timeout, store=store)
     if json_out:
         emit_json(reports)
         return
@@ -413,4 +542,5 @@ def stop(
             if rep["signalled"]
             else rep.get("note", "not running")
         )
-        err.print(f"{rep['run_id']} on {rep['host']}: {what}; nothing left", highlight=False)
+        node = f" (group {rep['group_id']} node {rep['node_rank']})" if rep.get("group_id") else ""
+        err.print(f"{rep['run_id']}{node} on {rep['host']}: {what}; nothing left", highlight=False)

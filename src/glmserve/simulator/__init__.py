@@ -40,7 +40,10 @@ Every sglang.launch_server flag is accepted; these are modelled: --model-path/--
 --disable-cuda-graph (or --cuda-graph-max-bs 0, or the newer
 --cuda-graph-backend-decode disabled), --num-continuous-decode-steps,
 --enable-metrics, --context-length, --max-prefill-tokens, --decode-log-interval,
---skip-server-warmup, --stream-output. Others are listed once in the log.
+--skip-server-warmup, --stream-output, --nnodes, --node-rank, --dist-init-addr. Others are
+listed once in the log. With --nnodes N > 1 and --node-rank > 0 only this node's scheduler
+ranks start (TP ranks node_rank*tp/N ...) and no HTTP port is bound (SGLang answers a dummy
+/health there; the simulator binds nothing so several nodes can share one machine).
 
 Simulator options:
   --sim-speed X               run X times faster than real time (steps and phases)
@@ -53,6 +56,8 @@ Simulator options:
   --sim-hang-at PHASE         stop logging at PHASE, never become ready
   --sim-worker-death-after S  S wall seconds after ready a worker dies: the process stays
                               up, in-flight requests stall, /health turns 503
+  --sim-fault-node-rank R     the fault options above apply only on --node-rank R (a
+                              multi-node group where one node fails); other nodes start
   --sim-send-threads N        threads that write SSE chunks (default 0: the event loop)
   --sim-config FILE.yaml      cost-model overrides (field: value)
   --sim-<field> VALUE         one cost-model field, e.g. --sim-bandwidth-gbps 1500

@@ -109,6 +109,10 @@ def sglang_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--log-level", type=str, default="info")
     p.add_argument("--random-seed", type=int, default=None)
+    # multi-node (sglang 0.5.9 server_args): node 0 serves HTTP, others run schedulers only
+    p.add_argument("--dist-init-addr", "--nccl-init-addr", type=str, default=None)
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
     return p
 
 
@@ -129,6 +133,7 @@ def sim_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-crash-kind", type=str, default=None, choices=CRASH_KINDS)
     p.add_argument("--sim-hang-at", type=str, default=None, choices=[*PHASES, "serve"])
     p.add_argument("--sim-worker-death-after", type=float, default=None)
+    p.add_argument("--sim-fault-node-rank", type=int, default=None)
     p.add_argument("--sim-send-threads", type=int, default=0)
     p.add_argument("--sim-trace-max-requests", type=int, default=20000)
     p.add_argument("--sim-trace-max-steps", type=int, default=200000)
@@ -302,6 +307,10 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:
     for flag, phase in (("--sim-crash-at", sim.sim_crash_at), ("--sim-hang-at", sim.sim_hang_at)):
         if phase == "graphs" and not cuda_graph:
             raise SimUsageError(f"{flag} graphs: CUDA graphs are disabled, nothing is captured")
+    hang_at, worker_death = sim.sim_hang_at, sim.sim_worker_death_after
+    if sim.sim_fault_node_rank is not None and sim.sim_fault_node_rank != server.node_rank:
+        # The faults target one node of a multi-node group; this node starts cleanly.
+        crash_at, kind, hang_at, worker_death = None, None, None, None
     phase_seconds = {
         "load": sim.sim_load_seconds,
         "kv": sim.sim_kv_seconds,
@@ -321,8 +330,8 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:
         crash_at=crash_at,
         crash_after_s=crash_after,
         crash_kind=kind,
-        hang_at=sim.sim_hang_at,
-        worker_death_after=sim.sim_worker_death_after,
+        hang_at=hang_at,
+        worker_death_after=worker_death,
         trace_max_requests=sim.sim_trace_max_requests,
         send_threads=max(0, sim.sim_send_threads),
         trace_max_steps=sim.sim_trace_max_steps,

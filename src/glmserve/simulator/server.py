@@ -56,6 +56,14 @@ class SimServer:
         self.pid = os.getpid()
         self.started = time.time()
         self.tp = max(1, int(opts.server.tp_size or 1))
+        # Multi-node: each node runs tp/nnodes scheduler ranks (sglang's tp_rank_range).
+        self.nnodes = max(1, int(opts.server.nnodes or 1))
+        self.node_rank = int(opts.server.node_rank or 0)
+        per_node = max(1, self.tp // self.nnodes)
+        self.ranks = list(range(per_node * self.node_rank, per_node * (self.node_rank + 1)))
+        self.all_joined = asyncio.Event()  # node 0: every other node passed warmup
+        self.peers: list[asyncio.StreamWriter] = []
+        self.rendezvous: asyncio.AbstractServer | None = None
         self.profile: dict[str, Any] | None = None
         self.profile_seq = 0
         self.http: asyncio.AbstractServer | None = None
@@ -76,11 +84,15 @@ class SimServer:
         if o.unknown:
             self.log.line("glmserve simulator: accepted, not modelled: " + " ".join(o.unknown))
         loop = asyncio.get_running_loop()
+        if self.nnodes > 1 and self.node_rank == 0:
+            await self._open_rendezvous()
         self.engine = Engine(o, self.log, on_step=self._on_step)
         for phase in ("load", "kv", "graphs"):
             if phase == "graphs" and not o.shape.cuda_graph:
                 continue
             await self._phase(phase)
+        if self.node_rank > 0:
+            return await self._follow()
         if o.crash_at == "serve" and o.crash_kind == "port_in_use":
             return self._port_in_use()
         self._log_scheduler_ready()
@@ -103,6 +115,10 @@ class SimServer:
         gc.set_threshold(50_000, 20, 100)
         engine_task = loop.create_task(self.engine.run())
         await self._phase("warmup")
+        if self.nnodes > 1:
+            # The warmup forward is collective: it completes only once every node's ranks
+            # ran it. A node that died leaves node 0 blocked here, silent, as in NCCL.
+            await self.all_joined.wait()
         self.status = "Up"
         self.log.line("The server is fired up and ready to roll!")
         if o.crash_at == "after-ready":
@@ -111,6 +127,75 @@ class SimServer:
             loop.call_later(o.worker_death_after, self._worker_dies)
         await engine_task
         return 0
+
+    async def _follow(self) -> int:
+        """Node rank > 0 of a multi-node group: schedulers only, no tokenizer or HTTP server.
+
+        SGLang (``engine._launch_subprocesses``) waits for its schedulers, starts a dummy
+        ``/health`` server on ``--port`` (uvicorn at warning level: nothing logged) and joins
+        them. The simulator binds nothing, so nodes can share one test machine. These ranks
+        still take part in node 0's warmup forward, so warmup and after-ready faults fire here
+        at the same scaled times as on node 0.
+        """
+        o = self.opts
+        self.log.line(
+            f"glmserve simulator: node rank {self.node_rank} of {self.nnodes} "
+            f"(dist-init-addr {o.server.dist_init_addr}): schedulers TP{self.ranks[0]}-"
+            f"TP{self.ranks[-1]} ready; HTTP is served by node rank 0 only"
+        )
+        if o.hang_at == "serve":
+            await asyncio.Event().wait()
+        if not o.server.skip_server_warmup:
+            await asyncio.sleep(self._scaled(o.phase_seconds.get("warmup", 0.0)) / 2)
+            await self._maybe_fault("warmup")
+            if o.shape.attention_backend == "trtllm_mla" and o.gpu_arch != "sm100":
+                self._crash_now("warmup", kind="tllm_unsupported_arch")
+        await self._join_rendezvous()
+        if o.crash_at == "after-ready":
+            asyncio.get_running_loop().call_later(o.crash_after_s, self._crash_now, "after-ready")
+        await asyncio.Event().wait()  # until signalled, as the joined schedulers are
+        return 0
+
+    def _dist_addr(self) -> tuple[str, int] | None:
+        raw = self.opts.server.dist_init_addr or ""
+        host, _, port = raw.rpartition(":")
+        if not host or not port.isdigit():
+            return None
+        return host.strip("[]"), int(port)
+
+    async def _open_rendezvous(self) -> None:
+        """Node 0 listens on --dist-init-addr (SGLang's TCPStore is there) for the other
+        nodes to report that their ranks passed warmup."""
+
+        async def joined(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if (await reader.readline()).strip() == b"warmup-done":
+                self.peers.append(writer)
+                if len(self.peers) >= self.nnodes - 1:
+                    self.all_joined.set()
+
+        addr = self._dist_addr()
+        try:
+            if addr is None:
+                raise OSError("no --dist-init-addr host:port")
+            self.rendezvous = await asyncio.start_server(joined, addr[0], addr[1])
+        except OSError as exc:
+            self.log.line(f"glmserve simulator: no node rendezvous ({exc}); not waiting for nodes")
+            self.all_joined.set()
+
+    async def _join_rendezvous(self) -> None:
+        """Tell node 0 this node's ranks passed warmup (retrying until node 0 listens)."""
+        addr = self._dist_addr()
+        if addr is None:
+            return
+        while True:
+            try:
+                _reader, writer = await asyncio.open_connection(addr[0], addr[1])
+                break
+            except OSError:
+                await asyncio.sleep(0.05)
+        writer.write(b"warmup-done\n")
+        await writer.drain()
+        self.peers.append(writer)
 
     def _set_ulimit(self, target: int = 65535) -> None:
         """Raise RLIMIT_NOFILE as SGLang's ``set_ulimit`` does (thousands of streams need it)."""
@@ -150,14 +235,14 @@ class SimServer:
 
     async def _load_weights(self, dur: float) -> None:
         o = self.opts
-        pids = [self.pid + WORKER_PID_BASE + r for r in range(self.tp)]
-        for r in range(self.tp):
+        pids = [self.pid + WORKER_PID_BASE + r for r in self.ranks]
+        for r in self.ranks:
             self.log.line("Init torch distributed begin.", r)
-        for r in range(self.tp):
+        for r in self.ranks:
             self.log.line("Init torch distributed ends. elapsed=0.84 s, mem usage=0.78 GB", r)
         if o.crash_at == "load" and o.crash_kind == "nccl_timeout":
             self._crash_now("load")
-        for r in range(self.tp):
+        for r in self.ranks:
             self.log.line(f"Load weight begin. avail mem={AVAIL_MEM_GIB:.2f} GB", r)
         shards = 83
         t0 = time.perf_counter()
@@ -177,7 +262,7 @@ class SimServer:
             if i < steps:
                 await asyncio.sleep(dur / steps)
         self.weight_load_s = time.perf_counter() - t0
-        for r, pid in enumerate(pids):
+        for r, pid in zip(self.ranks, pids, strict=True):
             self.log.line(
                 f"Load weight end. elapsed={self.weight_load_s:.2f} s, type={ARCHITECTURE}, "
                 f"dtype=torch.bfloat16, avail mem={AVAIL_MEM_GIB - o.model.weight_mem_gib:.2f} GB, "
@@ -207,21 +292,23 @@ class SimServer:
             )
         )
         avail = AVAIL_MEM_GIB - o.model.weight_mem_gib
-        for r in range(self.tp):
+        for r in self.ranks:
             self.log.line(f"KV Cache is allocated. #tokens: {tokens}, KV size: {size:.2f} GB", r)
-        for r in range(self.tp):
+        for r in self.ranks:
             self.log.line(f"Memory pool end. avail mem={avail - size:.2f} GB", r)
 
     async def _capture_graphs(self, dur: float) -> None:
         o = self.opts
         avail = AVAIL_MEM_GIB - o.model.weight_mem_gib - costmodel.kv_pool_gib(o.model, o.shape)
-        for r in range(self.tp):
+        for r in self.ranks:
             self.log.line(
                 "Capture cuda graph begin. This can take up to several minutes. "
                 f"avail mem={avail:.2f} GB",
                 r,
             )
-        self.log.line("Capture cuda graph bs [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64]", 0)
+        self.log.line(
+            "Capture cuda graph bs [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64]", self.ranks[0]
+        )
         n = 12
         t0 = time.perf_counter()
         for i in range(n + 1):
@@ -239,7 +326,7 @@ class SimServer:
             if i < n:
                 await asyncio.sleep(dur / n)
         el = time.perf_counter() - t0
-        for r in range(self.tp):
+        for r in self.ranks:
             self.log.line(
                 f"Capture cuda graph end. Time elapsed: {el:.2f} s. mem usage=0.61 GB. "
                 f"avail mem={avail - 0.61:.2f} GB.",
@@ -300,14 +387,16 @@ class SimServer:
         if kind == "nccl_timeout":
             self._nccl_abort(phase)
             return
-        crash = faults.scheduler_crash(kind, phase, o.gpu_arch, o.shape.attention_backend, self.tp)
+        base, per_node = self.ranks[0], len(self.ranks)
+        crash = faults.scheduler_crash(kind, phase, o.gpu_arch, o.shape.attention_backend, per_node)
         for ln in crash.pre_lines:
             self.log.raw(ln)
         self.log.line(
-            "Scheduler hit an exception: " + crash.traceback.rstrip("\n"), crash.failing_rank
+            "Scheduler hit an exception: " + crash.traceback.rstrip("\n"),
+            base + crash.failing_rank,
         )
-        for tp, msg in faults.cascade_lines(crash.failing_rank, self.tp, phase == "after-ready"):
-            self.log.line(msg, tp)
+        for tp, msg in faults.cascade_lines(crash.failing_rank, per_node, phase == "after-ready"):
+            self.log.line(msg, None if tp is None else base + tp)
         sys.stderr.flush()
         sys.stdout.flush()
         # kill_process_tree(os.getpid()): SIGKILL to ourselves -> exit status 137
@@ -317,7 +406,7 @@ class SimServer:
         """A scheduler aborted by the NCCL watchdog. During init the launcher sees its pipe
         close and exits 1; once the schedulers reported ready nobody notices: the worker is
         just gone (warmup then times out; after start-up /health turns 503)."""
-        rank = min(3, self.tp - 1)
+        rank = self.ranks[0] + min(3, len(self.ranks) - 1)
         for ln in faults.nccl_abort_lines(rank):
             self.log.raw(ln)
         if phase in ("load", "kv", "graphs"):
