@@ -1,0 +1,59 @@
+"""A two-node group of two *local* hosts (no ssh), driven through the library, fast.
+
+Covers the group path that does not need sshd: launch (followers first), the concurrent watch
+and the READY bookkeeping of the other nodes; the sshd test covers the CLI and crashes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from glmserve import profiles
+from glmserve.hosts import get_host
+from glmserve.lifecycle import probe_group
+from glmserve.multinode import launch_group, mark_followers_ready, stop_group, watch_group
+from glmserve.store import RunStore
+from glmserve.transport import LocalTransport, free_local_port
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def local_pair(tmp_path: Path) -> list[str]:
+    cfg_dir = Path(os.environ["GLMSERVE_CONFIG_DIR"])
+    cfg_dir.mkdir(parents=True, exist_ok=True)
+    (cfg_dir / "hosts.yaml").write_text(
+        f"hosts:\n  la:\n    workdir: {tmp_path / 'a'}\n  lb:\n    workdir: {tmp_path / 'b'}\n"
+    )
+    return ["la", "lb"]
+
+
+def test_local_group_ready_then_stop(local_pair):
+    port = free_local_port()
+    spec = profiles.load_profile(
+        "trtllm_mla",
+        [f"server.port={port}", "sim.gpu-arch=sm100", "sim.speed=20"],
+    )
+    spec = replace(profiles.simulate(spec), nodes=local_pair)
+    store = RunStore.open()
+    gid, runs = launch_group(spec, store=store)
+    try:
+        # Followers are started first so node 0 checks (and binds) the port last.
+        assert runs[1].created_at <= runs[0].created_at
+        result = watch_group(runs, poll_s=0.2, timeout_s=60)
+        assert (result.state, result.failing_rank) == ("READY", None)
+        assert set(result.results) <= {0, 1} and result.results[0].state == "READY"
+        mark_followers_ready(runs, store)
+        follower = store.get_run(runs[1].run_id)
+        assert follower.state == "READY" and follower.meta["ready_pids"] == [follower.pid]
+        assert Path(runs[0].run_dir).parent.parent != Path(runs[1].run_dir).parent.parent
+    finally:
+        reports = stop_group(runs, timeout=5, store=store)
+    assert [r["group_id"] for r in reports] == [gid, gid]
+    t = LocalTransport(get_host("la"))
+    for r in runs:
+        assert probe_group(t, int(r.pgid or 0)).live_pids == []
