@@ -170,6 +170,7 @@ def launch(
     A profile with ``nodes:`` (or --nodes) starts one run per node as a group.
 
     Example: glmserve launch --profile trtllm_mla --host gpu8 --timeout 1800
+    Example (two nodes): glmserve launch --profile trtllm_mla --nodes gpu8a,gpu8b
     """
     from glmserve.lifecycle import launch_run, transport_for_run
     from glmserve.store import RunStore
@@ -184,7 +185,7 @@ def launch(
         group = profiles.load_profile(profile, list(sets)).nodes or None
     if group:
         _launch_group(
-            profile, sets, simulate, group, replace, timeout, stall_timeout, poll, json_out
+            profile, sets, simulate, group, replace, timeout, stall_timeout, poll, json_out, no_wait
         )
         return
     h, spec = _spec(profile, sets, simulate, host)
@@ -259,6 +260,7 @@ def _launch_group(
     stall_timeout: float | None,
     poll: float,
     json_out: bool,
+    no_wait: bool = False,
 ) -> None:
     """``launch`` for a host group: start every node, watch all, stop all if one fails."""
     from dataclasses import replace as dc_replace
@@ -276,6 +278,11 @@ def _launch_group(
         print(gid, flush=True)
     names = ", ".join(f"{r.meta['node_rank']}:{r.host}" for r in runs)
     err.print(f"group {gid}: {spec.profile} on nodes {names}", highlight=False, markup=False)
+    if no_wait:
+        if json_out:
+            runs_d = [store.get_run(r.run_id).to_dict() for r in runs]
+            emit_json({"group_id": gid, "runs": runs_d, "verdict": None})
+        return
     last: dict[int, str] = {}
 
     def tick(rank: int, t: Any) -> None:
