@@ -69,6 +69,16 @@ ATTN = {
 }
 
 
+def _copy_shapes(kernel: str, rows: int) -> dict[str, Any]:
+    if kernel != CAST_KERNEL:
+        return {}
+    dims = [rows, 1, 576]
+    return {
+        "Input Dims": [dims, dims, []],
+        "Input type": ["c10::BFloat16", "c10::Float8_e4m3fn", "Scalar"],
+    }
+
+
 def step_events(
     model: CostModel,
     shape: ServerShape,
@@ -108,6 +118,8 @@ def step_events(
         (MOE_GEMM, 0.7 * w_s, "kernel"),
         (ALLREDUCE, 0.45 * comm_s, "kernel"),
     ]
+    # Rows the cast touches: the whole pool, or (gather-then-cast) the batch's context rows.
+    rows = costmodel.pool_tokens(model, shape) if mode == "whole_pool" else max(1, batch * ctx)
     events: list[dict[str, Any]] = []
     t = ts_us
     for layer in range(layers):
@@ -127,7 +139,13 @@ def step_events(
                         "tid": 1,
                         "ts": round(t, 3),
                         "dur": 6.0,
-                        "args": {"External id": correlation[0], "layer": layer},
+                        "args": {
+                            "External id": correlation[0],
+                            "layer": layer,
+                            # What torch records with record_shapes=True (SGLang's
+                            # /start_profile passes it): copy_(dst bf16, src fp8).
+                            **_copy_shapes(name, rows),
+                        },
                     }
                 )
             events.append(
