@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -169,5 +170,28 @@ def test_crash_on_node0_names_node0_and_stops_node1(group_hosts):
     assert (data["verdict"]["failing_node"], data["verdict"]["failing_host"]) == (0, "nodea")
     runs = data["runs"]
     assert RunStore.open().get_run(runs[1]["run_id"]).state == "STOPPED"
+    for r in runs:
+        assert _left(r) == []
+
+
+def test_node1_dying_after_ready_shows_in_group_status(group_hosts):
+    port = free_local_port()
+    res = launch_group(
+        port, "--set", "sim.crash-at=after-ready:3", "--set", "sim.fault-node-rank=1"
+    )
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    gid, runs = data["group_id"], data["runs"]
+    deadline = time.monotonic() + 30
+    states: list[tuple[int, str]] = []
+    while time.monotonic() < deadline:
+        states = [
+            (r["node_rank"], r["state"]) for r in json.loads(cli("status", gid, "--json").stdout)
+        ]
+        if states[1][1] != "READY":
+            break
+        time.sleep(0.3)
+    assert states == [(0, "READY"), (1, "CRASHED")]
+    assert cli("stop", gid).returncode == 0
     for r in runs:
         assert _left(r) == []
