@@ -38,13 +38,15 @@ def cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     )
 
 
-def launch_group(port: int, *extra: str) -> subprocess.CompletedProcess[str]:
+def launch_group(
+    port: int, *extra: str, profile: str = "trtllm_mla"
+) -> subprocess.CompletedProcess[str]:
+    nodes = ["--nodes", ",".join(NODES)] if profile == "trtllm_mla" else []
     return cli(
         "launch",
         "--profile",
-        "trtllm_mla",
-        "--nodes",
-        ",".join(NODES),
+        profile,
+        *nodes,
         "--simulate",
         "--set",
         f"server.port={port}",
@@ -163,8 +165,16 @@ def test_crash_on_node1_fails_group_with_exit_3_and_stops_node0(group_hosts):
 
 
 def test_crash_on_node0_names_node0_and_stops_node1(group_hosts):
+    """The group comes from the profile's ``nodes:`` (no --nodes on the command line)."""
+    prof_dir = Path(os.environ["GLMSERVE_CONFIG_DIR"]) / "profiles"
+    prof_dir.mkdir(parents=True, exist_ok=True)
+    (prof_dir / "two-node.yaml").write_text("extends: trtllm_mla\nnodes: [nodea, nodeb]\n")
+    wrong = cli("launch", "--profile", "two-node", "--host", "nodea", "--simulate")
+    assert wrong.returncode == 2 and "targets nodes nodea, nodeb" in wrong.stderr
     port = free_local_port()
-    res = launch_group(port, "--set", "sim.crash-at=kv", "--set", "sim.fault-node-rank=0")
+    res = launch_group(
+        port, "--set", "sim.crash-at=kv", "--set", "sim.fault-node-rank=0", profile="two-node"
+    )
     assert res.returncode == 3, res.stdout + res.stderr
     data = json.loads(res.stdout)
     assert (data["verdict"]["failing_node"], data["verdict"]["failing_host"]) == (0, "nodea")
