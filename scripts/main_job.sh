@@ -33,7 +33,8 @@ glmserve compare --last 2
 
 echo "== 5. the seeds' sweep on the local host, then its HTML report"
 glmserve sweep --simulate --profiles flashinfer,flashinfer_gtc,trtllm_mla,cutlass_mla \
-  --host local "${SIM[@]}" --output-len 64 --num-prompts 3 --continue-on-error | tee out/sweep.txt
+  --host local "${SIM[@]}" --bench decode --bench concurrency --concurrency 1,4,16 \
+  --num-prompts 16 --output-len 64 --continue-on-error | tee out/sweep.txt
 sweep_id=$(ls -t "$GLMSERVE_HOME/sweeps" | head -1)
 glmserve report "$sweep_id" --html out/report.html --png out/plots
 echo "sweep $sweep_id: table above, $GLMSERVE_HOME/sweeps/$sweep_id/sweep.md; report out/report.html"
