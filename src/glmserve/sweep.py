@@ -65,27 +65,24 @@ class SweepEntry:
     def decode_result(self) -> dict[str, Any] | None:
         return next((b for b in self.bench if b.get("mode") == "decode"), None)
 
-    def decode_tok_s(self) -> float | None:
+    def _decode_figure(self, key: str) -> float | None:
+        """``key`` of the decode bench, else its p50 at the lowest concurrency level measured
+        (the nearest a concurrency-only bench comes to single-stream decode)."""
         d = self.decode_result()
-        if d and d.get("decode_tok_s") is not None:
-            return float(d["decode_tok_s"])
-        lows = [lv for b in self.bench for lv in b.get("levels", [])]
-        if not lows:
+        if d and d.get(key) is not None:
+            return float(d[key])
+        levels = [lv for b in self.bench for lv in b.get("levels", [])]
+        if not levels:
             return None
-        low = min(lows, key=lambda lv: lv.get("concurrency", 0))
-        v = (low.get("decode_tok_s") or {}).get("p50")
+        low = min(levels, key=lambda lv: lv.get("concurrency", 0))
+        v = (low.get(key) or {}).get("p50")
         return float(v) if v is not None else None
 
+    def decode_tok_s(self) -> float | None:
+        return self._decode_figure("decode_tok_s")
+
     def ttft_ms(self) -> float | None:
-        d = self.decode_result()
-        if d and d.get("ttft_ms") is not None:
-            return float(d["ttft_ms"])
-        lows = [lv for b in self.bench for lv in b.get("levels", [])]
-        if not lows:
-            return None
-        low = min(lows, key=lambda lv: lv.get("concurrency", 0))
-        v = (low.get("ttft_ms") or {}).get("p50")
-        return float(v) if v is not None else None
+        return self._decode_figure("ttft_ms")
 
     def aggregate_tok_s(self) -> dict[int, float]:
         """Output tok/s per concurrency level of the concurrency bench(es)."""
@@ -148,12 +145,9 @@ class SweepInterrupted(GlmserveError):
 
 def sweep_rows(sweep: Sweep) -> list[dict[str, Any]]:
     """The final table: one row per profile, speedup against the first successful profile."""
-    baseline = next(
-        (e.decode_tok_s() for e in sweep.entries if e.status == OK and e.decode_tok_s()), None
-    )
-    base_profile = next(
-        (e.profile for e in sweep.entries if e.status == OK and e.decode_tok_s()), None
-    )
+    base = next((e for e in sweep.entries if e.status == OK and e.decode_tok_s()), None)
+    baseline = base.decode_tok_s() if base else None
+    base_profile = base.profile if base else None
     rows = []
     for e in sweep.entries:
         tok = e.decode_tok_s() if e.status == OK else None
