@@ -161,16 +161,24 @@ def _check_ready(server: SimServer) -> Response | None:
     return None
 
 
-async def generate(server: SimServer, req: HttpRequest, conn: Connection) -> Response | None:
-    bad = _check_ready(server)
-    if bad:
-        return bad
+def _json_object(req: HttpRequest) -> dict[str, Any] | Response:
+    """The request body as a JSON object, or the 400 response that says why it is not one."""
     try:
         body = req.json()
     except ValueError:
         return _err("invalid JSON body")
     if not isinstance(body, dict):
         return _err("request body must be a JSON object")
+    return body
+
+
+async def generate(server: SimServer, req: HttpRequest, conn: Connection) -> Response | None:
+    bad = _check_ready(server)
+    if bad:
+        return bad
+    body = _json_object(req)
+    if isinstance(body, Response):
+        return body
     lens = _prompts(body)
     if lens is None:
         return _err("Either text, input_ids or input_embeds should be provided.")
@@ -205,10 +213,7 @@ async def generate(server: SimServer, req: HttpRequest, conn: Connection) -> Res
         conn.start_stream(req)
     for r in reqs:
         server.engine.submit(r)  # type: ignore[union-attr]
-    try:
-        await group.fut
-    except asyncio.CancelledError:
-        raise
+    await group.fut
     if stream:
         conn.write_chunk(b"data: [DONE]\n\n")
         conn.end_stream()
@@ -318,6 +323,20 @@ def _usage(req: Request) -> dict[str, Any]:
     }
 
 
+def _openai_error(message: str) -> Response:
+    """A 400 in the shape of SGLang's OpenAI ``ErrorResponse`` (``BadRequestError``)."""
+    return Response.json(
+        {
+            "object": "error",
+            "message": message,
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        },
+        400,
+    )
+
+
 async def openai(
     server: SimServer, req: HttpRequest, conn: Connection, chat: bool
 ) -> Response | None:
@@ -326,50 +345,20 @@ async def openai(
         return bad
     media = req.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/json":
-        return Response.json(
-            {
-                "object": "error",
-                "message": "Unsupported Media Type: Only 'application/json' is allowed",
-                "type": "BadRequestError",
-                "param": None,
-                "code": 400,
-            },
-            400,
-        )
-    try:
-        body = req.json()
-    except ValueError:
-        return _err("invalid JSON body")
-    if not isinstance(body, dict):
-        return _err("request body must be a JSON object")
+        return _openai_error("Unsupported Media Type: Only 'application/json' is allowed")
+    body = _json_object(req)
+    if isinstance(body, Response):
+        return body
     from glmserve.simulator.server import approx_tokens
 
     if chat:
         if not body.get("messages"):
-            return Response.json(
-                {
-                    "object": "error",
-                    "message": "messages is required",
-                    "type": "BadRequestError",
-                    "param": None,
-                    "code": 400,
-                },
-                400,
-            )
+            return _openai_error("messages is required")
         plen = _messages_tokens(body["messages"])
     else:
         prompt = body.get("prompt")
         if prompt is None:
-            return Response.json(
-                {
-                    "object": "error",
-                    "message": "prompt is required",
-                    "type": "BadRequestError",
-                    "param": None,
-                    "code": 400,
-                },
-                400,
-            )
+            return _openai_error("prompt is required")
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
             plen = len(prompt)
         elif isinstance(prompt, list):
