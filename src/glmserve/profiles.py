@@ -278,10 +278,9 @@ def apply_overrides(
 
 
 def _scalar_str(value: Any) -> str:
+    """YAML scalar -> the argv/env word (YAML booleans as ``true``/``false``, not ``True``)."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer() is False:
-        return repr(value)
     return str(value)
 
 
