@@ -423,6 +423,14 @@ def _bad_args_hint(m: re.Match[str], _f: Facts) -> str:
     return f"SGLang rejected {name}: fix it in the profile (`glmserve check` validates flags)."
 
 
+def _usage_hint(_m: re.Match[str], _f: Facts) -> str:
+    return (
+        "SGLang printed its usage banner: the command line was rejected (the 'error:' line "
+        "after it names the flag; often an underscore spelling or a flag this release lacks). "
+        "Fix the profile; `glmserve check` validates flags against the host's release."
+    )
+
+
 def _port_hint(m: re.Match[str], f: Facts) -> str:
     line = m.string
     port = None
@@ -655,6 +663,8 @@ RULES: list[Rule] = [
         _nccl_hint,
         flags=_I,
     ),
+    # Gloo (the CPU-side process group) losing a peer: usually that peer died first.
+    _r(r"gloo/transport/\w+/\w+\.cc:\d+\]", C.NCCL, _nccl_hint, weak=True),
     _r(
         r"Watchdog caught collective operation timeout|ProcessGroupNCCL.{0,80}(?:timeout|Timeout|"
         r"timed out)|NCCL communicator was aborted|DistBackendError|DistNetworkError|DistStoreError"
@@ -686,6 +696,13 @@ RULES: list[Rule] = [
         _weights_hint,
         needs_error=True,
     ),
+    # A checkpoint tensor the model class has no parameter for (params_dict[name]): a
+    # quantized/renamed checkpoint that this SGLang release's loader does not map.
+    _r(
+        r"^KeyError: '(?:[\w-]+\.)+(?:\w*weight\w*|\w*scale\w*|bias|qweight|qzeros|g_idx)'",
+        C.WEIGHT_LOADING,
+        _weights_hint,
+    ),
     _r(
         r"could finish the model loading, but there are other ranks",
         C.WEIGHT_LOADING,
@@ -708,6 +725,9 @@ RULES: list[Rule] = [
         _bad_args_hint,
     ),
     _r(r"ServerArgs\.__init__\(\) got an unexpected keyword", C.BAD_ARGS, _bad_args_hint),
+    # argparse prints its usage banner right before "prog: error: ..."; an excerpt cut after
+    # the banner is still a rejected command line (weak: the error line, if present, wins).
+    _r(r"^usage: [\w.\-]+(?: [\w.\-]+)? \[-h\]", C.BAD_ARGS, _usage_hint, weak=True),
     _r(
         r"must be divisible by (?:the )?(?:tensor|tp|pipeline|pp|data|dp|expert|ep)\b",
         C.BAD_ARGS,
@@ -745,9 +765,21 @@ RULES: list[Rule] = [
         r"|fatal error: [\w./-]+\.(?:h|hpp|cuh): No such file"
         r"|CalledProcessError: Command '\[?'?[^']*(?:ninja|nvcc|ptxas|g\+\+|gcc|c\+\+|cmake)\b"
         r"|\.(?:cu|cuh|h|hpp|cpp|cc)\(\d+\): (?:error|fatal)"
-        r"|JIT compil\w+ failed|failed to compile",
+        r"|JIT compil\w+ failed|failed to compile"
+        # subprocess reporting a compiler/build tool's failure (Triton's gcc build of
+        # cuda_utils, flashinfer/DeepGEMM ninja builds): the argv's first element names it.
+        r"|Command '\[?'?[^' ]*\b(?:gcc|g\+\+|c\+\+|cc|clang|nvcc|ninja|ptxas|cmake|make)'"
+        r"[^\n]{0,4000}?returned non-zero exit status",
         C.COMPILE_ERROR,
         _compile_hint,
+        1,
+    ),
+    # A CUDA kernel's own assert (printed by the device before "device-side assert
+    # triggered"): the first line of the failure, usually an index out of range.
+    _r(
+        r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion .{0,400}failed",
+        C.CRASH,
+        lambda m, f: _crash_hint("device-side assert", f),
         1,
     ),
 ]
@@ -800,7 +832,8 @@ _FRAME_CTX: list[tuple[re.Pattern[str], Category]] = [
         C.NCCL,
     ),
 ]
-_FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
+# Also frames pasted with JSON-escaped quotes (File \"/path\", line N).
+_FRAME = re.compile(r'^\s*File \\?"[^"]*", line \d+')
 _TRACEBACK = re.compile(
     r"Traceback \(most recent call last\)|^During handling of the above"
     r"|^The above exception was the direct cause"
@@ -810,6 +843,9 @@ _TRACEBACK = re.compile(
 _PROGRESS: list[tuple[tuple[str, ...], re.Pattern[str], State | None]] = [
     # (lower-case words one of which must be in the line, regex, state reached or None for
     # "progress within the phase"). Ordered so the frequent serving lines are checked first.
+    # Decode statistics are logged every --decode-log-interval (40) decode steps with
+    # requests running: only a serving server prints them (warmup decodes a few tokens).
+    (("decode batch",), re.compile(r"Decode batch[.,] #running-req: [1-9]"), State.READY),
     (("prefill batch", "decode batch"), re.compile(r"Prefill batch|Decode batch"), None),
     (("ready to roll",), re.compile(r"The server is fired up and ready to roll"), State.READY),
     # A client request answered on the OpenAI routes: the server is serving (wait_for_server
@@ -860,12 +896,27 @@ _DECOR = re.compile(
     r"|^\s*\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)?\s+(?:std(?:out|err) [FP] )?"  # kubectl/CRI
     r"|^\s*\d{4}-\d\d-\d\d [\d:,.]+ \| \w+ \| [\w.]+ \| "  # "date | ERROR | stderr | "
     r"|^[\w.-]+\s+\| "  # docker compose "name  | "
+    r"|^\s*(?:DEFAULT|DEBUG|INFO|NOTICE|WARNING|ERROR|CRITICAL|ALERT|EMERGENCY)\s+"
+    r"\d{4}-\d\d-\d\dT[\d:.]+Z?\s+"  # Google Cloud Logging export: "ERROR 2025-04-07T19:..Z "
+    r"|^\s*\d{4}-\d\d-\d\d [\d:,.]+ - [\w.]+ - [A-Z]+ - "  # Python logging "date - name - LEVEL - "
+    r"|^\s*\[rank\d+\]:\s?"  # torchrun "[rank0]: "
+    r"|^\s*\d\d-\d\d \d\d:\d\d:\d\d\.\d+\s+"  # console exports "04-20 13:32:25.784  "
 )
+# SGLang's "[ts TAGS] ": 0.3.x printed only the time; tags are TPn, DPn, PPn, EPn and newer
+# ones such as ATTN_CP7; a paste may lose the opening bracket.
 _PREFIX = re.compile(
-    r"^\s*\[(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)"
-    r"(?P<tags>(?:\s+[A-Z]{2,4}\d+)*)\]\s?"
+    r"^\s*\[?(?P<ts>(?:\d{4}-\d\d-\d\d[ T])?\d\d:\d\d:\d\d(?:[.,]\d+)?)"
+    r"(?P<tags>(?:\s+[A-Z][A-Z_]{1,11}\d+)*)\]\s?"
 )
 _TP_TAG = re.compile(r"\bTP(\d+)\b")
+# "warmup" lines that are a kernel's warmup/JIT progress, not the server's warmup request.
+_KERNEL_WARMUP = re.compile(r"DeepGEMM|deep_gemm|\bJIT\b|\bkernel|autotun|\d+%\|", re.IGNORECASE)
+# Markers in which a process reports its own failure; they outrank the launcher's reaction
+# (sigquit, Killed, "scheduler is dead") as a root cause when no error line is present.
+_SELF_REPORT = re.compile(
+    r"hit an exception:|^Exception in |^Process [\w-]+(?::\d+)*:$|Initialization failed\. warmup"
+    r"|^Traceback \(most recent call last\)"
+)
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _PATCH_ACTIVE = re.compile(r"glmserve patch (?P<name>[\w.-]+) active \((?P<inner>[^)]*)\)")
 # glmserve_runtime, in every process: "glmserve runtime: patches armed: a, b (pid N)"
@@ -888,7 +939,7 @@ _KEYWORDS = (
     "too small", "negative", "safetensor", "does not appear", "huggingface", "not found in",
     "could finish", "can't load", "cannot find", "local folder", "incomplete metadata",
     "unexpected eof", "unexpected keyword", "is not defined for option", "ninja", "nvcc",
-    "ptxas", "compil", "out of resource", "toolchain", "glmserve patch",
+    "ptxas", "compil", "out of resource", "toolchain", "glmserve patch", "usage:", 'file \\"',
 )  # fmt: skip
 
 
@@ -951,7 +1002,8 @@ class LogDiagnoser:
         self._strong: _Candidate | None = None  # best fatal rule match
         self._generic: _Candidate | None = None  # first exception / weak rule
         self._warning: _Candidate | None = None  # first non-fatal rule match
-        self._marker: _Candidate | None = None  # first cascade marker
+        self._marker: _Candidate | None = None  # first cascade marker (self-reports first)
+        self._marker_is_report = False
         self._crashed = False
         self._last_key: tuple[Any, ...] = (State.STARTING, None, None)
 
@@ -1063,7 +1115,10 @@ class LogDiagnoser:
         if rule is None and _TRACEBACK.search(stripped):
             if "Traceback" in stripped:
                 self._frame_ctx = None
-            if cascade or _REPORT.search(stripped):
+            # SGLang's own logger printing a traceback ("[ts TP0] Traceback ...") is a
+            # process reporting its failure; before READY that means start-up failed.
+            logged = prefixed and "Traceback" in stripped and self._phase is not State.READY
+            if cascade or logged or _REPORT.search(stripped):
                 self._add_marker(n, stripped)
             return
         if cascade:
@@ -1147,13 +1202,22 @@ class LogDiagnoser:
         return None
 
     def _add_marker(self, n: int, text: str) -> None:
-        if self._marker is None:
-            hint = (
-                _crash_hint(text, self._facts())
-                if "Killed" in text
-                else "a child process died but the log holds no error line for it: read the "
-                "lines above; a silent SIGKILL is often the host OOM killer (dmesg)."
-            )
+        report = bool(_SELF_REPORT.search(text))
+        if self._marker is None or (report and not self._marker_is_report):
+            self._marker_is_report = report
+            if "Killed" in text or "warmup" in text:
+                hint = _crash_hint(text, self._facts())
+            elif report:
+                hint = (
+                    "a process reported a failure but its exception line is not in the log "
+                    "(cut off, or another rank's output interleaved): read the full log around "
+                    "this line; --log-level debug and CUDA_LAUNCH_BLOCKING=1 narrow it down."
+                )
+            else:
+                hint = (
+                    "a child process died but the log holds no error line for it: read the "
+                    "lines above; a silent SIGKILL is often the host OOM killer (dmesg)."
+                )
             self._marker = _Candidate(n, text[:MAX_ROOT_CAUSE_CHARS], C.CRASH, hint, 0)
         self._crashed = True
 
@@ -1174,6 +1238,8 @@ class LogDiagnoser:
         for keys, pat, state in _PROGRESS:
             if not _has_any(low, keys) or not pat.search(body):
                 continue
+            if state is State.WARMUP and _KERNEL_WARMUP.search(body):
+                state = None
             if state is not None and _RANK[state] > _RANK[self._phase]:
                 self._phase = state
                 if state is State.READY:

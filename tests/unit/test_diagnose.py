@@ -302,7 +302,8 @@ def test_nccl_timeout_after_another_error_is_cascade() -> None:
             "operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600013 milliseconds",
         ]
     )
-    assert (d.category, d.line) == (Category.CRASH, 4)
+    # a KeyError on a parameter name is a checkpoint/loader mismatch, wherever it is raised
+    assert (d.category, d.line) == (Category.WEIGHT_LOADING, 4)
 
 
 def test_multi_rank_interleaving_picks_first_error_and_ranks() -> None:
@@ -566,11 +567,13 @@ def test_incremental_feed_equals_whole_text() -> None:
     changes = [d for d in (inc.feed(line + "\n") for line in lines) if d is not None]
     assert inc.diagnosis == whole
     assert inc.lines_seen == len(lines)
-    # the sigquit makes it CRASHED at once; the OOM line then refines the root cause
-    assert [(c.state, c.category) for c in changes] == [
-        (State.LOADING_WEIGHTS, None),
-        (State.CRASHED, Category.CRASH),
-        (State.CRASHED, Category.OOM),
+    # the sigquit makes it CRASHED at once; the scheduler's own report ("hit an exception")
+    # then outranks the launcher's sigquit, and the OOM line finally names the root cause
+    assert [(c.state, c.category, c.line) for c in changes] == [
+        (State.LOADING_WEIGHTS, None, None),
+        (State.CRASHED, Category.CRASH, 5),
+        (State.CRASHED, Category.CRASH, 6),
+        (State.CRASHED, Category.OOM, 9),
     ]
     # a chunk with embedded newlines counts as several lines
     chunked = LogDiagnoser()
@@ -638,5 +641,6 @@ def test_huge_lines_and_long_logs_stay_fast() -> None:
     t0 = time.perf_counter()
     d = diagnose_lines(lines)
     elapsed = time.perf_counter() - t0
-    # ~30 us/line on a dev box; the bound only catches a regression to regex-per-rule scans
-    assert d.state is State.STARTING and elapsed < 20.0, elapsed
+    # ~30 us/line on a dev box; the bound only catches a regression to regex-per-rule scans.
+    # Decode statistics with requests running only come from a serving server: READY.
+    assert d.state is State.READY and elapsed < 20.0, elapsed
