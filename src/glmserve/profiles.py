@@ -22,7 +22,9 @@ Errors name the file and line (or the ``--set`` key) and raise ConfigError (exit
 from __future__ import annotations
 
 import copy
+import datetime
 import json
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -34,6 +36,7 @@ import yaml
 from glmserve.errors import ConfigError
 from glmserve.paths import project_configs_dir, user_config_dir
 from glmserve.spec import PATCHES_ENV, ArgOrigin, LaunchSpec
+from glmserve.yamlload import YamlSyntaxError, load_yaml, read_config_text
 
 KNOWN_KEYS = {
     "extends": str,
@@ -52,6 +55,11 @@ LAUNCHERS = ("sglang", "simulator")
 KNOWN_PATCHES = ("flashinfer_mla_gather_cast",)
 _FLAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# A profile or host *name* (not a path): a file stem in a profile dir, so no separators,
+# no leading dot or dash, nothing that needs quoting. Unicode letters are fine.
+_NAME_RE = re.compile(r"^[^\W_][\w.+-]*$")
+_HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_SCALARS = (str, int, float, bool)
 OVERRIDE_SOURCE = "<--set>"
 
 
@@ -70,13 +78,38 @@ def profile_dirs() -> list[Path]:
     return [user_config_dir() / "profiles", project_configs_dir() / "profiles"]
 
 
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr`` capped to one short line: error messages must not echo a whole file."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def is_profile_path(name: str) -> bool:
+    """``--profile`` is a path when it names a YAML file or holds a directory separator."""
+    return name.endswith((".yaml", ".yml")) or "/" in name or "\\" in name
+
+
+def check_profile_name(name: str, what: str = "profile name") -> None:
+    """A name must be a plain file stem: ``..``, ``-x``, spaces or NUL are refused."""
+    if not _NAME_RE.match(name) or ".." in name:
+        raise ConfigError(
+            f"invalid {what} {_short(name)}: use letters, digits, '.', '_', '-' (starting with "
+            "a letter or digit), or give a path to a .yaml file"
+        )
+
+
 def find_profile_path(name: str) -> Path:
     """Profile name or path -> file. Unknown names list the available ones."""
+    if "\0" in name:
+        raise ConfigError(f"invalid profile {_short(name)}: contains a NUL byte")
     as_path = Path(name)
-    if name.endswith((".yaml", ".yml")) or "/" in name:
+    if is_profile_path(name):
         if as_path.is_file():
             return as_path
+        if as_path.exists():
+            raise ConfigError(f"profile path is not a regular file: {name}")
         raise ConfigError(f"profile file not found: {name}")
+    check_profile_name(name)
     for d in profile_dirs():
         for ext in (".yaml", ".yml"):
             p = d / f"{name}{ext}"
@@ -105,15 +138,7 @@ def _line_map(node: yaml.Node, prefix: str, out: dict[str, int]) -> None:
 
 def parse_profile_text(text: str, path: Path) -> ProfileFile:
     """Parse and type-check one profile file's text (no inheritance yet)."""
-    try:
-        data = yaml.safe_load(text)
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: YAML syntax error: {exc.problem or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: YAML error: {exc}") from exc
+    data, root = load_yaml(text, str(path))
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -134,10 +159,24 @@ def _where(pf: ProfileFile, key: str) -> str:
 
 
 def _check_types(pf: ProfileFile) -> None:
-    for key, value in pf.data.items():
+    _check_top_level(pf.data, lambda k: _where(pf, k))
+    extends = pf.data.get("extends")
+    if isinstance(extends, str):
+        try:
+            check_profile_name(extends, "parent profile name")
+        except ConfigError as exc:
+            raise ConfigError(
+                f"{_where(pf, 'extends')}: {exc} (extends takes a profile name, not a path)"
+            ) from exc
+    _check_sections(pf.data, lambda k: _where(pf, k))
+
+
+def _check_top_level(data: dict[str, Any], where: Any) -> None:
+    """Known keys with the right types (shared by files and the --set-merged result)."""
+    for key, value in data.items():
         if key not in KNOWN_KEYS:
             raise ConfigError(
-                f"{_where(pf, str(key))}: unknown key '{key}'; valid keys: "
+                f"{where(str(key))}: unknown key {_short(key)}; valid keys: "
                 + ", ".join(sorted(KNOWN_KEYS))
             )
         want = KNOWN_KEYS[key]
@@ -145,10 +184,45 @@ def _check_types(pf: ProfileFile) -> None:
             continue
         if not isinstance(value, want) or (isinstance(value, bool) and want is not bool):
             raise ConfigError(
-                f"{_where(pf, key)}: '{key}' must be a {want.__name__}, "
-                f"got {type(value).__name__} ({value!r})"
+                f"{where(key)}: '{key}' must be a {want.__name__}, "
+                f"got {type(value).__name__} ({_short(value)})"
             )
-    _check_sections(pf.data, lambda k: _where(pf, k))
+        if want is str and any(not ch.isprintable() for ch in value):
+            raise ConfigError(f"{where(key)}: '{key}' must be one line of printable text")
+
+
+def _check_value(value: Any, key: str, where: Any, *, mapping_ok: bool) -> None:
+    """A flag/env value: a scalar, a list of scalars, or (flags only) a JSON-able mapping.
+
+    YAML also yields dates, binary and sets; their ``str`` is not what anyone meant to pass.
+    """
+    if value is None or isinstance(value, _SCALARS):
+        if isinstance(value, float) and not math.isfinite(value) and not mapping_ok:
+            raise ConfigError(f"{where(key)}: {key}: {value!r} is not a usable value; quote it")
+        return
+    if isinstance(value, list) and mapping_ok:
+        for item in value:
+            if not isinstance(item, _SCALARS):
+                raise ConfigError(
+                    f"{where(key)}: {key}: list values must hold scalars, got {_short(item)}"
+                )
+        return
+    if isinstance(value, dict) and mapping_ok:
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"{where(key)}: {key}: a mapping value must be plain JSON data (strings, "
+                f"numbers, booleans, lists, string-keyed mappings): {exc}"
+            ) from exc
+        return
+    if isinstance(value, (dict, list)):
+        raise ConfigError(f"{where(key)}: {key}: env values must be scalars")
+    kind = "a date" if isinstance(value, (datetime.date, datetime.datetime)) else None
+    raise ConfigError(
+        f"{where(key)}: {key}: YAML read {_short(value)} as {kind or type(value).__name__}, "
+        "not text or a number; quote it to pass it as text"
+    )
 
 
 def _check_sections(data: dict[str, Any], where: Any) -> None:
@@ -162,23 +236,31 @@ def _check_sections(data: dict[str, Any], where: Any) -> None:
         key = f"server.{name}"
         if not isinstance(name, str) or not _FLAG_RE.match(name) or name.startswith("-"):
             raise ConfigError(
-                f"{where(key)}: server keys are sglang flag names without '--', got {name!r}"
+                f"{where(key)}: server keys are sglang flag names without '--', got {_short(name)}"
             )
-        if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
-            raise ConfigError(f"{where(key)}: list values must hold scalars")
+        _check_value(value, key, where, mapping_ok=True)
     for name, value in (data.get("env") or {}).items():
         if not isinstance(name, str) or not _ENV_RE.match(name):
-            raise ConfigError(f"{where(f'env.{name}')}: invalid environment variable name {name!r}")
-        if isinstance(value, (dict, list)):
-            raise ConfigError(f"{where(f'env.{name}')}: env values must be scalars")
+            raise ConfigError(
+                f"{where(f'env.{name}')}: invalid environment variable name {_short(name)} "
+                "(letters, digits and '_', not starting with a digit)"
+            )
+        _check_value(value, f"env.{name}", where, mapping_ok=False)
     for patch in data.get("patches") or []:
         if patch not in KNOWN_PATCHES:
             raise ConfigError(
-                f"{where('patches')}: unknown patch {patch!r}; known: {', '.join(KNOWN_PATCHES)}"
+                f"{where('patches')}: unknown patch {_short(patch)}; "
+                f"known: {', '.join(KNOWN_PATCHES)}"
             )
-    for name in data.get("sim") or {}:
+    for node in data.get("nodes") or []:
+        if not isinstance(node, str) or not _HOST_RE.match(node):
+            raise ConfigError(
+                f"{where('nodes')}: nodes lists host names from hosts.yaml, got {_short(node)}"
+            )
+    for name, value in (data.get("sim") or {}).items():
         if not isinstance(name, str) or not _FLAG_RE.match(name):
-            raise ConfigError(f"{where(f'sim.{name}')}: invalid simulator option {name!r}")
+            raise ConfigError(f"{where(f'sim.{name}')}: invalid simulator option {_short(name)}")
+        _check_value(value, f"sim.{name}", where, mapping_ok=True)
     rng = data.get("sglang")
     if rng:
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -186,15 +268,12 @@ def _check_sections(data: dict[str, Any], where: Any) -> None:
         try:
             SpecifierSet(rng)
         except InvalidSpecifier as exc:
-            raise ConfigError(f"{where('sglang')}: invalid version range {rng!r}") from exc
+            raise ConfigError(f"{where('sglang')}: invalid version range {_short(rng)}") from exc
 
 
 def read_profile_file(path: Path) -> ProfileFile:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read profile: {exc}") from exc
-    return parse_profile_text(text, path)
+    """Size-capped, UTF-8 (BOM tolerated) read of one profile, then parse and type-check."""
+    return parse_profile_text(read_config_text(path, "profile"), path)
 
 
 def load_chain(name: str) -> list[ProfileFile]:
@@ -252,9 +331,9 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if not container and len(parts) != 1:
         raise ConfigError(f"--set {key}: '{parts[0]}' has no sub-keys")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
+        value = load_yaml(raw, f"--set {key.strip()}")[0] if raw.strip() else ""
+    except YamlSyntaxError:
+        value = raw  # not YAML (e.g. an unbalanced quote): the text itself
     if parts[0] == "patches" and isinstance(value, str):
         value = [v for v in value.split(",") if v]
     return parts, value
@@ -331,6 +410,7 @@ def resolve_profile(name: str, overrides: list[str] | tuple[str, ...] = ()) -> R
     for pf in chain:
         merged = deep_merge(merged, {k: v for k, v in pf.data.items() if k != "extends"})
     merged, _ = apply_overrides(merged, overrides)
+    _check_top_level(merged, lambda k: f"--set {k}")
     _check_sections(merged, lambda k: f"--set {k}")
     return ResolvedProfile(name=chain[-1].name, data=merged, chain=chain)
 

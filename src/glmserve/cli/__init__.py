@@ -6,6 +6,7 @@ import sys
 import traceback
 
 import typer
+from rich.markup import escape
 
 from glmserve.cli import (  # noqa: F401  (imported for their @app.command registrations)
     bench_cmds,
@@ -17,7 +18,14 @@ from glmserve.cli import (  # noqa: F401  (imported for their @app.command regis
     validate_cmd,
 )
 from glmserve.cli._app import STATE, app, err
-from glmserve.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GlmserveError
+from glmserve.errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    ConfigError,
+    FlagValidationError,
+    GlmserveError,
+    RunNotFound,
+)
 
 # typer >= 0.2x vendors its own click (typer._click); older releases use click itself.
 _click_errors: list[type] = []
@@ -44,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     except GlmserveError as exc:
         if debug or STATE.get("debug"):
             traceback.print_exc()
-        err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+        err.print(f"[red]error:[/red] {escape(_message(exc))}", markup=True, highlight=False)
         return _exit(exc.exit_code)
     except KeyboardInterrupt:
         err.print("interrupted", highlight=False)
@@ -80,6 +88,16 @@ def main(argv: list[str] | None = None) -> int:
     if code == EXIT_INTERRUPTED:
         err.print("interrupted", highlight=False)
     return _exit(code)
+
+
+def _message(exc: GlmserveError) -> str:
+    """The error text as printed. Config/usage errors echo user input (a key, a path, a run
+    id), so control characters are shown escaped and the message stays one line; flag
+    validation deliberately lists one finding per line."""
+    text = str(exc)
+    if isinstance(exc, (ConfigError, RunNotFound)) and not isinstance(exc, FlagValidationError):
+        text = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    return text
 
 
 def _exit(code: int) -> int:

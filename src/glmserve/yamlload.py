@@ -1,0 +1,180 @@
+"""Read a hand-written YAML config (profile, hosts.yaml, ``--set`` value) defensively.
+
+``yaml.safe_load`` never runs code, but it still accepts things a config should not: alias
+bombs (billion laughs: a few lines whose aliases expand to 10^9 nodes once anything walks
+them), nesting deep enough to overflow the parser's recursion, duplicate keys (silently keeping
+the last one), and YAML 1.1 surprises (``on``/``no`` read as booleans, ``010`` as 8). This
+module parses with ``SafeLoader`` only, and turns each of those into a ConfigError naming
+``file:line``, so the rest of glmserve sees plain, bounded data.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from glmserve.errors import ConfigError
+
+
+class YamlSyntaxError(ConfigError):
+    """The text is not YAML at all (as opposed to YAML glmserve refuses to accept)."""
+
+
+MAX_BYTES = 1 << 20  # a config file is a few KiB; 1 MiB is generous and bounds parse time
+MAX_DEPTH = 64  # profiles nest 2-4 levels; deeper is a mistake or an attack
+MAX_NODES = 100_000  # nodes after alias expansion (billion laughs stops here in ms)
+
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_OCTAL_1_1 = re.compile(r"^[-+]?0[0-7_]+$")
+
+
+def read_config_text(path: Path, what: str) -> str:
+    """A config file's text: a regular file, at most MAX_BYTES, UTF-8 (a BOM is dropped).
+
+    Size is checked before reading, so ``/dev/zero`` or a 10 GiB file cannot exhaust memory;
+    a decoding error names the line of the bad byte.
+    """
+    try:
+        if not path.is_file():
+            raise ConfigError(f"{path}: {what} is not a regular file")
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise ConfigError(f"{path}: {what} is {size} bytes; the limit is {MAX_BYTES}")
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read {what}: {exc.strerror or exc}") from exc
+    except ValueError as exc:  # e.g. an embedded NUL in the path
+        raise ConfigError(f"{path!r}: invalid {what} path: {exc}") from exc
+    if len(raw) > MAX_BYTES:
+        raise ConfigError(f"{path}: {what} is larger than {MAX_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}:{line}: {what} is not UTF-8 text (byte 0x{raw[exc.start]:02x})"
+        ) from exc
+    return text.removeprefix("\ufeff")
+
+
+def load_yaml(text: str, source: str) -> tuple[Any, yaml.Node | None]:
+    """(data, root node) of one YAML document, or ConfigError naming ``source:line``.
+
+    The root node is returned so callers can map keys to lines without parsing again.
+    """
+    if len(text) > MAX_BYTES:
+        raise ConfigError(f"{source}: YAML text is larger than {MAX_BYTES} bytes")
+    _check_depth(text, source)
+    loader: yaml.SafeLoader | None = None
+    try:
+        loader = yaml.SafeLoader(text)  # its reader rejects NUL and other control bytes here
+        root = loader.get_single_node()
+        if root is None:
+            return None, None
+        _check_nodes(root, source)
+        return loader.construct_document(root), root
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{source}:{mark.line + 1}" if mark else source
+        raise YamlSyntaxError(
+            f"{where}: YAML syntax error: {_one_line(exc.problem or exc)}"
+        ) from exc
+    except yaml.YAMLError as exc:
+        raise YamlSyntaxError(f"{source}: YAML syntax error: {_one_line(exc)}") from exc
+    except RecursionError as exc:  # belt and braces: _check_depth should prevent it
+        raise ConfigError(f"{source}: YAML nested too deeply") from exc
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _one_line(value: object) -> str:
+    return " ".join(str(value).split())
+
+
+def _check_depth(text: str, source: str) -> None:
+    """Reject nesting deeper than MAX_DEPTH using the event stream (iterative, so a
+    ``[[[[...`` line cannot overflow the recursive composer before we object)."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    line = event.start_mark.line + 1
+                    raise ConfigError(
+                        f"{source}:{line}: YAML nested more than {MAX_DEPTH} levels deep"
+                    )
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.YAMLError:
+        return  # the real parse reports it with its line
+
+
+def _check_nodes(root: yaml.Node, source: str) -> None:
+    """Walk the node graph as the data would be walked (aliases expanded), counting nodes,
+    and reject duplicate keys, non-scalar keys and YAML 1.1 boolean/number surprises."""
+    stack: list[tuple[yaml.Node, int]] = [(root, 1)]
+    visited = 0
+    while stack:
+        node, depth = stack.pop()
+        visited += 1
+        if visited > MAX_NODES or depth > MAX_DEPTH:
+            raise ConfigError(
+                f"{source}:{node.start_mark.line + 1}: YAML aliases expand to more than "
+                f"{MAX_NODES} nodes or {MAX_DEPTH} levels (an alias bomb or a recursive alias)"
+            )
+        if isinstance(node, yaml.ScalarNode):
+            _check_scalar(node, source)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((child, depth + 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            _check_keys(node, source)
+            for key, value in node.value:
+                stack.append((key, depth + 1))
+                stack.append((value, depth + 1))
+
+
+def _check_keys(node: yaml.MappingNode, source: str) -> None:
+    seen: dict[str, int] = {}
+    for key, _ in node.value:
+        line = key.start_mark.line + 1
+        if not isinstance(key, yaml.ScalarNode):
+            raise ConfigError(
+                f"{source}:{line}: a mapping key must be a plain value, not a "
+                f"{'list' if isinstance(key, yaml.SequenceNode) else 'mapping'}"
+            )
+        if key.tag == _MERGE_TAG:
+            continue
+        if key.value in seen:
+            raise ConfigError(
+                f"{source}:{line}: duplicate key {key.value!r} (first at line "
+                f"{seen[key.value]}); YAML would silently keep only the last one"
+            )
+        seen[key.value] = line
+
+
+def _check_scalar(node: yaml.ScalarNode, source: str) -> None:
+    """Plain scalars YAML 1.1 reads differently from how people mean them."""
+    if node.style is not None:  # quoted: the user said "string"
+        return
+    text = node.value
+    line = node.start_mark.line + 1
+    if node.tag == _BOOL_TAG and text.lower() not in ("true", "false"):
+        raise ConfigError(
+            f"{source}:{line}: {text!r} is read by YAML as the boolean "
+            f"{'true' if text.lower() in ('yes', 'on') else 'false'}; write true/false, or "
+            f'quote it ("{text}") for the word'
+        )
+    if node.tag in (_INT_TAG, _FLOAT_TAG) and (":" in text or _OCTAL_1_1.match(text)):
+        raise ConfigError(
+            f"{source}:{line}: {text!r} is read by YAML 1.1 as a base-60 or octal number; "
+            f'quote it ("{text}") if you mean the text'
+        )
