@@ -10,10 +10,12 @@ What is recognised (reference; the tables below are the implementation)
 -----------------------------------------------------------------------
 Line handling: ANSI escapes and NULs are dropped, ``\\r``-joined tqdm redraws are read segment
 by segment, lines are capped at ``MAX_LINE_CHARS``, bytes are decoded with replacement. The
-SGLang prefix ``[YYYY-mm-dd HH:MM:SS TPn]`` (also ``DPn``/``PPn``/``EPn`` tags) is stripped for
-matching and for ``root_cause`` and gives the rank. Decorations in front of it are stripped
-too (``_DECOR``): markdown ``> `` quotes, Ray ``(SGLangEngine pid=N)``, CI ``[...Z]`` and
-kubectl timestamps, ``date | ERROR | stderr |`` and docker-compose ``name  |`` prefixes.
+SGLang prefix ``[YYYY-mm-dd HH:MM:SS TPn]`` (also ``DPn``/``PPn``/``EPn``/``ATTN_CPn`` tags,
+0.3.x's time-only ``[HH:MM:SS TPn]``, a lost opening bracket) is stripped for matching and for
+``root_cause`` and gives the rank. Decorations in front of it are stripped too (``_DECOR``):
+markdown ``> `` quotes, Ray ``(SGLangEngine pid=N)``, CI ``[...Z]`` and kubectl timestamps,
+``date | ERROR | stderr |``, docker-compose ``name  |``, Google Cloud Logging ``ERROR
+2025-..Z``, Python logging ``date - name - LEVEL -`` and torchrun ``[rank0]:`` prefixes.
 A keyword prefilter (``_KEYWORDS``) lets ordinary INFO lines skip the regexes.
 
 Progress (``_PROGRESS``; the phase only moves forward, a lagging rank does not undo it):
@@ -25,8 +27,10 @@ Progress (``_PROGRESS``; the phase only moves forward, a lagging rank does not u
                     graph ...`` (any ``Capture ... cuda graph``), ``Capturing batches|num tokens``.
   WARMUP            ``Uvicorn running on``, ``Application startup complete``, ``/get_model_info``,
                     ``/model_info``, any ``warmup`` line that is not an error.
-  READY             ``The server is fired up and ready to roll!``, or a client ``POST /v1/...``
-                    answered 200 (an excerpt of a serving log).
+  READY             ``The server is fired up and ready to roll!``, a client ``POST /v1/...``
+                    answered 200, or ``Decode batch, #running-req: N>0`` (decode statistics are
+                    only logged every 40 decode steps of real requests).
+  A kernel's warmup (``DeepGEMM warmup: 100%|``, JIT pre-compile) is progress, not WARMUP.
   ``Prefill batch``/``Decode batch``, ``Init torch distributed``, JIT/compile progress bars
   count as progress (``last_progress_line``) without changing the phase.
 
@@ -45,7 +49,13 @@ Crash evidence, three kinds:
     ``does not appear to have a file named``, ``Model architectures [...] are not supported``,
     argparse ``prog: error: ...`` (hint names the flag), ``Address already in use``/``[Errno
     98]`` (hint names the port), Triton ``OutOfResources``/``CompilationError``, nvcc/ptxas/
-    ninja failures, ``glmserve patch NAME FAILED: ...`` (printed by the runtime patch).
+    ninja failures and ``Command '[gcc|nvcc|ninja ...]' returned non-zero exit status`` (also
+    inside an "Ignore import error" warning), ``glmserve patch NAME FAILED: ...`` (printed by
+    the runtime patch), argparse's ``usage: prog [-h]`` banner (weak BAD_ARGS: an excerpt cut
+    before the ``error:`` line), ``KeyError: 'a.b.weight_scale'`` (a checkpoint tensor the
+    loader cannot map: WEIGHT_LOADING), a CUDA kernel's ``block: [..], thread: [..] Assertion
+    ... failed`` (CRASH, device-side assert hint), Gloo ``gloo/transport/tcp/pair.cc`` (weak
+    NCCL).
     A rule on a ``WARNING``/``INFO`` line, a ``fatal=False`` rule (``NCCL WARN``, the PyTorch
     "sm_120 is not compatible" warning) and a ``needs_error`` phrase outside an error line
     only explain a crash that other lines prove.
@@ -60,7 +70,10 @@ Crash evidence, three kinds:
     ``Received sigquit from a child process``, ``Killed`` (also bash's ``NNN Killed  cmd``),
     ``Rank N scheduler is dead``, ``died during initialization (exit code: N)``, ``Child
     process unexpectedly failed``, ``... hit an exception:``, ``Exception in <thread>:``,
-    ``Process Process-N:``, ``Initialization failed. Please see the error messages above``.
+    ``Process Process-N:``, ``Initialization failed. Please see the error messages above``,
+    and before READY a traceback header logged with SGLang's prefix. A process's own report
+    (``... hit an exception:``, ``Exception in X:``, a logged traceback) outranks the
+    launcher's reaction (sigquit, Killed, "scheduler is dead") when no error line exists.
 
 Choosing the root cause ("the first root cause, not the cascade"): the earliest root-cause
 rule match of the highest priority (very specific diagnoses such as UNSUPPORTED_KV_DTYPE beat

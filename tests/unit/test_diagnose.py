@@ -644,3 +644,148 @@ def test_huge_lines_and_long_logs_stay_fast() -> None:
     # ~30 us/line on a dev box; the bound only catches a regression to regex-per-rule scans.
     # Decode statistics with requests running only come from a serving server: READY.
     assert d.state is State.READY and elapsed < 20.0, elapsed
+
+
+# --- error families and log formats seen in real SGLang issues (corpus round 2) ---------------
+
+
+def test_usage_banner_alone_is_bad_args_but_the_error_line_wins() -> None:
+    banner = (
+        "usage: launch_server.py [-h] --model-path MODEL_PATH [--tokenizer-path TOKENIZER_PATH]"
+    )
+    d = diagnose_lines(
+        ["INFO 03-06 10:05:08 __init__.py:190] Automatically detected platform cuda.", banner]
+    )
+    assert (d.state, d.category, d.line) == (State.CRASHED, Category.BAD_ARGS, 2)
+    d = diagnose_lines(
+        [banner, "launch_server.py: error: unrecognized arguments: --enable_metrics"]
+    )
+    assert (d.category, d.line) == (Category.BAD_ARGS, 2)
+    assert d.hint and "--enable_metrics" in d.hint
+
+
+def test_keyerror_on_a_parameter_name_is_weight_loading_without_frames() -> None:
+    d = diagnose_lines(["KeyError: 'model.layers.55.mlp.gate_up_proj.input_scale'"])
+    assert (d.category, d.line) == (Category.WEIGHT_LOADING, 1)
+    # an ordinary KeyError stays a generic crash
+    d = diagnose_lines(["KeyError: 'messages'"])
+    assert d.category is Category.CRASH
+
+
+def test_failed_compiler_subprocess_explains_a_later_scheduler_death() -> None:
+    gcc = (
+        "[2025-03-10 14:17:52 TP6] Ignore import error when loading sglang.srt.models.deepseek_v2. "
+        "Command '['/usr/bin/gcc', '/tmp/x/main.c', '-O3', '-shared']' returned non-zero exit "
+        "status 1."
+    )
+    d = diagnose_lines([gcc])
+    assert d.state is not State.CRASHED  # a skipped import alone is not a crash
+    d = diagnose_lines([gcc, TB])
+    assert (d.state, d.category, d.line) == (State.CRASHED, Category.COMPILE_ERROR, 1)
+
+
+def test_cuda_kernel_assertion_is_the_first_error() -> None:
+    d = diagnose_lines(
+        [
+            "../aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block: [0,0,0], thread: "
+            '[4,0,0] Assertion `-sizes[i] <= index && index < sizes[i] && "index out of bounds"` '
+            "failed.",
+            "Exception in ModelRpcClient:",
+            "Traceback (most recent call last):",
+            "RuntimeError: CUDA error: device-side assert triggered",
+        ]
+    )
+    assert (d.category, d.line) == (Category.CRASH, 1)
+    assert d.hint and "device-side assert" in d.hint
+
+
+def test_gloo_peer_loss_is_nccl_family_but_weak() -> None:
+    gloo = (
+        "Exception: Capture cuda graph failed: "
+        "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer"
+    )
+    assert diagnose_lines([gloo]).category is Category.NCCL
+    d = diagnose_lines(["torch.OutOfMemoryError: CUDA out of memory.", gloo])
+    assert (d.category, d.line) == (Category.OOM, 1)
+
+
+@pytest.mark.parametrize(
+    ("line", "rank_free_start"),
+    [
+        (
+            "[2026-04-13 10:35:45 PP1 ATTN_CP7 TP7] Scheduler hit an exception: Traceback",
+            "Scheduler",
+        ),
+        ("[17:25:03 TP0] Scheduler hit an exception: Traceback", "Scheduler"),
+        ("2025-08-15 14:25:48] DetokenizerManager hit an exception: Traceback", "Detokenizer"),
+        (
+            "ERROR 2025-04-07T19:13:52.3178Z [2025-04-07 19:13:52] Received sigquit from a child",
+            "Received",
+        ),
+        ("2025-03-07 23:50:27,531 - __main__ - INFO - [2025-03-07 23:50:27 TP0] Killed", "Killed"),
+        ("[rank0]: RuntimeError: CUDA error: out of memory", "RuntimeError"),
+    ],
+)
+def test_prefix_variants_are_stripped(line: str, rank_free_start: str) -> None:
+    d = diagnose_lines([line])
+    assert d.state is State.CRASHED and d.root_cause and d.root_cause.startswith(rank_free_start)
+
+
+def test_self_report_outranks_the_launchers_sigquit() -> None:
+    d = diagnose_lines([SIGQUIT, TB, FRAME, SRC])
+    assert (d.category, d.line) == (Category.CRASH, 2)
+    assert d.hint and "exception line is not in the log" in d.hint
+
+
+def test_logged_traceback_before_ready_is_a_crash_but_not_after() -> None:
+    tb = "[2024-10-22 06:31:49 TP0] Traceback (most recent call last):"
+    d = diagnose_lines(["[2024-10-22 06:31:49 TP0] Capture cuda graph begin.", tb, FRAME])
+    assert (d.state, d.line) == (State.CRASHED, 2)
+    d = diagnose_lines(
+        ["[2024-10-22 06:31:49] The server is fired up and ready to roll!", tb, FRAME]
+    )
+    assert d.state is State.READY
+
+
+def test_decode_statistics_mean_ready_and_kernel_warmup_is_not_warmup() -> None:
+    d = diagnose_lines(["[2025-12-12 08:43:59 TP0] Decode batch, #running-req: 6, #token: 1920"])
+    assert d.state is State.READY
+    d = diagnose_lines(
+        [
+            "DeepGEMM warmup: 100%|█████| 128/128 [00:00<00:00, 3853.51it/s]",
+            "[2025-12-26 08:58:40 DP0 TP0 EP0] Entering DeepGEMM JIT Pre-Compile session.",
+        ]
+    )
+    assert d.state is State.STARTING and d.last_progress_line == 1
+
+
+def test_escaped_quote_frames_hide_their_source_lines() -> None:
+    d = diagnose_lines(
+        [
+            'File \\"/usr/local/lib/python3.12/dist-packages/torch/cuda/graphs.py\\", line 117',
+            '    raise RuntimeError(f"NCCL error: {msg}")',
+            "torch.AcceleratorError: CUDA error: an illegal instruction was encountered",
+        ]
+    )
+    assert (d.category, d.line) == (Category.ILLEGAL_MEMORY_ACCESS, 3)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "usage: a [-h]" + " [--x X]" * 150_000,
+        "KeyError: '" + "a." * 500_000 + "'",
+        "KeyError: '" + "weight" * 170_000,
+        "Command '['/usr/bin/gcc'" + ", '-O3'" * 120_000,
+        "block: [0,0,0], thread: [1,0,0] Assertion " + "x" * 1_000_000,
+        "[2025-01-01 00:00:00" + " TP1" * 250_000,
+        "../third_party/gloo/gloo/transport/tcp/" * 25_000,
+        "DeepGEMM warmup" + " 1%|" * 250_000,
+    ],
+)
+def test_one_megabyte_pathological_lines_stay_linear(line: str) -> None:
+    diag = LogDiagnoser()
+    t0 = time.perf_counter()
+    for _ in range(3):
+        diag.feed(line)
+    assert time.perf_counter() - t0 < 1.5
