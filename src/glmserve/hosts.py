@@ -23,17 +23,46 @@ File format::
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from glmserve.errors import ConfigError
 from glmserve.paths import glmserve_home, project_configs_dir, user_config_dir
+from glmserve.yamlload import load_yaml, read_config_text
 
 LOCAL = "local"
 DEFAULT_REMOTE_WORKDIR = "~/glmserve"
+
+# Everything below reaches ssh as one argv word (never a shell), but ssh itself re-parses some
+# of it: a target starting with '-' is an option (-oProxyCommand=...), '%h' expansions feed
+# ProxyCommand, and `-o K=V` values are config lines. So names are kept to what DNS, IPv6
+# literals, ssh aliases and user names use.
+HOST_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_USER = r"[A-Za-z0-9_][A-Za-z0-9_.+-]*"
+_HOST = r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.%a-z]+\])"
+_TARGET_RE = re.compile(rf"^(?:{_USER}@)?{_HOST}$")
+_JUMP_RE = re.compile(rf"^(?:ssh://)?(?:{_USER}@)?{_HOST}(?::\d{{1,5}})?$")
+_SSH_OPTION_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+# ssh options that run a local command: a hosts file must not be able to do that behind the
+# user's back (a checked-out repo's configs/hosts.yaml is read from the cwd). Put them in your
+# own ~/.ssh/config (or ssh_config:) where ssh users expect them.
+_COMMAND_OPTIONS = {"proxycommand", "localcommand", "permitlocalcommand", "knownhostscommand"}
+
+
+def _printable(v: str | None, what: str) -> str | None:
+    if v is not None and any(not ch.isprintable() for ch in v):
+        raise ValueError(f"{what} must be one line of printable text, got {v!r}")
+    return v
+
+
+def _not_option(v: str | None, what: str) -> str | None:
+    if v is not None and v.startswith("-"):
+        raise ValueError(f"{what} must not start with '-' (ssh would read it as an option)")
+    return v
 
 
 class HostConfig(BaseModel):
@@ -43,7 +72,7 @@ class HostConfig(BaseModel):
 
     name: str = LOCAL
     target: str | None = Field(None, description="ssh alias or user@host; None = local")
-    port: int | None = Field(None, ge=1, le=65535)
+    port: StrictInt | None = Field(None, ge=1, le=65535)
     identity_file: str | None = None
     jump: str | None = Field(None, description="ProxyJump host")
     workdir: str | None = None
@@ -51,7 +80,7 @@ class HostConfig(BaseModel):
     venv: str | None = None
     ssh_config: str | None = Field(None, description="ssh -F file (instead of ~/.ssh/config)")
     ssh_options: dict[str, str] = Field(default_factory=dict, description="extra ssh -o K=V")
-    connect_timeout: int = Field(10, ge=1, le=300)
+    connect_timeout: StrictInt = Field(10, ge=1, le=300)
     address: str | None = Field(
         None, description="address other nodes reach it at (multi-node); default ssh HostName"
     )
@@ -60,8 +89,56 @@ class HostConfig(BaseModel):
     @field_validator("target")
     @classmethod
     def _no_shell_meta(cls, v: str | None) -> str | None:
-        if v is not None and (not v.strip() or v.startswith("-") or any(c in v for c in " \t'\"")):
-            raise ValueError(f"not a valid ssh target: {v!r}")
+        if v is not None and not _TARGET_RE.match(v):
+            raise ValueError(
+                f"not a valid ssh target: {v!r} (want an ssh alias, host or user@host; "
+                "no spaces, quotes, shell characters or leading '-')"
+            )
+        return v
+
+    @field_validator("jump")
+    @classmethod
+    def _jump_hosts(cls, v: str | None) -> str | None:
+        if v is not None and v.lower() != "none":
+            for hop in v.split(","):
+                if not _JUMP_RE.match(hop):
+                    raise ValueError(f"not a valid ProxyJump host: {hop!r} ([user@]host[:port])")
+        return v
+
+    @field_validator("identity_file", "ssh_config")
+    @classmethod
+    def _ssh_path(cls, v: str | None) -> str | None:
+        _not_option(_printable(v, "a path"), "a path")
+        if v is not None and (not v.strip() or any(c in v for c in " \t'\"\\")):
+            raise ValueError(f"ssh cannot take this path in an option: {v!r} (no spaces/quotes)")
+        return v
+
+    @field_validator("workdir", "venv", "python")
+    @classmethod
+    def _one_line(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("must not be empty")
+        return _printable(v, "the value")
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(rf"^{_HOST}$", v):
+            raise ValueError(f"not a valid address: {v!r} (a host name or IP)")
+        return v
+
+    @field_validator("ssh_options")
+    @classmethod
+    def _ssh_options(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not _SSH_OPTION_RE.match(key):
+                raise ValueError(f"not an ssh option name: {key!r}")
+            if key.lower() in _COMMAND_OPTIONS:
+                raise ValueError(
+                    f"{key} runs a local command; put it in your ~/.ssh/config (or a file "
+                    "named by ssh_config:) instead"
+                )
+            _printable(value, f"ssh option {key}")
         return v
 
     @property
@@ -83,13 +160,9 @@ def host_files() -> list[Path]:
     return [project_configs_dir() / "hosts.yaml", user_config_dir() / "hosts.yaml"]
 
 
-def _key_lines(path: Path, text: str) -> dict[str, int]:
+def _key_lines(root: yaml.Node | None) -> dict[str, int]:
     """Map ``host`` and ``host.key`` to their 1-based line in the YAML (for error messages)."""
     lines: dict[str, int] = {}
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError:
-        return lines
     if not isinstance(root, yaml.MappingNode):
         return lines
     for k, v in root.value:
@@ -103,30 +176,25 @@ def _key_lines(path: Path, text: str) -> dict[str, int]:
 
 
 def _load_file(path: Path) -> dict[str, HostConfig]:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         return {}
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from exc
+    data, root = load_yaml(read_config_text(path, "hosts file"), str(path), "invalid YAML")
     if data is None:
         return {}
     if not isinstance(data, dict) or not isinstance(data.get("hosts") or {}, dict):
         raise ConfigError(f"{path}:1: expected a mapping with a 'hosts:' mapping of name -> host")
     extra = set(data) - {"hosts"}
-    lines = _key_lines(path, text)
+    lines = _key_lines(root)
     if extra:
         raise ConfigError(f"{path}:1: unknown top-level key(s) {sorted(extra)}; expected 'hosts'")
     out: dict[str, HostConfig] = {}
     for name, entry in (data.get("hosts") or {}).items():
-        name = str(name)
-        line = lines.get(name, 1)
+        line = lines.get(str(name), 1)
+        if not isinstance(name, str) or not HOST_NAME_RE.match(name):
+            raise ConfigError(
+                f"{path}:{line}: host name {name!r} must be letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit"
+            )
         entry = entry or {}
         if not isinstance(entry, dict):
             raise ConfigError(f"{path}:{line}: hosts.{name}: expected a mapping of fields")
@@ -136,7 +204,8 @@ def _load_file(path: Path) -> dict[str, HostConfig]:
             e = exc.errors()[0]
             key = ".".join(str(p) for p in e["loc"])
             kline = lines.get(f"{name}.{e['loc'][0]}", line) if e["loc"] else line
-            raise ConfigError(f"{path}:{kline}: hosts.{name}.{key}: {e['msg']}") from exc
+            msg = str(e["msg"]).removeprefix("Value error, ")
+            raise ConfigError(f"{path}:{kline}: hosts.{name}.{key}: {msg}") from exc
         except TypeError as exc:  # e.g. a non-string key
             raise ConfigError(f"{path}:{line}: hosts.{name}: {exc}") from exc
     return out

@@ -64,10 +64,13 @@ def read_config_text(path: Path, what: str) -> str:
     return text.removeprefix("\ufeff")
 
 
-def load_yaml(text: str, source: str) -> tuple[Any, yaml.Node | None]:
+def load_yaml(
+    text: str, source: str, syntax_label: str = "YAML syntax error"
+) -> tuple[Any, yaml.Node | None]:
     """(data, root node) of one YAML document, or ConfigError naming ``source:line``.
 
-    The root node is returned so callers can map keys to lines without parsing again.
+    The root node is returned so callers can map keys to lines without parsing again;
+    ``syntax_label`` words the not-YAML-at-all message (files keep their historic wording).
     """
     if len(text) > MAX_BYTES:
         raise ConfigError(f"{source}: YAML text is larger than {MAX_BYTES} bytes")
@@ -83,11 +86,9 @@ def load_yaml(text: str, source: str) -> tuple[Any, yaml.Node | None]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{source}:{mark.line + 1}" if mark else source
-        raise YamlSyntaxError(
-            f"{where}: YAML syntax error: {_one_line(exc.problem or exc)}"
-        ) from exc
+        raise YamlSyntaxError(f"{where}: {syntax_label}: {_one_line(exc.problem or exc)}") from exc
     except yaml.YAMLError as exc:
-        raise YamlSyntaxError(f"{source}: YAML syntax error: {_one_line(exc)}") from exc
+        raise YamlSyntaxError(f"{source}: {syntax_label}: {_one_line(exc)}") from exc
     except RecursionError as exc:  # belt and braces: _check_depth should prevent it
         raise ConfigError(f"{source}: YAML nested too deeply") from exc
     finally:
