@@ -5,12 +5,21 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from glmserve.errors import ConfigError
+
 
 def glmserve_home() -> Path:
     """``$GLMSERVE_HOME`` or ``~/.local/share/glmserve``: run store, caches, fetched files."""
     env = os.environ.get("GLMSERVE_HOME")
     home = Path(env) if env else Path.home() / ".local" / "share" / "glmserve"
-    home.mkdir(parents=True, exist_ok=True)
+    what = "GLMSERVE_HOME" if env else "glmserve's data directory"
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:
+        raise ConfigError(f"{what} {home} exists but is not a directory") from exc
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"{what} {home}: cannot create it ({reason})") from exc
     return home
 
 

@@ -9,6 +9,7 @@ a bench, a ``stop``) safe to write at once: writers queue on the lock instead of
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import time
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from glmserve.errors import ConfigError, GlmserveError, RunNotFound
 from glmserve.paths import glmserve_home
@@ -126,13 +127,55 @@ class RunRecord:
 
 _JSON_COLS = {"patches", "spec", "meta"}
 _RUN_COLS = tuple(RunRecord.__dataclass_fields__)
+_TABLES = ("runs", "events", "bench_results")
+_SQLITE_MAX_LIMIT = 2**63 - 1
+
+
+class StoreError(ConfigError):
+    """runs.sqlite is damaged, locked, or from a newer glmserve (exit 2, names the file)."""
+
+
+def _json_col(raw: Any, what: str, empty: Any) -> Any:
+    """A JSON column's value; a damaged cell is a StoreError naming the row, not a crash."""
+    if not raw:
+        return empty
+    try:
+        return json.loads(raw)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"run store: {what} is not valid JSON ({exc})") from exc
 
 
 def _row_to_run(row: sqlite3.Row) -> RunRecord:
     d = {k: row[k] for k in row.keys() if k in _RUN_COLS}  # noqa: SIM118 (Row iterates values)
     for k in _JSON_COLS:
-        d[k] = json.loads(d[k]) if d.get(k) else ([] if k == "patches" else {})
+        d[k] = _json_col(
+            d.get(k), f"run {d.get('run_id')!r} column {k}", [] if k == "patches" else {}
+        )
     return RunRecord(**d)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _db_errors(fn: _F) -> _F:
+    """Turn a sqlite error inside a store method into a one-line StoreError naming the file
+    (a locked, damaged or foreign runs.sqlite is the user's to fix, not a glmserve bug)."""
+
+    @functools.wraps(fn)
+    def wrapper(self: RunStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise _store_error(self.path, exc) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _store_error(path: Path, exc: sqlite3.Error) -> StoreError:
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        text += f" (another glmserve process held it for over {BUSY_TIMEOUT_MS // 1000} s)"
+    return StoreError(f"{path}: run store error: {text}")
 
 
 class RunStore:
@@ -146,7 +189,13 @@ class RunStore:
     def open(cls, path: str | Path | None = None) -> RunStore:
         """Open (creating and migrating as needed) the store; default ``$GLMSERVE_HOME``."""
         p = Path(path) if path is not None else glmserve_home() / "runs.sqlite"
-        p.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{p.parent}: cannot create the run store's directory: {exc}") from exc
+        if p.exists() and not p.is_file():
+            raise StoreError(f"{p}: cannot open run store: not a regular file")
+        db: sqlite3.Connection | None = None
         try:
             db = sqlite3.connect(str(p), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
             db.row_factory = sqlite3.Row
@@ -155,9 +204,32 @@ class RunStore:
             db.execute("PRAGMA foreign_keys = ON")
             store = cls(db, p)
             store.migrate()
-        except sqlite3.DatabaseError as exc:
-            raise ConfigError(f"{p}: cannot open run store: {exc}") from exc
+            store._check_schema()
+        except (sqlite3.Error, StoreError) as exc:
+            if db is not None:
+                db.close()
+            if isinstance(exc, StoreError):
+                raise
+            raise StoreError(f"{p}: cannot open run store: {exc}") from exc
         return store
+
+    def _check_schema(self) -> None:
+        """Refuse a file written by a newer glmserve (migrations this release does not know)
+        or one missing glmserve's tables, before any query trips over it."""
+        known = {name for name, _ in MIGRATIONS}
+        unknown = sorted(set(self.applied_migrations()) - known)
+        if unknown:
+            raise StoreError(
+                f"{self.path}: run store was written by a newer glmserve (schema "
+                f"{', '.join(unknown)}); upgrade glmserve or point GLMSERVE_HOME elsewhere"
+            )
+        have = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        missing = [t for t in _TABLES if t not in have]
+        if missing:
+            raise StoreError(
+                f"{self.path}: not a usable glmserve run store (missing table "
+                f"{', '.join(missing)}); move it aside and glmserve starts a new one"
+            )
 
     def close(self) -> None:
         self.db.close()
@@ -179,6 +251,7 @@ class RunStore:
             raise
         self.db.execute("COMMIT")
 
+    @_db_errors
     def migrate(self) -> list[str]:
         """Apply pending migrations; returns the names applied now. Safe to race."""
         self.db.execute(
@@ -195,10 +268,12 @@ class RunStore:
                 applied_now.append(name)
         return applied_now
 
+    @_db_errors
     def applied_migrations(self) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT name FROM _migrations ORDER BY rowid")]
 
     # -- runs -------------------------------------------------------------------------------
+    @_db_errors
     def add_run(self, run: RunRecord) -> RunRecord:
         now = time.time()
         run.created_at = run.created_at or now
@@ -212,6 +287,7 @@ class RunStore:
             db.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", tuple(d.values()))
         return run
 
+    @_db_errors
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Set columns of one run (unknown column names are a programming error)."""
         bad = set(fields) - set(_RUN_COLS)
@@ -224,6 +300,7 @@ class RunStore:
         with self._write() as db:
             db.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", (*fields.values(), run_id))
 
+    @_db_errors
     def get_run(self, run_id: str) -> RunRecord:
         """The run with this id or unique id prefix; RunNotFound otherwise."""
         row = self.db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
@@ -239,6 +316,7 @@ class RunStore:
             raise RunNotFound(f"no run {run_id!r} (see `glmserve runs`)")
         return _row_to_run(row)
 
+    @_db_errors
     def list_runs(
         self,
         host: str | None = None,
@@ -267,11 +345,13 @@ class RunStore:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created_at DESC, rowid DESC"
-        if last:
-            sql += f" LIMIT {int(last)}"
+        if last and last > 0:
+            sql += " LIMIT ?"
+            args.append(min(int(last), _SQLITE_MAX_LIMIT))
         return [_row_to_run(r) for r in self.db.execute(sql, args)]
 
     # -- events -----------------------------------------------------------------------------
+    @_db_errors
     def add_event(
         self, run_id: str, state: str, line: str | None = None, data: dict | None = None
     ) -> int:
@@ -282,13 +362,15 @@ class RunStore:
             )
         return int(cur.lastrowid or 0)
 
+    @_db_errors
     def list_events(self, run_id: str) -> list[dict[str, Any]]:
         rows = self.db.execute(
             "SELECT * FROM events WHERE run_id = ? ORDER BY id", (run_id,)
         ).fetchall()
-        return [{**dict(r), "data": json.loads(r["data"])} for r in rows]
+        return [{**dict(r), "data": _json_col(r["data"], f"event {r['id']}", {})} for r in rows]
 
     # -- bench results ----------------------------------------------------------------------
+    @_db_errors
     def add_bench_result(self, run_id: str | None, result: dict, meta: dict | None = None) -> int:
         with self._write() as db:
             cur = db.execute(
@@ -297,12 +379,14 @@ class RunStore:
             )
         return int(cur.lastrowid or 0)
 
+    @_db_errors
     def get_bench_result(self, result_id: int) -> dict[str, Any]:
         row = self.db.execute("SELECT * FROM bench_results WHERE id = ?", (result_id,)).fetchone()
         if row is None:
             raise RunNotFound(f"no bench result {result_id} (see `glmserve runs`)")
         return _bench_row(row)
 
+    @_db_errors
     def list_bench_results(
         self, run_id: str | None = None, last: int | None = None
     ) -> list[dict[str, Any]]:
@@ -312,8 +396,9 @@ class RunStore:
             sql += " WHERE run_id = ?"
             args.append(run_id)
         sql += " ORDER BY id DESC"
-        if last:
-            sql += f" LIMIT {int(last)}"
+        if last and last > 0:
+            sql += " LIMIT ?"
+            args.append(min(int(last), _SQLITE_MAX_LIMIT))
         return [_bench_row(r) for r in self.db.execute(sql, args)]
 
 
@@ -322,8 +407,8 @@ def _bench_row(row: sqlite3.Row) -> dict[str, Any]:
         "id": row["id"],
         "run_id": row["run_id"],
         "created_at": row["created_at"],
-        "result": json.loads(row["result"]),
-        "meta": json.loads(row["meta"]),
+        "result": _json_col(row["result"], f"bench result {row['id']}", {}),
+        "meta": _json_col(row["meta"], f"bench result {row['id']} meta", {}),
     }
 
 
