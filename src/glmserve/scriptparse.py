@@ -15,6 +15,7 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from glmserve.argspec import ArgSpec, Finding, ValidationReport, validate_argv
@@ -22,6 +23,13 @@ from glmserve.errors import ConfigError
 from glmserve.spec import PATCHES_ENV
 
 LAUNCH_MODULES = ("sglang.launch_server",)
+# A launch script is a few KiB. The caps keep a hostile file (or a variable that doubles
+# itself line after line) from costing minutes or gigabytes before a verdict.
+MAX_SCRIPT_BYTES = 1 << 20
+MAX_VAR_CHARS = 64 << 10  # longer assignments are forgotten (their uses stay opaque)
+MAX_WORD_CHARS = 1 << 20
+_REDIRECT_AHEAD = re.compile(r"\d+[<>]")
+_REDIRECT = re.compile(r"\d*(&?>>?|<<<|<<-|<<|>&|<&|<)(&?\d+|-)?")
 _ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 _WRAPPERS = {"exec", "nohup", "command", "time", "builtin", "stdbuf", "setsid", "nice"}
@@ -87,7 +95,7 @@ class _Lexer:
             ch = self._peek()
             if ch == "":
                 return words if words else None
-            if ch == "\\" and self._peek(1) == "\n":
+            if ch == "\\" and self._peek(1) in ("\n", ""):  # continuation, or a dropped EOF \\
                 self._advance(2)
                 continue
             if ch in " \t":
@@ -142,15 +150,15 @@ class _Lexer:
         return None
 
     def _redirect_ahead(self) -> bool:
-        match = re.match(r"\d+[<>]", self.text[self.pos :])
-        return match is not None
+        # match at pos, never on a slice: slicing the rest of the text per word is quadratic
+        return _REDIRECT_AHEAD.match(self.text, self.pos) is not None
 
     def _redirect(self) -> None:
         """Consume ``2>&1``, ``>> log``, ``< in``, ``&>``: the target word, if separate, is
         skipped by the caller."""
-        match = re.match(r"\d*(&?>>?|<<<|<<-|<<|>&|<&|<)(&?\d+|-)?", self.text[self.pos :])
+        match = _REDIRECT.match(self.text, self.pos)
         assert match is not None
-        self._advance(match.end())
+        self._advance(match.end() - self.pos)
         self._pending_target = match.group(2) is None
         self._heredoc_op = match.group(1) if match.group(1) in ("<<", "<<-") else ""
 
@@ -174,17 +182,16 @@ class _Lexer:
         start_line = self.line
         parts: list[str] = []
         opaque = False
+        size = 0
         while True:
             ch = self._peek()
             if ch == "" or ch in " \t\n" or self._at_operator() or ch in "<>":
                 break
             if ch == "\\":
                 nxt = self._peek(1)
-                if nxt == "\n":
-                    self._advance(2)
-                    continue
                 self._advance(2)
-                parts.append(nxt)
+                if nxt != "\n":  # backslash-newline continues; at end of file bash drops it
+                    parts.append(nxt)
                 continue
             if ch == "'":
                 end = self.text.find("'", self.pos + 1)
@@ -196,25 +203,40 @@ class _Lexer:
             if ch == '"':
                 text, dq_opaque = self._double_quoted(start_line)
                 parts.append(text)
+                size += len(text)
                 opaque = opaque or dq_opaque
-                continue
-            if ch == "$" and self._peek(1) == "'":
-                end = self.text.find("'", self.pos + 2)
-                if end == -1:
-                    raise ConfigError(f"{self.source}:{start_line}: unterminated $'...' quote")
-                raw = self.text[self.pos + 2 : end]
-                parts.append(raw.encode("latin-1", "backslashreplace").decode("unicode_escape"))
-                self._advance(end + 1 - self.pos)
-                continue
-            if ch == "$" or ch == "`":
+            elif ch == "$" and self._peek(1) == "'":
+                parts.append(self._ansi_c_quoted(start_line))
+            elif ch == "$" or ch == "`":
                 text, sub_opaque = self._expansion()
                 parts.append(text)
+                size += len(text)
                 opaque = opaque or sub_opaque
-                continue
-            if ch in "*?[" or (ch == "~" and not parts):
-                opaque = True
-            parts.append(self._advance())
+            else:
+                if ch in "*?[" or (ch == "~" and not parts):
+                    opaque = True
+                parts.append(self._advance())
+            if size > MAX_WORD_CHARS:
+                raise ConfigError(
+                    f"{self.source}:{start_line}: a word expands to more than "
+                    f"{MAX_WORD_CHARS} characters; not a launch script glmserve can check"
+                )
         return Word("".join(parts), start_line, opaque)
+
+    def _ansi_c_quoted(self, start_line: int) -> str:
+        """``$'...'``: backslash escapes, ``\\'`` does not end it; an escape Python cannot
+        decode (``\\x`` alone, ``\\N{..}``) stays literal, as bash leaves it."""
+        i = self.pos + 2
+        while i < len(self.text) and self.text[i] != "'":
+            i += 2 if self.text[i] == "\\" else 1
+        if i >= len(self.text):
+            raise ConfigError(f"{self.source}:{start_line}: unterminated $'...' quote")
+        raw = self.text[self.pos + 2 : i]
+        self._advance(i + 1 - self.pos)
+        try:
+            return raw.encode("latin-1", "backslashreplace").decode("unicode_escape")
+        except UnicodeDecodeError:
+            return raw
 
     def _at_operator(self) -> bool:
         for op in _OPERATORS:
@@ -226,6 +248,7 @@ class _Lexer:
         self._advance()
         parts: list[str] = []
         opaque = False
+        size = 0
         while True:
             ch = self._peek()
             if ch == "":
@@ -242,7 +265,13 @@ class _Lexer:
             if ch in "$`":
                 text, sub_opaque = self._expansion()
                 parts.append(text)
+                size += len(text)
                 opaque = opaque or sub_opaque
+                if size > MAX_WORD_CHARS:
+                    raise ConfigError(
+                        f"{self.source}:{start_line}: a quoted word expands to more than "
+                        f"{MAX_WORD_CHARS} characters; not a launch script glmserve can check"
+                    )
                 continue
             parts.append(self._advance())
 
@@ -258,11 +287,17 @@ class _Lexer:
             return match.group(0), True
         if self.text.startswith("$(", self.pos) or self._peek() == "`":
             closer = ")" if self._peek() == "$" else "`"
-            start = self.pos
+            start, start_line = self.pos, self.line
             depth = 0
             self._advance(2 if closer == ")" else 1)
-            while self._peek():
+            while True:
                 ch = self._peek()
+                if ch == "":
+                    opener = "$(" if closer == ")" else "`"
+                    raise ConfigError(
+                        f"{self.source}:{start_line}: unterminated {opener} (bash stops with "
+                        f"'unexpected EOF while looking for matching `{closer}'')"
+                    )
                 if closer == ")" and ch == "(":
                     depth += 1
                 elif ch == closer:
@@ -274,7 +309,8 @@ class _Lexer:
             return self.text[start : self.pos], True
         if self.text.startswith("${", self.pos):
             end = self.text.find("}", self.pos)
-            end = len(self.text) - 1 if end == -1 else end
+            if end == -1:
+                raise ConfigError(f"{self.source}:{self.line}: unterminated ${{ (no closing }})")
             raw = self.text[self.pos : end + 1]
             self._advance(end + 1 - self.pos)
             return raw, True
@@ -334,13 +370,19 @@ def _record_assignments(lexer: _Lexer, words: list[Word]) -> None:
         for t in texts:
             match = _ASSIGNMENT.match(t)
             assert match is not None
-            lexer.vars[match.group(1)] = match.group(2)
+            if len(match.group(2)) > MAX_VAR_CHARS:
+                lexer.vars.pop(match.group(1), None)  # uses stay literal (opaque), not huge
+            else:
+                lexer.vars[match.group(1)] = match.group(2)
 
 
 def find_launch(text: str, source: str) -> LaunchInvocation:
     """The first ``sglang.launch_server`` command in ``text`` (a bash script), with the
     physical line of every server flag. ConfigError naming ``source`` when there is none."""
-    lexer = _Lexer(text, source)
+    if len(text) > MAX_SCRIPT_BYTES:
+        raise ConfigError(f"{source}: script is larger than {MAX_SCRIPT_BYTES} bytes")
+    bom = text.startswith("\ufeff")
+    lexer = _Lexer(text.removeprefix("\ufeff"), source)
     while True:
         words = lexer.next_command()
         if words is None:
@@ -357,6 +399,15 @@ def find_launch(text: str, source: str) -> LaunchInvocation:
         python = next(w.text for w in words if _PYTHON.match(os.path.basename(w.text)))
         args = words[start:]
         notes = [(line, note) for line, note in lexer.notes if line >= words[0].line]
+        if bom:
+            notes.insert(
+                0,
+                (
+                    1,
+                    "the script starts with a UTF-8 byte-order mark: bash reads it as part of "
+                    "the first word (and the kernel ignores a #! line after it)",
+                ),
+            )
         if "\r\n" in text:
             crlf_line = text[: text.index("\r\n")].count("\n") + 1
             notes.append(
@@ -404,6 +455,27 @@ def _later_launch_lines(lexer: _Lexer) -> list[int]:
     except ConfigError:
         pass  # bash runs the first command before it reaches a later syntax error
     return lines
+
+
+def read_script(path: Path) -> str:
+    """A script's text for checking: a regular file of at most MAX_SCRIPT_BYTES; bytes that
+    are not UTF-8 become U+FFFD (bash reads bytes, the flags we check are ASCII)."""
+    try:
+        if not path.is_file():
+            what = "not a regular file" if path.exists() else "no such script"
+            raise ConfigError(f"{path}: {what}")
+        size = path.stat().st_size
+        if size > MAX_SCRIPT_BYTES:
+            raise ConfigError(f"{path}: script is {size} bytes; the limit is {MAX_SCRIPT_BYTES}")
+        with path.open("rb") as fh:
+            data = fh.read(MAX_SCRIPT_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    if len(data) > MAX_SCRIPT_BYTES:
+        raise ConfigError(f"{path}: script is larger than {MAX_SCRIPT_BYTES} bytes")
+    if b"\0" in data[:80].split(b"\n", 1)[0]:  # bash's own test before it runs a script
+        raise ConfigError(f"{path}: a binary file, not a bash launch script")
+    return data.replace(b"\0", b"").decode("utf-8", "replace")  # bash drops NUL bytes
 
 
 def extract_launch_argv(text: str, source: str) -> tuple[list[str], int]:
