@@ -13,7 +13,13 @@ import typer
 from glmserve.argspec import available_versions, load_argspec
 from glmserve.cli._app import app, emit_json, out
 from glmserve.errors import ConfigError, FlagValidationError
-from glmserve.scriptparse import LaunchInvocation, check_argv, check_launch, find_launch
+from glmserve.scriptparse import (
+    LaunchInvocation,
+    check_argv,
+    check_launch,
+    find_launch,
+    read_script,
+)
 
 _SUMMARY = (
     "Check sglang.launch_server flags against one SGLang release's argparse, the way that "
@@ -104,12 +110,8 @@ def _script_invocation(items: list[str]) -> LaunchInvocation | None:
     if len(items) != 1 or items[0].startswith("-"):
         return None
     path = Path(items[0])
-    if not path.is_file():
+    if not path.exists():
         if path.suffix in (".sh", ".bash") or "/" in items[0]:
             raise ConfigError(f"{items[0]}: no such script")
         return None
-    try:
-        text = path.read_bytes().decode("utf-8", "replace")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    return find_launch(text, str(path))
+    return find_launch(read_script(path), str(path))
