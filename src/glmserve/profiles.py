@@ -378,7 +378,10 @@ def server_argv(server: dict[str, Any]) -> tuple[list[str], list[str]]:
         elif isinstance(value, dict):
             tokens = [flag, json.dumps(value, separators=(",", ":"))]
         else:
-            tokens = [flag, _scalar_str(value)]
+            text = _scalar_str(value)
+            # A value like "--evil" or "-1" as its own word would be read by argparse as a
+            # flag; glued on with '=' it is always this flag's value.
+            tokens = [f"{flag}={text}"] if text.startswith("-") else [flag, text]
         argv.extend(tokens)
         owners.extend([name] * len(tokens))
     return argv, owners

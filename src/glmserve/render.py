@@ -6,13 +6,18 @@ never shell code, whatever quotes, ``$()``, backticks, globs or newlines they ho
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any
 
 from glmserve import __version__
+from glmserve.errors import ConfigError
 from glmserve.spec import LaunchSpec
 
 RUNTIME_DIRNAME = "runtime"  # next to launch.sh in the run dir; holds the shipped patches
+# `export NAME=...` puts NAME in the shell unquoted (it cannot be quoted), so it must be an
+# identifier: `A B`, `X;rm -rf /` or `$(id)` never reach the script.
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _q(value: str) -> str:
@@ -51,6 +56,8 @@ def render_script(spec: LaunchSpec) -> str:
         # Activate scripts may read unset variables; relax -u around them only.
         lines += ["set +u", _venv_activate(spec.venv), "set -u"]
     for name, value in spec.env.items():
+        if not _ENV_NAME.match(name):  # profiles refuse these; a LaunchSpec built elsewhere too
+            raise ConfigError(f"profile {spec.profile}: invalid environment variable name {name!r}")
         lines.append(f"export {name}={_q(value)}")
     if spec.patches:
         lines.append('GLMSERVE_RUN_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"')
