@@ -43,7 +43,7 @@ DEFAULT_REMOTE_WORKDIR = "~/glmserve"
 # literals, ssh aliases and user names use.
 HOST_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _USER = r"[A-Za-z0-9_][A-Za-z0-9_.+-]*"
-_HOST = r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.%a-z]+\])"
+_HOST = r"(?:[A-Za-z0-9_][A-Za-z0-9_.:-]*|\[[0-9A-Fa-f:.%a-z]+\])"
 _TARGET_RE = re.compile(rf"^(?:{_USER}@)?{_HOST}$")
 _JUMP_RE = re.compile(rf"^(?:ssh://)?(?:{_USER}@)?{_HOST}(?::\d{{1,5}})?$")
 _SSH_OPTION_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
