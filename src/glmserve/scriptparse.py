@@ -213,7 +213,9 @@ class _Lexer:
                 size += len(text)
                 opaque = opaque or sub_opaque
             else:
-                if ch in "*?[" or (ch == "~" and not parts):
+                if ch in "*?[" and not _ASSIGNMENT.match("".join(parts)):
+                    opaque = True  # a glob (bash does not glob an assignment's value)
+                elif ch == "~" and not parts:
                     opaque = True
                 parts.append(self._advance())
             if size > MAX_WORD_CHARS:
@@ -362,16 +364,19 @@ def _python_argv_start(words: list[Word]) -> int | None:
 
 
 def _record_assignments(lexer: _Lexer, words: list[Word]) -> None:
-    """``FOO=bar`` alone or ``export FOO=bar`` sets a variable later words may use."""
-    texts = [w.text for w in words]
-    if texts and texts[0] in ("export", "readonly", "declare", "local"):
-        texts = [t for t in texts[1:] if not t.startswith("-")]
-    if texts and all(_ASSIGNMENT.match(t) for t in texts):
-        for t in texts:
-            match = _ASSIGNMENT.match(t)
+    """``FOO=bar`` alone or ``export FOO=bar`` sets a variable later words may use.
+
+    A value only known at run time (``$(cmd)``, an unknown ``$X``) or over MAX_VAR_CHARS is
+    forgotten instead, so its uses are reported as unchecked rather than taken literally
+    (and ``A=$A$A`` repeated cannot grow without bound)."""
+    if words and words[0].text in ("export", "readonly", "declare", "local"):
+        words = [w for w in words[1:] if not w.text.startswith("-")]
+    if words and all(_ASSIGNMENT.match(w.text) for w in words):
+        for w in words:
+            match = _ASSIGNMENT.match(w.text)
             assert match is not None
-            if len(match.group(2)) > MAX_VAR_CHARS:
-                lexer.vars.pop(match.group(1), None)  # uses stay literal (opaque), not huge
+            if w.opaque or len(match.group(2)) > MAX_VAR_CHARS:
+                lexer.vars.pop(match.group(1), None)
             else:
                 lexer.vars[match.group(1)] = match.group(2)
 
