@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from glmserve.errors import ConfigError
+
 SGLANG_MODULE = "sglang.launch_server"
 SIMULATOR_MODULE = "glmserve.simulator"
 # Env var naming the runtime patches the shipped sitecustomize.py activates in every worker.
@@ -62,12 +64,33 @@ class LaunchSpec:
     @property
     def port(self) -> int:
         v = self.flag_value("--port")
-        return int(v) if isinstance(v, str) else 30000  # SGLang's default port
+        if v is None:
+            return 30000  # SGLang's default port
+        return self._int_flag("--port", v, 1, 65535)
 
     @property
     def tp_size(self) -> int:
-        v = self.flag_value("--tp-size") or self.flag_value("--tp")
-        return int(v) if isinstance(v, str) else 1
+        flag = "--tp-size" if self.flag_value("--tp-size") is not None else "--tp"
+        v = self.flag_value(flag)
+        return 1 if v is None else self._int_flag(flag, v, 1, 1 << 16)
+
+    def _int_flag(self, flag: str, value: str | bool, low: int, high: int) -> int:
+        """An integer flag glmserve itself needs (where to connect, how many GPUs): a bad one
+        is the profile's error, named with its file:line, not a crash later."""
+        try:
+            number = int(value) if isinstance(value, str) else None
+        except ValueError:
+            number = None
+        if number is None or not low <= number <= high:
+            origin = self.origins.get(flag)
+            where = f"profile {self.profile}"
+            if origin is not None:
+                where = f"{origin.file}:{origin.line}" if origin.line else origin.file
+                where += f" ({origin.key})"
+            raise ConfigError(
+                f"{where}: {flag} must be an integer from {low} to {high}, got {value!r}"
+            )
+        return number
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -270,3 +270,18 @@ def test_rendered_script_passes_hostile_values_as_data(capsys, profdir, tmp_path
     assert seen["env"]["ACTIVATED"] == "yes"
     assert not list(work.iterdir()) and not (tmp_path / "PWNED").exists()
     assert not os.path.exists("PWNED")
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "70000", "{a: 1}", "true"])
+def test_unusable_port_is_the_profiles_error_not_a_crash(profdir, value):
+    """glmserve itself needs --port (where to connect): a bad one names its origin."""
+    from glmserve.errors import ConfigError
+    from glmserve.profiles import load_profile
+
+    path = profdir("p", f"server:\n  model-path: m\n  port: {value}\n")
+    spec = load_profile("p")
+    with pytest.raises(ConfigError, match=rf"{path}:3 \(server.port\): --port must be an int"):
+        _ = spec.port
+    spec = load_profile("p", [f"server.port={value}"])
+    with pytest.raises(ConfigError, match=r"<--set> \(server.port\)"):
+        _ = spec.port
