@@ -285,3 +285,16 @@ def test_unusable_port_is_the_profiles_error_not_a_crash(profdir, value):
     spec = load_profile("p", [f"server.port={value}"])
     with pytest.raises(ConfigError, match=r"<--set> \(server.port\)"):
         _ = spec.port
+
+
+def test_profiles_listing_shows_markup_and_broken_profiles_as_text(capsys, profdir):
+    profdir("m", 'description: "[/red] x [bold]y"\n')
+    profdir("[bad] name", "server: {x: 1, x: 2}\n")
+    profdir("dup", "server: {x: 1, x: 2}\n")
+    code, out, err = run(capsys, "profiles")
+    assert code == 0, err
+    assert "[/red] x [bold]y" in out
+    assert "invalid profile name '[bad] name'" in out
+    code, out, _ = run(capsys, "profiles", "--json")
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert "duplicate key 'x'" in rows["dup"]["description"]

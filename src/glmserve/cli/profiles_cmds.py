@@ -8,6 +8,7 @@ from enum import Enum
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from glmserve.cli._app import app, emit_json, err, out
 
@@ -36,7 +37,8 @@ def profiles_cmd(
     for col in table.columns[:5]:
         col.no_wrap = True
     for r in rows:
-        table.add_row(
+        # Text(), not str: a profile's name or description is data, never rich markup
+        cells = (
             r["name"],
             r["extends"] or "",
             r["attention_backend"] or "-",
@@ -44,6 +46,7 @@ def profiles_cmd(
             r["sglang"] or "-",
             r["description"],
         )
+        table.add_row(*(Text(str(c)) for c in cells))
     out.print(table)
 
 
