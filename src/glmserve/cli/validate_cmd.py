@@ -89,7 +89,7 @@ def validate(
         emit_json(located.to_dict())
     else:
         for line in located.lines():
-            out.print(line, highlight=False)
+            out.print(line, highlight=False, markup=False)  # findings quote script text
     if not report.ok:
         n_err, n_warn = len(report.errors), len(report.warnings)
         where = located.source or "argv"
@@ -102,7 +102,7 @@ def validate(
         summary = f"ok for sglang {report.version}"
         if report.warnings:
             summary += f" ({len(report.warnings)} warning{'s' * (len(report.warnings) != 1)})"
-        out.print(summary, highlight=False)
+        out.print(summary, highlight=False, markup=False)
 
 
 def _script_invocation(items: list[str]) -> LaunchInvocation | None:
