@@ -133,3 +133,10 @@ def test_nul_bytes_after_the_first_line_are_dropped_like_bash(capsys, tmp_path):
     path = script(tmp_path, ("#!/bin/bash\n" + L + " --tp-size 8\x00\n").encode())
     code, out, _ = validate(capsys, path)
     assert code == 0, out
+
+
+def test_findings_quoting_script_text_are_not_rich_markup(capsys, tmp_path):
+    path = script(tmp_path, L + ' --tp-size "[/red][bold]$X"\n')
+    code, out, _ = validate(capsys, path)
+    assert code == 0
+    assert "'[/red][bold]$X' is only known when the script runs" in out
