@@ -22,6 +22,8 @@ import gzip
 import io
 import json
 import re
+import zlib
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -35,7 +37,24 @@ PROFILED_EVENT = "PROFILED"  # run-store event holding summarize_analysis() of a
 
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
-_RANK_IN_NAME = re.compile(r"-TP-(\d+)")
+# Older kineto (PyTorch 1.8-1.9) and other exporters spell the categories differently.
+_CAT_ALIASES = {
+    "memcpy": "gpu_memcpy",
+    "memset": "gpu_memset",
+    "runtime": "cuda_runtime",
+    "driver": "cuda_driver",
+    "operator": "cpu_op",
+    "python": "python_function",
+}
+_RANK_IN_NAME = re.compile(r"(?:^|[-_.])TP-?(\d+)(?=[-_.]|$)")
+# SGLang's ProfileMerger prefixes every pid with the file's ranks: "[TP00-DP01] 1234".
+_MERGED_PID = re.compile(r"^\[([A-Z]+\d+(?:-[A-Z]+\d+)*)\]\s*(.*)$")
+# One decode forward in SGLang: ModelRunner.forward_decode (eager) or CudaGraphRunner.replay
+# (CUDA graphs) as a with_stack python frame; prefill is forward_extend.
+_DECODE_FRAME = re.compile(r"\.py\(\d+\): (forward_decode|replay)$")
+_PREFILL_FRAME = re.compile(r"\.py\(\d+\): forward_extend$")
+_GRAPH_LAUNCH = re.compile(r"^cu(da)?GraphLaunch")
+MAX_EVENT_CHARS = 64 << 20  # one JSON value larger than this is not a trace event
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _WS = " \t\r\n"
 _DELIMS = _WS + ",]}:"
@@ -82,7 +101,14 @@ class _TextWindow:
         self._dropped_lines = 0
 
     def _fill(self) -> bool:
-        data = self._fh.read(self._chunk)
+        try:
+            data = self._fh.read(self._chunk)
+        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
+            why = "truncated" if isinstance(exc, EOFError) else "corrupt"
+            line = self.line_at(len(self.buf))
+            raise TraceFormatError(
+                f"{self._label}:{line}: {why} compressed stream ({exc})"
+            ) from exc
         if not data:
             self.eof = True
             return False
@@ -124,6 +150,10 @@ class _TextWindow:
             try:
                 obj, end = self._decoder.raw_decode(self.buf, self.pos)
             except json.JSONDecodeError as exc:
+                if len(self.buf) - self.pos > MAX_EVENT_CHARS:
+                    raise self.fail(
+                        f"one value is larger than {MAX_EVENT_CHARS >> 20} MiB"
+                    ) from exc
                 if self.eof or not self._fill():
                     raise self.fail(exc.msg, exc.pos) from exc
                 continue
@@ -142,16 +172,22 @@ class TraceFile:
 
     path: Path
     metadata: dict[str, Any] = field(default_factory=dict)
+    has_event_array: bool = False  # a traceEvents array (or a bare array) was found
 
     def events(self) -> Iterator[dict[str, Any]]:
+        """Yield every event; raises TraceFormatError (file:line) on anything not a trace."""
         with _open_text(self.path) as fh:
             win = _TextWindow(fh, str(self.path))
             first = win.peek()
+            if first == "":
+                raise TraceFormatError(f"{self.path}: not a Chrome trace: the file is empty")
             if first == "[":  # Chrome's bare "JSON array format"
+                self.has_event_array = True
                 yield from _array_items(win)
                 return
             win.expect("{")
             if win.peek() == "}":
+                win.pos += 1
                 return
             while True:
                 key = win.value()
@@ -159,11 +195,14 @@ class TraceFile:
                     raise win.fail("object key is not a string")
                 win.expect(":")
                 if key == "traceEvents":
+                    self.has_event_array = True
                     yield from _array_items(win)
                 else:
                     self.metadata[key] = win.value()
                 if win.expect(",}") == "}":
-                    return
+                    break
+            if win.peek():
+                raise win.fail("text after the end of the trace object")
 
 
 def _array_items(win: _TextWindow) -> Iterator[dict[str, Any]]:
@@ -182,10 +221,10 @@ def _array_items(win: _TextWindow) -> Iterator[dict[str, Any]]:
 def _open_text(path: Path) -> TextIO:
     try:
         raw = path.open("rb")
-    except OSError as exc:
-        raise TraceFormatError(f"{path}: cannot read trace: {exc.strerror}") from exc
-    magic = raw.read(2)
-    raw.seek(0)
+        magic = raw.read(2)
+        raw.seek(0)
+    except OSError as exc:  # missing, a directory, unreadable
+        raise TraceFormatError(f"{path}: cannot read trace: {exc.strerror or exc}") from exc
     binary: Any = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
     return io.TextIOWrapper(binary, encoding="utf-8", errors="replace")
 
@@ -239,6 +278,9 @@ class RankProfile:
     kernels: list[KernelStat]
     ops: list[OpStat]
     event_count: int
+    label: str = ""  # e.g. "TP-1" or "TP01-DP00": where the rank number came from
+    devices: list[int] = field(default_factory=list)  # GPU device ids seen in the kernels
+    notes: list[str] = field(default_factory=list)  # what was guessed or left out, and why
 
     def top_kernels(self, n: int = 10) -> list[KernelStat]:
         return self.kernels[:n]
@@ -282,96 +324,200 @@ class _Op:
     args: dict[str, Any]
 
 
+# One GPU activity: ts, dur, name, category, External id, correlation, device.
+_Kernel = tuple[float, float, str, str, "int | None", "int | None", "int | None"]
+
+
 class TraceAccumulator:
     """Pure: fed events one by one, builds a ``RankProfile`` without keeping the raw events.
 
-    Only the fields the analysis needs are kept (op spans and shape args, kernel spans and ids),
-    so memory grows with the number of events but not with their JSON size.
+    Only the fields the analysis needs are kept (op spans and shape args, kernel spans and ids,
+    step markers), names interned, so memory grows with the number of events but not with
+    their JSON size. Events with missing or unusable fields are counted and skipped: kineto's
+    output varies by PyTorch release, and a field we do not know is not an error.
     """
 
-    def __init__(self, rank: int, source: str = "") -> None:
+    def __init__(self, rank: int, source: str = "", label: str = "") -> None:
         self.rank = rank
         self.source = source
+        self.label = label
         self.events = 0
+        self.skipped = 0
         self.steps: dict[int, tuple[float, float]] = {}
+        self.decode_frames: list[tuple[Any, Any, float, float]] = []
+        self.prefill_frames = 0
+        self.graph_launches: list[tuple[float, float]] = []
         self.ops: list[_Op] = []
         self.ops_by_ext: dict[int, int] = {}
-        self.kernels: list[tuple[float, float, str, str, int | None, int | None]] = []
-        self.launch_sites: dict[int, tuple[Any, Any, float, str]] = {}  # corr -> pid,tid,ts,name
+        self.kernels: list[_Kernel] = []
+        # correlation -> (pid, tid, ts, name) of the CPU-side launch (runtime call or ac2g start)
+        self.launch_sites: dict[int, tuple[Any, Any, float, str]] = {}
         self.distributed: dict[str, Any] = {}
         self._shapes: dict[str, dict[str, Any]] = {}
+        self._names: dict[str, str] = {}
+        self._open: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
+
+    def _name(self, raw: Any) -> str:
+        name = raw if isinstance(raw, str) else "" if raw is None else str(raw)
+        return self._names.setdefault(name, name)
 
     def add(self, ev: dict[str, Any]) -> None:
+        """Take one Chrome-trace event (``X``, ``B``/``E`` pairs, ``ac2g`` flow starts)."""
         self.events += 1
         ph = ev.get("ph")
-        cat = ev.get("cat", "")
         if ph == "X":
-            ts = float(ev.get("ts", 0.0))
-            dur = float(ev.get("dur", 0.0))
-            name = str(ev.get("name", ""))
-            args = ev.get("args") or {}
-            if cat in GPU_CATEGORIES:
-                self.kernels.append(
-                    (
-                        ts,
-                        dur,
-                        name,
-                        cat,
-                        _int(args.get("External id")),
-                        _int(args.get("correlation")),
-                    )
+            self._complete(ev, ev.get("ts"), ev.get("dur"))
+        elif ph == "B":
+            self._open[(ev.get("pid"), ev.get("tid"))].append(ev)
+        elif ph == "E":
+            self._end(ev)
+        elif ph == "s" and str(ev.get("cat", "")).lower() == "ac2g":
+            corr, ts = _int(ev.get("id")), _num(ev.get("ts"))
+            if corr is not None and ts is not None and corr not in self.launch_sites:
+                self.launch_sites[corr] = (ev.get("pid"), ev.get("tid"), ts, "")
+
+    def _end(self, ev: dict[str, Any]) -> None:
+        """Close the matching ``B`` on the same thread (by name when the ``E`` has one)."""
+        stack = self._open.get((ev.get("pid"), ev.get("tid")))
+        if not stack:
+            self.skipped += 1
+            return
+        idx = len(stack) - 1
+        name = ev.get("name")
+        if name:
+            while idx >= 0 and stack[idx].get("name") != name:
+                idx -= 1
+            if idx < 0:
+                self.skipped += 1
+                return
+        begin = stack.pop(idx)
+        ts, end = _num(begin.get("ts")), _num(ev.get("ts"))
+        if ts is None or end is None:
+            self.skipped += 1
+            return
+        args = begin.get("args") if isinstance(begin.get("args"), dict) else {}
+        if isinstance(ev.get("args"), dict):
+            args = {**args, **ev["args"]}
+        self._complete({**begin, "args": args}, ts, end - ts)
+
+    def _complete(self, ev: dict[str, Any], raw_ts: Any, raw_dur: Any) -> None:
+        ts = _num(raw_ts)
+        dur = _num(raw_dur) if raw_dur is not None else 0.0
+        if ts is None or dur is None or dur < 0:
+            self.skipped += 1
+            return
+        cat = _category(ev.get("cat"))
+        args = ev.get("args")
+        if not isinstance(args, dict):
+            args = {}
+        if cat in GPU_CATEGORIES:
+            dev = _int(args.get("device"))
+            self.kernels.append(
+                (
+                    ts,
+                    dur,
+                    self._name(ev.get("name")),
+                    cat,
+                    _int(args.get("External id")),
+                    _int(args.get("correlation")),
+                    dev if dev is not None else _int(ev.get("pid")),
                 )
-            elif cat in RUNTIME_CATEGORIES:
-                corr = _int(args.get("correlation"))
-                if corr is not None:
-                    self.launch_sites[corr] = (ev.get("pid"), ev.get("tid"), ts, name)
-            elif cat in ("cpu_op", "user_annotation"):
-                m = _STEP_NAME.match(name)
-                if m:
-                    self.steps[int(m.group(1))] = (ts, dur)
-                    return
-                if cat == "user_annotation":
-                    return
-                ext = _int(args.get("External id"))
-                keep = {
-                    k: args[k] for k in ("Input type", "Input Dims", "Concrete Inputs") if k in args
-                }
-                if keep:  # the same shapes repeat every layer and step: keep one copy of each
-                    keep = self._shapes.setdefault(repr(keep), keep)
-                self.ops.append(_Op(ts, ts + dur, ev.get("pid"), ev.get("tid"), name, ext, keep))
-                if ext is not None:
-                    self.ops_by_ext.setdefault(ext, len(self.ops) - 1)
-        elif ph == "s" and cat == "ac2g":
-            corr = _int(ev.get("id"))
-            if corr is not None and corr not in self.launch_sites:
-                self.launch_sites[corr] = (ev.get("pid"), ev.get("tid"), float(ev.get("ts", 0)), "")
+            )
+            return
+        name = self._name(ev.get("name"))
+        if cat in RUNTIME_CATEGORIES:
+            corr = _int(args.get("correlation"))
+            if corr is not None:
+                self.launch_sites[corr] = (ev.get("pid"), ev.get("tid"), ts, name)
+            if _GRAPH_LAUNCH.match(name):
+                self.graph_launches.append((ts, ts + dur))
+        elif cat == "python_function":
+            if _DECODE_FRAME.search(name):
+                self.decode_frames.append((ev.get("pid"), ev.get("tid"), ts, ts + dur))
+            elif _PREFILL_FRAME.search(name):
+                self.prefill_frames += 1
+        elif cat in ("cpu_op", "user_annotation"):
+            m = _STEP_NAME.match(name)
+            if m:
+                self.steps[int(m.group(1))] = (ts, dur)
+                return
+            if cat == "user_annotation":
+                return
+            ext = _int(args.get("External id"))
+            keep = {
+                k: args[k] for k in ("Input type", "Input Dims", "Concrete Inputs") if k in args
+            }
+            if keep:  # the same shapes repeat every layer and step: keep one copy of each
+                keep = self._shapes.setdefault(repr(keep), keep)
+            self.ops.append(_Op(ts, ts + dur, ev.get("pid"), ev.get("tid"), name, ext, keep))
+            if ext is not None:
+                self.ops_by_ext.setdefault(ext, len(self.ops) - 1)
 
     def set_metadata(self, metadata: dict[str, Any]) -> None:
         info = metadata.get("distributedInfo")
         if isinstance(info, dict):
             self.distributed = info
 
-    def finish(self, steps_hint: int | None = None) -> RankProfile:
-        """``steps_hint``: how many steps were recorded, for traces without ProfilerStep spans
-        (the window is then the GPU busy span split evenly over that many steps)."""
-        gpu_spans = sorted((k[0], k[0] + k[1]) for k in self.kernels)
-        busy = _union_length(gpu_spans)
+    # -- decode steps
+    def _step_spans(self, steps_hint: int | None) -> tuple[list[tuple[float, float]], str]:
+        """CPU spans of the decode steps, best marker first, and which marker it was."""
         if self.steps:
-            durations = [d for _, d in self.steps.values()]
-            n_steps = len(durations)
-            window = sum(durations)
-            step_source = "ProfilerStep"
-        elif gpu_spans:
-            n_steps, window = steps_hint or 1, gpu_spans[-1][1] - gpu_spans[0][0]
+            return sorted((t, t + d) for t, d in self.steps.values()), "ProfilerStep"
+        if self.decode_frames:
+            return _outermost(self.decode_frames), "forward_decode/replay frames"
+        if self.graph_launches and self.kernels:
+            return sorted(self.graph_launches), "cudaGraphLaunch"
+        return [], ""
+
+    def finish(self, steps_hint: int | None = None) -> RankProfile:
+        """Shares are of the decode steps' time: each step runs from its CPU marker's start
+        to the end of the last GPU kernel it launched (GPU work lags the CPU), overlapping
+        steps counted once. ``steps_hint``: how many steps were recorded, for traces without
+        any step marker (the GPU busy span is then split evenly over that many steps)."""
+        notes: list[str] = []
+        spans, step_source = self._step_spans(steps_hint)
+        kernels = self.kernels
+        if spans:
+            kernels, extents, left = self._kernels_in_steps(spans)
+            window, n_steps = _union_length(sorted(extents)), len(spans)
+            if left[0]:
+                notes.append(
+                    f"{left[0]} GPU activities ({left[1] / 1000:.2f} ms) outside the "
+                    f"{n_steps} decode step(s) left out"
+                )
+        elif kernels:
+            first = min(k[0] for k in kernels)
+            window = max(k[0] + k[1] for k in kernels) - first
+            n_steps = steps_hint or 1
             step_source = "gpu busy span" + (f" / {steps_hint} steps" if steps_hint else "")
+            notes.append(
+                "no decode-step markers (ProfilerStep#N, forward_decode/replay frames, "
+                "cudaGraphLaunch): shares are of the whole profiled GPU span"
+                + ("" if steps_hint else ", one step assumed")
+            )
         elif self.ops:
             n_steps = 1
             window = max(o.end for o in self.ops) - min(o.ts for o in self.ops)
             step_source = "cpu span"
+            notes.append("no decode-step markers: shares are of the whole profiled CPU span")
         else:
             n_steps, window, step_source = 0, 0.0, "empty"
-        has_gpu = bool(self.kernels)
-        kernels, ops = self._gpu_stats(window) if has_gpu else ([], self._cpu_self_stats(window))
+        if self.prefill_frames and step_source == "forward_decode/replay frames":
+            notes.append(f"{self.prefill_frames} prefill (forward_extend) forward(s) left out")
+        devices = sorted({k[6] for k in kernels if k[6] is not None})
+        if len(devices) > 1:
+            notes.append(
+                f"kernels of {len(devices)} GPUs ({', '.join(map(str, devices))}) in one "
+                "rank's trace: their times add up, so shares can pass 100%"
+            )
+        if self.skipped:
+            notes.append(f"{self.skipped} event(s) with missing or unusable ts/dur skipped")
+        has_gpu = bool(kernels)
+        busy = _union_length(sorted((k[0], k[0] + k[1]) for k in kernels))
+        if has_gpu:
+            k_stats, ops = self._gpu_stats(window, kernels)
+        else:
+            k_stats, ops = [], self._cpu_self_stats(window, spans)
         return RankProfile(
             rank=self.rank,
             source=self.source,
@@ -381,22 +527,68 @@ class TraceAccumulator:
             step_source=step_source,
             gpu_busy_us=busy,
             has_gpu=has_gpu,
-            kernels=kernels,
+            kernels=k_stats,
             ops=ops,
             event_count=self.events,
+            label=self.label,
+            devices=devices,
+            notes=notes,
         )
 
-    # -- GPU: kernel time, attributed to launching ops
-    def _launcher(self, ext: int | None, corr: int | None, innermost: _Enclosing) -> _Op | None:
-        if ext is not None and ext in self.ops_by_ext:
-            return self.ops[self.ops_by_ext[ext]]
+    def _launch_ts(self, ext: int | None, corr: int | None) -> float | None:
         if corr is not None and corr in self.launch_sites:
-            pid, tid, ts, _ = self.launch_sites[corr]
-            return innermost.find(pid, tid, ts)
+            return self.launch_sites[corr][2]
+        if ext is not None and ext in self.ops_by_ext:
+            return self.ops[self.ops_by_ext[ext]].ts
         return None
 
-    def _gpu_stats(self, window: float) -> tuple[list[KernelStat], list[OpStat]]:
-        innermost = _Enclosing(self.ops)
+    def _kernels_in_steps(
+        self, spans: list[tuple[float, float]]
+    ) -> tuple[list[_Kernel], list[tuple[float, float]], tuple[int, float]]:
+        """Kernels launched inside a step's CPU span (or, unlinked, starting in it)."""
+        starts = [s for s, _ in spans]
+        ends = [max(e, s) for s, e in spans]
+        inside: list[_Kernel] = []
+        left_n, left_us = 0, 0.0
+        for k in self.kernels:
+            launch = self._launch_ts(k[4], k[5])
+            i = bisect_right(starts, k[0] if launch is None else launch) - 1
+            if i < 0:
+                ok = False
+            elif launch is not None:
+                ok = launch <= spans[i][1]
+            elif i + 1 < len(starts):  # unlinked: it runs before the next step starts
+                ok = k[0] < starts[i + 1]
+            else:  # unlinked, last step: within one step length after its CPU end
+                ok = k[0] <= 2 * spans[i][1] - spans[i][0]
+            if not ok:
+                left_n, left_us = left_n + 1, left_us + k[1]
+                continue
+            inside.append(k)
+            ends[i] = max(ends[i], k[0] + k[1])
+        return inside, list(zip(starts, ends, strict=True)), (left_n, left_us)
+
+    # -- GPU: kernel time, attributed to launching ops
+    def _launchers(self, kernels: list[_Kernel]) -> list[_Op | None]:
+        """The op that launched each kernel: its ``External id`` op when that op encloses the
+        launch call, else the innermost op enclosing the launch (correlation / ac2g flow)."""
+        sites = [self.launch_sites.get(k[5]) if k[5] is not None else None for k in kernels]
+        enclosing = _Enclosing(self.ops).find_all(
+            [(s[0], s[1], s[2]) if s is not None else None for s in sites]
+        )
+        out: list[_Op | None] = []
+        for k, site, inner in zip(kernels, sites, enclosing, strict=True):
+            ext = k[4]
+            op = self.ops[self.ops_by_ext[ext]] if ext in self.ops_by_ext else None
+            if op is not None and (site is None or op.ts <= site[2] <= op.end):
+                out.append(op)
+            else:
+                out.append(inner)
+        return out
+
+    def _gpu_stats(
+        self, window: float, kernels: list[_Kernel]
+    ) -> tuple[list[KernelStat], list[OpStat]]:
         k_total: dict[str, float] = defaultdict(float)
         k_count: dict[str, int] = defaultdict(int)
         k_cat: dict[str, str] = {}
@@ -406,26 +598,28 @@ class TraceAccumulator:
         o_kernels: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
         o_example: dict[tuple[str, str], _Op] = {}
         o_cast: dict[tuple[str, str], tuple[str, str] | None] = {}
-        for _ts, dur, name, cat, ext, corr in self.kernels:
+        for k, op in zip(kernels, self._launchers(kernels), strict=True):
+            _ts, dur, name, cat, _ext, corr, _dev = k
             k_total[name] += dur
             k_count[name] += 1
             k_cat[name] = cat
-            op = self._launcher(ext, corr, innermost)
             if op is None:
                 site = self.launch_sites.get(corr) if corr is not None else None
                 graph = site is not None and "Graph" in site[3]
                 key = ("(cuda graph)" if graph else "(unattributed)", _kernel_label(name, cat))
-                call_id = id(site) if site else -1
+                call_id = corr if corr is not None else -1
             else:
                 key = (op.name, _op_label(op, name))
                 call_id = id(op)
                 o_example.setdefault(key, op)
                 o_cast.setdefault(key, _op_cast(op, name))
+            if key[0] == "(cuda graph)" or key[0] == "(unattributed)":
+                o_cast.setdefault(key, _kernel_fp8_cast(name))
             k_launchers[name][_join(key)] += dur
             o_total[key] += dur
             o_calls[key].add(call_id)
             o_kernels[key][_short_kernel(name)] += dur
-        kernels = [
+        kernel_stats = [
             KernelStat(
                 name=name,
                 short_name=_short_kernel(name),
@@ -453,20 +647,29 @@ class TraceAccumulator:
             )
             for key, total in o_total.items()
         ]
-        kernels.sort(key=lambda k: -k.total_us)
+        kernel_stats.sort(key=lambda k: -k.total_us)
         ops.sort(key=lambda o: -o.total_us)
-        return kernels, ops
+        return kernel_stats, ops
 
     # -- CPU only: self time of each op (nested children subtracted)
-    def _cpu_self_stats(self, window: float) -> list[OpStat]:
+    def _cpu_self_stats(self, window: float, spans: list[tuple[float, float]]) -> list[OpStat]:
+        ops = self.ops
+        if spans:  # only ops that start inside a step: the window is the steps' time
+            starts = [s for s, _ in spans]
+
+            def in_step(op: _Op) -> bool:
+                i = bisect_right(starts, op.ts) - 1
+                return i >= 0 and op.ts <= spans[i][1]
+
+            ops = [o for o in ops if in_step(o)]
         by_thread: dict[tuple[Any, Any], list[_Op]] = defaultdict(list)
-        for op in self.ops:
+        for op in ops:
             by_thread[(op.pid, op.tid)].append(op)
         self_time: dict[int, float] = {}
-        for ops in by_thread.values():
-            ops.sort(key=lambda o: (o.ts, -o.end))
+        for lst in by_thread.values():
+            lst.sort(key=lambda o: (o.ts, -o.end))
             stack: list[_Op] = []
-            for op in ops:
+            for op in lst:
                 while stack and stack[-1].end <= op.ts:
                     stack.pop()
                 self_time[id(op)] = op.end - op.ts
@@ -477,7 +680,7 @@ class TraceAccumulator:
         total: dict[tuple[str, str], float] = defaultdict(float)
         count: dict[tuple[str, str], int] = defaultdict(int)
         example: dict[tuple[str, str], _Op] = {}
-        for op in self.ops:
+        for op in ops:
             key = (op.name, _op_label(op, ""))
             total[key] += max(self_time[id(op)], 0.0)
             count[key] += 1
@@ -498,6 +701,18 @@ class TraceAccumulator:
         return stats
 
 
+def _outermost(frames: list[tuple[Any, Any, float, float]]) -> list[tuple[float, float]]:
+    """Spans of frames not nested in another frame of the same thread."""
+    kept: list[tuple[float, float]] = []
+    last: dict[tuple[Any, Any], float] = {}
+    for pid, tid, ts, end in sorted(frames, key=lambda f: (f[2], -f[3])):
+        if ts < last.get((pid, tid), float("-inf")):
+            continue
+        last[(pid, tid)] = end
+        kept.append((ts, end))
+    return sorted(kept)
+
+
 class _Enclosing:
     """Innermost op on a thread that encloses a timestamp (for correlation-only launches)."""
 
@@ -506,16 +721,34 @@ class _Enclosing:
         for op in ops:
             self._by_thread[(op.pid, op.tid)].append(op)
         for lst in self._by_thread.values():
-            lst.sort(key=lambda o: o.ts)
+            lst.sort(key=lambda o: (o.ts, -o.end))
 
     def find(self, pid: Any, tid: Any, ts: float) -> _Op | None:
-        best: _Op | None = None
-        for op in self._by_thread.get((pid, tid), ()):
-            if op.ts > ts:
-                break
-            if op.end >= ts and (best is None or op.ts >= best.ts):
-                best = op
-        return best
+        return self.find_all([(pid, tid, ts)])[0]
+
+    def find_all(self, queries: list[tuple[Any, Any, float] | None]) -> list[_Op | None]:
+        """Answer every query in one sweep per thread: O((ops + queries) log) in all, where
+        a scan per query would be quadratic on a GB trace."""
+        out: list[_Op | None] = [None] * len(queries)
+        per_thread: dict[tuple[Any, Any], list[tuple[float, int]]] = defaultdict(list)
+        for i, q in enumerate(queries):
+            if q is not None:
+                per_thread[(q[0], q[1])].append((q[2], i))
+        for key, qs in per_thread.items():
+            ops = self._by_thread.get(key, [])
+            qs.sort()
+            stack: list[_Op] = []
+            j = 0
+            for ts, i in qs:
+                while j < len(ops) and ops[j].ts <= ts:
+                    while stack and stack[-1].end < ops[j].ts:
+                        stack.pop()
+                    stack.append(ops[j])
+                    j += 1
+                while stack and stack[-1].end < ts:
+                    stack.pop()
+                out[i] = stack[-1] if stack else None
+        return out
 
 
 # --------------------------------------------------------------------------- labels
@@ -524,8 +757,29 @@ class _Enclosing:
 def _int(v: Any) -> int | None:
     try:
         return int(v) if v is not None else None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
+
+
+def _num(v: Any) -> float | None:
+    """A timestamp or duration: a number, or a numeric string (some exporters quote them)."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        f = float(v)
+    elif isinstance(v, str):
+        try:
+            f = float(v)
+        except ValueError:
+            return None
+    else:
+        return None
+    return f if f == f and abs(f) != float("inf") else None
+
+
+def _category(raw: Any) -> str:
+    cat = str(raw).lower() if raw is not None else ""
+    return _CAT_ALIASES.get(cat, cat)
 
 
 def _share(part: float, window: float) -> float:
@@ -602,11 +856,19 @@ def _kernel_fp8_cast(name: str) -> tuple[str, str] | None:
     return ("fp8_e4m3", dst)
 
 
+def _kernel_dtype_cast(name: str) -> bool:
+    """A dtype-converting copy kernel whose name does not say the types (newer torch:
+    ``direct_copy_kernel_cuda`` through ``LoadWithCast``/``StoreWithCast``)."""
+    return "copy" in name and ("LoadWithCast" in name or "StoreWithCast" in name)
+
+
 def _kernel_label(name: str, cat: str) -> str:
     if cat == "gpu_memcpy":
         return name
     cast = _kernel_fp8_cast(name)
-    return f"{cast[0]} -> {cast[1]} elementwise" if cast else ""
+    if cast:
+        return f"{cast[0]} -> {cast[1]} elementwise"
+    return "dtype cast" if _kernel_dtype_cast(name) else ""
 
 
 def _op_cast(op: _Op, kernel_name: str) -> tuple[str, str] | None:
@@ -642,6 +904,8 @@ def _kernel_kind(name: str, cat: str, launcher: str) -> str:
         return "allreduce"
     if ("->" in launcher and "elementwise" in name) or _kernel_fp8_cast(name):
         return "cast"
+    if _kernel_dtype_cast(name):
+        return "cast"
     if _NORM.search(name):
         return "norm"
     if _GEMM.search(name) or launcher.startswith(("aten::mm", "aten::addmm", "aten::bmm")):
@@ -667,30 +931,107 @@ def rank_of(path: Path, metadata: dict[str, Any], fallback: int) -> int:
     return fallback
 
 
+def _name_label(name: str) -> str:
+    """``1712-TP-1-DP-0-DECODE.trace.json.gz`` -> ``TP-1-DP-0`` (SGLang's rank parts)."""
+    return "-".join(m.group(0) for m in re.finditer(r"(?<![A-Za-z])(TP|DP|PP|EP)-\d+", name))
+
+
+class _RankRouter:
+    """Sends each event of one file to its rank's accumulator.
+
+    A plain per-rank file is one rank; SGLang's merged trace (``merged-<id>.trace.json.gz``)
+    prefixes every pid with its ranks (``"[TP01] 1234"``), so it splits back into ranks.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.by_label: dict[str, TraceAccumulator] = {}
+
+    def add(self, ev: dict[str, Any]) -> None:
+        pid = ev.get("pid")
+        label = ""
+        if isinstance(pid, str):
+            m = _MERGED_PID.match(pid)
+            if m:
+                label = m.group(1)
+        acc = self.by_label.get(label)
+        if acc is None:
+            acc = self.by_label[label] = TraceAccumulator(0, str(self.path), label)
+        acc.add(ev)
+
+
+def summarize_trace_ranks(path: str | Path, steps_hint: int | None = None) -> list[RankProfile]:
+    """Stream one trace file into one RankProfile per rank found in it (the only I/O step)."""
+    trace = TraceFile(Path(path))
+    router = _RankRouter(trace.path)
+    for ev in trace.events():
+        if isinstance(ev, dict):
+            router.add(ev)
+    if not trace.has_event_array:
+        raise TraceFormatError(f"{trace.path}: not a Chrome trace: no traceEvents array")
+    accs = [a for a in router.by_label.values() if a.label or len(router.by_label) == 1]
+    if not accs or not any(a.kernels or a.ops or a.steps for a in accs):
+        raise TraceFormatError(
+            f"{trace.path}: no profiler events (GPU kernels or CPU ops) in this trace"
+        )
+    profiles = []
+    for i, acc in enumerate(sorted(accs, key=lambda a: a.label)):
+        acc.set_metadata(trace.metadata)
+        if acc.label:  # merged trace: "TP01-DP00"
+            m = re.search(r"TP(\d+)", acc.label)
+            acc.rank = int(m.group(1)) if m else i
+        else:
+            acc.rank = rank_of(trace.path, trace.metadata, 0)
+            acc.label = _name_label(trace.path.name)
+        profiles.append(acc.finish(steps_hint))
+    return profiles
+
+
 def summarize_trace(
     path: str | Path, rank: int | None = None, steps_hint: int | None = None
 ) -> RankProfile:
-    """Stream one trace file into a RankProfile (the only I/O step)."""
-    trace = TraceFile(Path(path))
-    acc = TraceAccumulator(rank if rank is not None else 0, str(path))
-    for ev in trace.events():
-        acc.add(ev)
-    acc.set_metadata(trace.metadata)
-    if rank is None:
-        acc.rank = rank_of(trace.path, trace.metadata, 0)
-    return acc.finish(steps_hint)
+    """The first (usually only) rank of one trace file."""
+    prof = summarize_trace_ranks(path, steps_hint)[0]
+    if rank is not None:
+        prof.rank = rank
+    return prof
 
 
 def analyze_traces(paths: Iterable[str | Path], steps_hint: int | None = None) -> TraceAnalysis:
     """Summarize every rank's trace and derive findings across them."""
     ranks: list[RankProfile] = []
     for i, p in enumerate(sorted(Path(x) for x in paths)):
-        prof = summarize_trace(p, steps_hint=steps_hint)
-        if not _RANK_IN_NAME.search(p.name) and prof.rank == 0 and i:
-            prof.rank = i
-        ranks.append(prof)
+        for prof in summarize_trace_ranks(p, steps_hint=steps_hint):
+            named = _RANK_IN_NAME.search(p.name) or prof.label or prof.rank
+            if not named and i:
+                prof.rank = i
+            ranks.append(prof)
+    seen = [r.rank for r in ranks]
+    if len(set(seen)) != len(seen):  # e.g. TP-0-DP-0 and TP-0-DP-1: number them in order
+        for i, r in enumerate(sorted(ranks, key=lambda r: (r.label, r.source))):
+            r.rank = i
     ranks.sort(key=lambda r: r.rank)
     return TraceAnalysis(ranks=ranks, findings=find_bottlenecks(ranks))
+
+
+def analyze_path(target: str | Path, steps_hint: int | None = None) -> TraceAnalysis:
+    """Offline analysis of a trace file or a directory of them (``glmserve profile PATH``)."""
+    path = Path(target)
+    files = select_trace_files(find_trace_files(path)) if path.is_dir() else [path]
+    if not files:
+        raise TraceFormatError(f"{path}: no *.trace.json[.gz] / *.json[.gz] files in it")
+    return analyze_traces(files, steps_hint=steps_hint)
+
+
+def select_trace_files(files: list[Path]) -> list[Path]:
+    """The files that describe decode, one per rank: SGLang's ``-DECODE`` stage files when
+    ``profile_by_stage`` also wrote ``-EXTEND`` ones, and per-rank files over the
+    ``merged-*`` file that repeats them."""
+    decode = [f for f in files if "-DECODE" in f.name]
+    if decode:
+        files = decode
+    per_rank = [f for f in files if not f.name.startswith("merged-")]
+    return per_rank or files
 
 
 def summarize_analysis(analysis: TraceAnalysis, top: int = 5) -> dict[str, Any]:
@@ -724,7 +1065,7 @@ def find_trace_files(directory: Path) -> list[Path]:
 
 
 def _is_trace_name(name: str) -> bool:
-    return name.endswith((".trace.json.gz", ".trace.json", ".pt.trace.json"))
+    return name.endswith((".json.gz", ".json"))
 
 
 # Thresholds on the share of decode step time (worst rank).
@@ -772,8 +1113,34 @@ def find_bottlenecks(ranks: list[RankProfile]) -> list[Finding]:
                 ),
             )
         )
+    dtype_cast = _worst_kind(ranks, "cast")
+    if not findings and dtype_cast and dtype_cast[0] >= CAST_SHARE:
+        findings.append(
+            Finding(
+                kind="dtype_cast",
+                severity="high" if dtype_cast[0] >= 0.3 else "medium",
+                share=dtype_cast[0],
+                ranks=dtype_cast[1],
+                message=(
+                    f"dtype-converting copy kernels take {dtype_cast[0]:.0%} of decode (the "
+                    "trace does not name the dtypes: profile with record_shapes to see them); "
+                    "with an FP8 KV cache this is the whole pool cast to BF16 every layer: "
+                    "try flashinfer_gtc or trtllm_mla"
+                ),
+            )
+        )
     ar = _worst_kind(ranks, "allreduce")
     if ar and ar[0] >= ALLREDUCE_SHARE:
+        ar_shares = [
+            sum(k.share for k in r.kernels if k.kind == "allreduce") for r in ranks if r.has_gpu
+        ]
+        skew = (
+            " (shares differ across ranks, "
+            + ", ".join(f"{x:.0%}" for x in ar_shares)
+            + ": part of it is waiting for the slowest rank, so check that rank first)"
+            if len(ar_shares) > 1 and max(ar_shares) > 2 * min(ar_shares)
+            else ""
+        )
         findings.append(
             Finding(
                 kind="allreduce",
@@ -781,9 +1148,10 @@ def find_bottlenecks(ranks: list[RankProfile]) -> list[Finding]:
                 share=ar[0],
                 ranks=ar[1],
                 message=(
-                    f"all-reduce kernels take {ar[0]:.0%} of decode: on PCIe-only GPUs check "
-                    "NCCL_P2P_LEVEL (SYS lets P2P cross the root complex), keep SGLang's custom "
-                    "all-reduce on (no --disable-custom-all-reduce), or use fewer TP ranks"
+                    f"all-reduce kernels take {ar[0]:.0%} of decode{skew}: on PCIe-only GPUs "
+                    "check NCCL_P2P_LEVEL (SYS lets P2P cross the root complex), keep SGLang's "
+                    "custom all-reduce on (no --disable-custom-all-reduce), or use fewer TP "
+                    "ranks"
                 ),
             )
         )

@@ -311,7 +311,9 @@ def test_allreduce_htod_and_idle_findings_and_no_cast_finding():
 def test_gemm_dominated_decode_is_called_expected():
     t = GpuTrace()
     t.step(1, 0.0, 100.0)
-    t.op_kernel("aten::mm", "cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64", 0.0, 90.0)
+    t.op_kernel(
+        "aten::mm", "cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64", 0.0, 90.0, gpu_ts=5.0
+    )
     acc = TraceAccumulator(rank=0)
     for ev in t.events:
         acc.add(ev)

@@ -203,7 +203,9 @@ def _short(text: str, limit: int = 60) -> str:
 
 @app.command()
 def profile(
-    run_id: str = typer.Argument(..., help="A READY run (id or unique prefix)."),
+    run_id: str = typer.Argument(
+        ..., help="A READY run (id or unique prefix), or a trace file / directory to analyse."
+    ),
     steps: int = typer.Option(5, "--steps", help="Forward steps to record (num_steps)."),
     load: str = typer.Option("decode", "--load", help="decode or concurrency:C during capture."),
     timeout: float = typer.Option(180.0, "--timeout", help="Seconds to wait for the traces."),
@@ -217,10 +219,20 @@ def profile(
     {id}-TP-{r}.trace.json.gz files, streams them, prints the top GPU kernels and ops by share
     of decode step time and findings (e.g. the whole-pool FP8 -> BF16 cast).
 
+    Given a trace file or a directory of them instead (SGLang's *-TP-*.trace.json.gz), only
+    analyses them, offline.
+
     Example: glmserve profile 3fa2c1d0 --steps 5 --load concurrency:8
     """
-    from glmserve.profiler import capture_profile
+    from glmserve.profiler import analyze_path, capture_profile
 
+    if Path(run_id).exists():
+        analysis = analyze_path(run_id)
+        if as_json:
+            emit_json(analysis.to_dict())
+        else:
+            print_analysis(analysis, top, all_ranks)
+        return
     analysis = capture_profile(
         run_id,
         steps=steps,
@@ -242,6 +254,8 @@ def print_analysis(analysis: object, top: int = 8, all_ranks: bool = False) -> N
     ranks = analysis.ranks  # type: ignore[attr-defined]
     for i, r in enumerate(ranks):
         busy = r.gpu_busy_us / max(r.window_us, 1e-9)
+        for note in r.notes:
+            err.print(f"rank {r.rank}: note: {note}", highlight=False, markup=False)
         title = (
             f"rank {r.rank}: {r.steps} step(s), {r.step_us / 1000:.2f} ms/step "
             f"({r.step_source})" + (f", GPU busy {busy:.0%}" if r.has_gpu else "")
