@@ -122,8 +122,11 @@ def find_profile_path(name: str) -> Path:
 def list_profile_names() -> list[str]:
     names: set[str] = set()
     for d in profile_dirs():
-        if d.is_dir():
-            names.update(p.stem for p in d.iterdir() if p.suffix in (".yaml", ".yml"))
+        try:
+            if d.is_dir():
+                names.update(p.stem for p in d.iterdir() if p.suffix in (".yaml", ".yml"))
+        except OSError as exc:  # an unreadable user profile dir hides nothing shipped
+            raise ConfigError(f"{d}: cannot list profiles ({exc.strerror or exc})") from exc
     return sorted(names)
 
 
