@@ -125,7 +125,7 @@ def list_profile_names() -> list[str]:
         try:
             if d.is_dir():
                 names.update(p.stem for p in d.iterdir() if p.suffix in (".yaml", ".yml"))
-        except OSError as exc:  # an unreadable user profile dir hides nothing shipped
+        except OSError as exc:  # e.g. an unreadable user profile dir: name it, no traceback
             raise ConfigError(f"{d}: cannot list profiles ({exc.strerror or exc})") from exc
     return sorted(names)
 
