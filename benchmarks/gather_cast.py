@@ -10,8 +10,12 @@ its ratio to the device's copy bandwidth measured in this same run, and the spee
 Timing: CUDA events around many back-to-back launches, median of several repeats; the
 index/output sets rotate so repeated launches do not just re-read L2 (60 MB on an H200).
 Every size is also timed by replaying a CUDA graph of the launches (launch gaps removed),
-which is how a graph-captured decode step would see them. "lean" is the patch's own eager
-launcher (``FusedGatherCast``), "default"/"best" go through the validating ``gather_cast``.
+which is how a graph-captured decode step would see them, and "ahead": back-to-back
+launches enqueued while a sleep kernel holds the GPU, so the events time the device alone
+(as in an eager decode step whose CPU runs ahead), with the host's cost per launch beside.
+"lean" is the patch's own launcher (``FusedGatherCast``: compiled kernel re-launched
+directly), "dispatcher" the same through Triton's JIT dispatcher on every call (the previous
+version), "default"/"best" go through the validating ``gather_cast``.
 Every configuration is checked bit for bit against torch before it is timed. ``--sweep`` also
 times a grid of launch configs.
 
@@ -82,6 +86,35 @@ def _graph_ms(fn, sets: int, repeats: int = 7) -> float:
     return statistics.median(times)
 
 
+def _host_ahead(fn, iters: int, repeats: int = 7) -> tuple[float, float]:
+    """(device ms per launch, host us per launch) with the host enqueueing ahead of the GPU.
+
+    A sleep kernel holds the stream while the host enqueues ``iters`` launches, so the
+    events between them time only the device (kernels plus the GPU's own launch gaps), as in
+    a decode step where the CPU runs ahead; the host clock around the enqueue loop gives
+    the host's cost per launch.
+    """
+    import time
+
+    for _ in range(3):
+        fn(0)
+    torch.cuda.synchronize()
+    dev, host = [], []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(int(4e6 + iters * 100_000))  # ~2 ms + 50 us per launch at ~2 GHz
+        start.record()
+        t0 = time.perf_counter()
+        for i in range(iters):
+            fn(i)
+        t1 = time.perf_counter()
+        end.record()
+        end.synchronize()
+        dev.append(start.elapsed_time(end) / iters)
+        host.append((t1 - t0) / iters * 1e6)
+    return statistics.median(dev), statistics.median(host)
+
+
 def copy_bandwidth_gbs(nbytes: int = 2 << 30) -> float:
     """Device-to-device copy bandwidth, counting bytes read plus bytes written."""
     src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device="cuda")
@@ -138,6 +171,20 @@ def bench(pool_rows: int, sizes: list[int], configs: list[dict], with_graph: boo
 
         lean_ms = _median_ms(lean_launch, iters=iters)
         lean_graph_ms = _graph_ms(lean_launch, sets=min(sets, 32)) if with_graph else None
+        ahead_iters = min(iters, 400)
+        lean_ahead_ms, lean_host_us = _host_ahead(lean_launch, iters=ahead_iters)
+        lean_direct = lean.direct_launches
+        flat_out.fill_(0)
+        lean(pool, idxs[0], flat_out, n)  # a direct launch by now: exact too?
+        lean_exact = lean_exact and torch.equal(flat_out.view(torch.int16), ref)
+        # the same launcher with Triton's dispatcher on every call (the previous version)
+        slow = gc.FusedGatherCast(direct=False)
+
+        def slow_launch(i, slow=slow, idxs=idxs, outs=outs, n=n):
+            slow(pool, idxs[i % len(idxs)], outs[i % len(idxs)], n)
+
+        slow_ms = _median_ms(slow_launch, iters=iters)
+        slow_ahead_ms, slow_host_us = _host_ahead(slow_launch, iters=ahead_iters)
         default = gc.default_config(n)
         timed = [r for r in results if r.get("exact")]
         if not timed:
@@ -155,6 +202,15 @@ def bench(pool_rows: int, sizes: list[int], configs: list[dict], with_graph: boo
                     "exact": lean_exact,
                     "ms": lean_ms,
                     **({"graph_ms": lean_graph_ms} if lean_graph_ms is not None else {}),
+                    "ahead_ms": lean_ahead_ms,
+                    "host_us": lean_host_us,
+                    "direct_launches": lean_direct,
+                },
+                "dispatcher": {
+                    "config": default,
+                    "ms": slow_ms,
+                    "ahead_ms": slow_ahead_ms,
+                    "host_us": slow_host_us,
                 },
                 "default": chosen,
                 "best": best,
@@ -198,12 +254,17 @@ def report(res: dict) -> str:
             lines.append(f"{n:>8} NO CONFIG WAS BIT-EXACT: {r['all']}")
             continue
         lines.append(_fmt_row(n, "torch index_select+to (baseline)", isel, copy_gbs, whole, isel))
-        for tag in ("lean", "default", "best"):
-            e = r[tag]
+        for tag in ("lean", "dispatcher", "default", "best"):
+            e = r.get(tag)
+            if e is None:
+                continue
             label = f"{tag} {_label(e['config'])}"
             lines.append(_fmt_row(n, label, e["ms"], copy_gbs, whole, isel))
             if "graph_ms" in e:
                 lines.append(_fmt_row(n, label + " graph", e["graph_ms"], copy_gbs, whole, isel))
+            if "ahead_ms" in e:
+                lines.append(_fmt_row(n, label + " ahead", e["ahead_ms"], copy_gbs, whole, isel))
+                lines.append(f"{'':>8} {tag}: host {e['host_us']:.1f} us per launch")
         lines.append(
             f"{'':>8} all configs bit-exact vs torch: {r['all_exact']}; "
             f"lean path bit-exact: {r['lean']['exact']}; "

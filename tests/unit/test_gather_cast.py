@@ -206,3 +206,31 @@ def test_triton_kernel_indexing_under_the_interpreter(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "interpreted kernel bit-exact" in proc.stdout
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_launcher_over_changing_batches_and_layers(device):
+    """The patch's launcher, called as a decode step calls it: one persistent buffer, layers
+    with their own pools, a batch size that changes every step (1, odd, multiples of 16,
+    above the small-batch config), int32 and int64 indices. Every call must be exact and
+    leave rows past ``n`` untouched. On CUDA, after the first launch per key the compiled
+    kernel is re-launched directly, and those launches must be exact too."""
+    rows, cap = 4096, 9000
+    layers = [_make_pool(rows, ROW, device, seed=20 + i).view(rows, 1, ROW) for i in range(3)]
+    buf = torch.empty((cap, 1, ROW), dtype=torch.bfloat16, device=device)
+    fused = gc.FusedGatherCast()
+    g = torch.Generator().manual_seed(21)
+    for step, n in enumerate([1, 17, 2000, 2048, 33, 8193, 1, 4096, 8999]):
+        dtype = torch.int32 if step % 2 else torch.int64
+        idx = torch.randint(0, rows, (cap,), generator=g, dtype=dtype).to(device)
+        for pool in layers:
+            buf.fill_(7.0)
+            fused(pool, idx, buf, n)
+            got = _bits(buf[:n])
+            assert torch.equal(got, _bits(pool[idx[:n].long()].to(torch.bfloat16))), (step, n)
+            assert torch.equal(_bits(buf[n:]), _bits(torch.full_like(buf[n:], 7.0)))
+    if device == "cuda" and gc._direct_launch_api() is not None:
+        # 9 steps x 3 layers = 27 launches over 4 keys (2 index dtypes x 2 configs)
+        assert fused.direct_launches >= 27 - 4
+    else:
+        assert fused.direct_launches == 0

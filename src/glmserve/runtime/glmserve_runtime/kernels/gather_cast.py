@@ -138,7 +138,10 @@ if triton is not None:
             y = tl.where(mag8 == 0x7F, nan, y)
         return y
 
-    @triton.jit
+    # n_rows is not specialised (Triton would otherwise compile separate kernels for n == 1
+    # and n % 16 == 0): one compiled kernel then serves every batch size, which is what lets
+    # FusedGatherCast re-launch it directly.
+    @triton.jit(do_not_specialize=["n_rows"])
     def _gather_cast_kernel(
         pool_ptr,
         idx_ptr,
@@ -220,8 +223,8 @@ def _launch(
     strides: tuple[int, int, int],
     widths: tuple[int, int, int],
     cfg: dict[str, Any],
-) -> None:
-    """Launch the kernel with as little Python as possible (it runs once per layer)."""
+) -> Any:
+    """Launch through Triton's JIT dispatcher; returns the compiled kernel it ran."""
     block_rows = cfg["BLOCK_ROWS"]
     iters = cfg.get("ITERS", 1)
     int_convert = cfg.get("INT_CONVERT", False)
@@ -229,7 +232,7 @@ def _launch(
     fix_nan = cfg.get("FIX_NAN")
     if fix_nan is None:
         fix_nan = not int_convert and not native_nan_matches_torch(str(pool.device))
-    _gather_cast_kernel[(triton.cdiv(n, block_rows * iters),)](
+    return _gather_cast_kernel[(triton.cdiv(n, block_rows * iters),)](
         pool,
         idx,
         out_a,
@@ -265,6 +268,64 @@ def native_nan_matches_torch(device: str) -> bool:
     return bool(torch.equal(out, want))
 
 
+def _direct_launch_api() -> Any:
+    """Triton's ``knobs`` module when this Triton re-launches compiled kernels the way
+    ``FusedGatherCast`` does (``kernel.run(grid..., stream, function, packed_metadata,
+    launch_metadata, enter_hook, exit_hook, *all_args)``, as in Triton 3.4 - 3.6), else None.
+
+    Older Triton passed only the non-constexpr arguments; rather than guess, the direct path
+    is off there (and on any Triton it is checked against the dispatcher once per key).
+    """
+    if triton is None:
+        return None
+    try:
+        from triton import knobs
+    except ImportError:
+        return None
+    return knobs if hasattr(knobs, "runtime") else None
+
+
+class _DirectLaunch:
+    """One compiled kernel re-launched without Triton's JIT dispatcher.
+
+    Why: the dispatcher binds and specialises every argument and hashes a cache key on each
+    call, about 20 us of host time per launch on an H200 host; the kernel itself takes 3 us
+    at 2K rows. Re-launching the compiled kernel skips all of that. Everything the
+    dispatcher would have specialised on is in the caller's key, so the kernel is the one
+    the dispatcher would pick.
+    """
+
+    def __init__(self, kernel: Any, knobs: Any, rows_per_program: int, tail: tuple) -> None:
+        from triton.runtime.driver import driver
+
+        self.run = kernel.run
+        self.kernel = kernel
+        self.function = kernel.function
+        self.packed = kernel.packed_metadata
+        self.knobs = knobs
+        self.stream_of = driver.active.get_current_stream
+        self.device = driver.active.get_current_device()
+        self.rows_per_program = rows_per_program
+        self.tail = tail
+
+    def __call__(self, pool: torch.Tensor, idx: torch.Tensor, out: torch.Tensor, n: int) -> bool:
+        """Launch; False (nothing launched) when a launch hook is set (a profiler is
+        watching Triton launches, and only the dispatcher feeds it)."""
+        rt = self.knobs.runtime
+        if not (_idle(rt.launch_enter_hook) and _idle(rt.launch_exit_hook)):
+            return False
+        stream = self.stream_of(self.device)
+        grid0 = -(-n // self.rows_per_program)
+        self.run(grid0, 1, 1, stream, self.function, self.packed, None, None, None,
+                 pool, idx, out, out, n, *self.tail)  # fmt: skip
+        return True
+
+
+def _idle(hook: Any) -> bool:
+    """No launch hook: None (Triton <= 3.5) or an empty ``HookChain`` (3.6)."""
+    return hook is None or getattr(hook, "calls", None) == []
+
+
 class FusedGatherCast:
     """The patch's hot path: ``out[:n] = pool[idx[:n]].to(bf16)`` once per layer.
 
@@ -272,10 +333,20 @@ class FusedGatherCast:
     launches. ``pool`` is the layer's ``[N, 1, D]`` (or ``[N, D]``) 8-bit buffer as SGLang
     hands it out, ``out`` a persistent bf16 buffer with the same row width whose first ``n``
     rows are written. Without Triton or off CUDA it runs the torch implementation.
+
+    On CUDA the first launch per key (device, index dtype, pointer alignments, strides,
+    launch config) goes through Triton's dispatcher; later ones re-launch the compiled
+    kernel directly (``_DirectLaunch``). The first direct launch per key is checked bit for
+    bit against the dispatcher's output; a mismatch or error turns the direct path off for
+    good with one warning. ``direct_launches`` counts them (tests, benchmarks).
     """
 
-    def __init__(self, split: int = 512) -> None:
+    def __init__(self, split: int = 512, direct: bool = True) -> None:
         self.split = split
+        self._knobs = _direct_launch_api() if direct else None
+        self._direct: dict[tuple, _DirectLaunch] = {}
+        self._unverified: set[tuple] = set()
+        self.direct_launches = 0
 
     def __call__(self, pool: torch.Tensor, idx: torch.Tensor, out: torch.Tensor, n: int) -> None:
         if n == 0:  # idle batches (e.g. DP attention) plan zero rows
@@ -286,9 +357,35 @@ class FusedGatherCast:
             o = out[:n]
             gather_cast_into(pool, idx[:n], o[..., : self.split], o[..., self.split :])
 
+    def _key(self, pool: torch.Tensor, idx: torch.Tensor, out: torch.Tensor, cfg: dict) -> tuple:
+        return (
+            torch.cuda.current_device(),  # the dispatcher launches on the current device
+            idx.dtype,
+            pool.dtype,
+            pool.data_ptr() % 16 == 0,
+            idx.data_ptr() % 16 == 0,
+            out.data_ptr() % 16 == 0,
+            pool.stride(0),
+            out.stride(0),
+            pool.shape[-1],
+            id(cfg),
+        )
+
     def launch_triton(self, pool: torch.Tensor, idx: torch.Tensor, out: torch.Tensor, n: int):
         """The Triton launch alone (also used under ``TRITON_INTERPRET=1`` by the tests)."""
-        _launch(
+        cfg = CONFIG_SMALL if n <= _SMALL_BATCH_ROWS else CONFIG_LARGE
+        key = self._key(pool, idx, out, cfg) if self._knobs is not None and pool.is_cuda else None
+        direct = self._direct.get(key) if key is not None else None
+        if direct is not None:
+            if key in self._unverified:
+                if not torch.cuda.is_current_stream_capturing() and self._verify(
+                    key, direct, pool, idx, out, n
+                ):
+                    return
+            elif direct(pool, idx, out, n):
+                self.direct_launches += 1
+                return
+        kernel = _launch(
             pool,
             idx,
             out,
@@ -296,8 +393,69 @@ class FusedGatherCast:
             n,
             (pool.stride(0), out.stride(0), out.stride(0)),
             (self.split, pool.shape[-1] - self.split, self.split),
-            CONFIG_SMALL if n <= _SMALL_BATCH_ROWS else CONFIG_LARGE,
+            cfg,
         )
+        if key is not None and key not in self._direct and kernel is not None:
+            self._remember(key, kernel, pool, cfg)
+
+    def _remember(self, key: tuple, kernel: Any, pool: torch.Tensor, cfg: dict) -> None:
+        """Keep the compiled kernel and the arguments after ``n`` that never change for
+        this key, in the kernel's declaration order (constexprs included)."""
+        lo, hi = nan_bits(str(pool.device))
+        fix_nan = cfg.get("FIX_NAN")
+        int_convert = cfg.get("INT_CONVERT", False)
+        if fix_nan is None:
+            fix_nan = not int_convert and not native_nan_matches_torch(str(pool.device))
+        strides = (key[6], key[7], key[7])
+        tail = (*strides, lo, hi, self.split, pool.shape[-1] - self.split, self.split,
+                cfg["BLOCK_ROWS"], cfg.get("ITERS", 1), int_convert, bool(fix_nan),
+                cfg.get("HINTS", False))  # fmt: skip
+        try:
+            self._direct[key] = _DirectLaunch(
+                kernel, self._knobs, cfg["BLOCK_ROWS"] * cfg.get("ITERS", 1), tail
+            )
+            self._unverified.add(key)
+        except Exception as exc:  # any surprise: stay on the dispatcher
+            self._give_up(f"cannot prepare the direct launch ({type(exc).__name__}: {exc})")
+
+    def _verify(self, key: tuple, direct: _DirectLaunch, pool, idx, out, n: int) -> bool:
+        """First direct launch for ``key``: run it, then the dispatcher into a scratch
+        buffer, and compare bit for bit (one sync, once per key). True when ``out[:n]``
+        now holds the right rows; False when the caller must launch through the dispatcher.
+        """
+        try:
+            if not direct(pool, idx, out, n):
+                return False
+            want = torch.empty_like(out[:n])
+            _launch(
+                pool,
+                idx,
+                want,
+                want,
+                n,
+                (pool.stride(0), want.stride(0), want.stride(0)),
+                (self.split, pool.shape[-1] - self.split, self.split),
+                CONFIG_SMALL if n <= _SMALL_BATCH_ROWS else CONFIG_LARGE,
+            )
+            same = torch.equal(out[:n].view(torch.int16), want.view(torch.int16))
+        except Exception as exc:  # any surprise: stay on the dispatcher
+            self._give_up(f"direct launch failed ({type(exc).__name__}: {exc})")
+            return False
+        if not same:
+            out[:n].copy_(want)
+            self._give_up("direct launch differs from Triton's dispatcher")
+            return True
+        self._unverified.discard(key)
+        self.direct_launches += 1
+        return True
+
+    def _give_up(self, why: str) -> None:
+        import warnings
+
+        warnings.warn(f"glmserve gather_cast: {why}; using Triton's dispatcher", stacklevel=3)
+        self._knobs = None
+        self._direct.clear()
+        self._unverified.clear()
 
 
 def gather_cast_into(
