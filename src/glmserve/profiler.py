@@ -45,15 +45,17 @@ _CAT_ALIASES = {
     "driver": "cuda_driver",
     "operator": "cpu_op",
     "python": "python_function",
+    "hip_runtime": "cuda_runtime",
 }
 _RANK_IN_NAME = re.compile(r"(?:^|[-_.])TP-?(\d+)(?=[-_.]|$)")
+_RANK_WORD_IN_NAME = re.compile(r"(?:^|[-_.])rank[-_]?(\d+)(?=[-_.]|$)", re.I)  # HTA, DDP
 # SGLang's ProfileMerger prefixes every pid with the file's ranks: "[TP00-DP01] 1234".
 _MERGED_PID = re.compile(r"^\[([A-Z]+\d+(?:-[A-Z]+\d+)*)\]\s*(.*)$")
 # One decode forward in SGLang: ModelRunner.forward_decode (eager) or CudaGraphRunner.replay
 # (CUDA graphs) as a with_stack python frame; prefill is forward_extend.
 _DECODE_FRAME = re.compile(r"\.py\(\d+\): (forward_decode|replay)$")
 _PREFILL_FRAME = re.compile(r"\.py\(\d+\): forward_extend$")
-_GRAPH_LAUNCH = re.compile(r"^cu(da)?GraphLaunch")
+_GRAPH_LAUNCH = re.compile(r"^(cu|cuda|hip)GraphLaunch")
 MAX_EVENT_CHARS = 64 << 20  # one JSON value larger than this is not a trace event
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _WS = " \t\r\n"
@@ -345,7 +347,7 @@ class TraceAccumulator:
         self.skipped = 0
         self.steps: dict[int, tuple[float, float]] = {}
         self.decode_frames: list[tuple[Any, Any, float, float]] = []
-        self.prefill_frames = 0
+        self.prefill_frames: list[tuple[Any, Any, float, float]] = []
         self.graph_launches: list[tuple[float, float]] = []
         self.ops: list[_Op] = []
         self.ops_by_ext: dict[int, int] = {}
@@ -435,7 +437,7 @@ class TraceAccumulator:
             if _DECODE_FRAME.search(name):
                 self.decode_frames.append((ev.get("pid"), ev.get("tid"), ts, ts + dur))
             elif _PREFILL_FRAME.search(name):
-                self.prefill_frames += 1
+                self.prefill_frames.append((ev.get("pid"), ev.get("tid"), ts, ts + dur))
         elif cat in ("cpu_op", "user_annotation"):
             m = _STEP_NAME.match(name)
             if m:
@@ -503,7 +505,8 @@ class TraceAccumulator:
         else:
             n_steps, window, step_source = 0, 0.0, "empty"
         if self.prefill_frames and step_source == "forward_decode/replay frames":
-            notes.append(f"{self.prefill_frames} prefill (forward_extend) forward(s) left out")
+            prefills = len(_outermost(self.prefill_frames))
+            notes.append(f"{prefills} prefill (forward_extend) forward(s) left out")
         devices = sorted({k[6] for k in kernels if k[6] is not None})
         if len(devices) > 1:
             notes.append(
@@ -928,7 +931,8 @@ def rank_of(path: Path, metadata: dict[str, Any], fallback: int) -> int:
     info = metadata.get("distributedInfo")
     if isinstance(info, dict) and _int(info.get("rank")) is not None:
         return int(info["rank"])
-    return fallback
+    m = _RANK_WORD_IN_NAME.search(path.name)
+    return int(m.group(1)) if m else fallback
 
 
 def _name_label(name: str) -> str:
@@ -1059,9 +1063,11 @@ def summarize_analysis(analysis: TraceAnalysis, top: int = 5) -> dict[str, Any]:
 
 
 def find_trace_files(directory: Path) -> list[Path]:
-    """Trace files under a directory, SGLang's naming first (``*.trace.json.gz``)."""
+    """Trace files under a directory: ``*.trace.json[.gz]`` (SGLang, kineto) when there are
+    any, else every ``*.json[.gz]`` (HTA-style ``rank0.json.gz``)."""
     files = sorted(p for p in directory.rglob("*") if p.is_file() and _is_trace_name(p.name))
-    return files
+    named = [p for p in files if ".trace.json" in p.name]
+    return named or files
 
 
 def _is_trace_name(name: str) -> bool:
