@@ -34,7 +34,8 @@ def test_unsupported_release_is_refused_naming_the_supported_ones(tmp_path, monk
     with pytest.raises(PatchError) as info:
         p.check_supported(_module_from(tmp_path, "x = 1\n"))
     assert str(info.value) == (
-        FAILED + "unsupported sglang 0.5.23 (supported: 0.5.8, 0.5.9); "
+        FAILED + "unsupported sglang 0.5.23 (supported: 0.5.8, 0.5.8.post1, 0.5.9, 0.5.10, "
+        "0.5.10.post1, 0.5.11, 0.5.12, 0.5.12.post1); "
         "use the trtllm_mla profile on other releases"
     )
     assert capsys.readouterr().err.startswith(FAILED + "unsupported sglang 0.5.23")
@@ -44,7 +45,7 @@ def test_changed_backend_source_is_refused_even_on_a_supported_version(tmp_path,
     monkeypatch.setattr(p, "sglang_version", lambda: "0.5.9")
     text = "class FlashInferMLAAttnBackend:\n    def forward_decode(self): ...\n"
     digest = hashlib.sha256(text.encode()).hexdigest()
-    with pytest.raises(PatchError, match=r"differs from the 0\.5\.8/0\.5\.9 source") as info:
+    with pytest.raises(PatchError, match=r"differs from the 0\.5\.8-0\.5\.12 source") as info:
         p.check_supported(_module_from(tmp_path, text))
     assert digest[:12] in str(info.value)
 
@@ -52,7 +53,7 @@ def test_changed_backend_source_is_refused_even_on_a_supported_version(tmp_path,
 def test_an_untested_version_may_be_allowed_but_the_source_must_still_match(tmp_path, monkeypatch):
     monkeypatch.setattr(p, "sglang_version", lambda: "0.5.9.post1")
     monkeypatch.setenv(p.ALLOW_VERSION_ENV, "1")
-    with pytest.raises(PatchError, match=r"differs from the 0\.5\.8/0\.5\.9 source"):
+    with pytest.raises(PatchError, match=r"differs from the 0\.5\.8-0\.5\.12 source"):
         p.check_supported(_module_from(tmp_path, "x = 2\n"))
 
 

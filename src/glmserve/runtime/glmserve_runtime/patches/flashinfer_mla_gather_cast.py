@@ -26,10 +26,13 @@ The one compact buffer is rewritten by every layer's gather; that is safe becaus
 process's attention kernels and gathers are ordered on its current CUDA stream (the caching
 allocator also keeps a grown-away buffer alive for kernels already queued on that stream).
 
-Supported: SGLang **0.5.8 and 0.5.9** (their ``flashinfer_mla_backend.py`` is byte-identical;
-the patch checks the file's sha256 and the installed version and refuses anything else).
-**Not supported: 0.5.23** (the backend was restructured: decode-context-parallel buffers,
-``kv_loc_plan`` planning, pool references held by the backend), nor other releases.
+Supported: SGLang **0.5.8 through 0.5.12** (0.5.8, 0.5.8.post1, 0.5.9, 0.5.10, 0.5.10.post1,
+0.5.11, 0.5.12, 0.5.12.post1: their ``flashinfer_mla_backend.py`` is byte-identical, checked
+against the PyPI wheels on 2026-11-30; the patch checks the file's sha256 and the installed
+version and refuses anything else). **Not supported: 0.5.13 and later**: 0.5.13 moved the
+pool references into the backend (``self.token_to_kv_pool``) and reworked CUDA-graph
+metadata, and the file changed again in almost every release up to 0.5.23 (decode-context-
+parallel buffers, ``kv_loc_plan`` planning).
 Requirements checked when the backend is built: KV cache dtype ``float8_e4m3fn`` (the only
 case with a whole-pool cast), model dtype bfloat16, row width ``kv_lora_rank +
 qk_rope_head_dim``. **CUDA graphs are refused** (``init_cuda_graph_state`` raises: the
@@ -55,12 +58,22 @@ from .. import fail, log
 
 PATCH = "flashinfer_mla_gather_cast"
 TARGET = "sglang.srt.layers.attention.flashinfer_mla_backend"
-SUPPORTED_VERSIONS = ("0.5.8", "0.5.9")
+SUPPORTED_VERSIONS = (
+    "0.5.8",
+    "0.5.8.post1",
+    "0.5.9",
+    "0.5.10",
+    "0.5.10.post1",
+    "0.5.11",
+    "0.5.12",
+    "0.5.12.post1",
+)
 # sha256 of sglang/srt/layers/attention/flashinfer_mla_backend.py in the supported releases
-# (identical in 0.5.8 and 0.5.9; 0.5.23's is 85ba5db3...). The replaced forward methods below
-# are that file's bodies with the one cast line changed, so any other source is refused.
+# (identical from 0.5.8 to 0.5.12.post1; 0.5.13's is bc7bba45..., 0.5.23's 85ba5db3...). The
+# replaced forward methods below are that file's bodies with the one cast line changed, so
+# any other source is refused.
 SUPPORTED_SOURCE_SHA256 = {
-    "f24df800a605d1d349d1d11c1a78921ace252778a2a10e980492d5fb83abad2d": "0.5.8/0.5.9",
+    "f24df800a605d1d349d1d11c1a78921ace252778a2a10e980492d5fb83abad2d": "0.5.8-0.5.12",
 }
 MAX_ROWS_ENV = "GLMSERVE_GTC_MAX_ROWS"
 ALLOW_VERSION_ENV = "GLMSERVE_PATCH_ALLOW_UNTESTED_VERSION"
@@ -96,7 +109,7 @@ def check_supported(module: ModuleType) -> str:
     if digest not in SUPPORTED_SOURCE_SHA256:
         raise fail(
             PATCH,
-            f"{TARGET} in sglang {version} differs from the 0.5.8/0.5.9 source the patch "
+            f"{TARGET} in sglang {version} differs from the 0.5.8-0.5.12 source the patch "
             f"replaces (sha256 {digest[:12]}); forward_decode/forward_extend or their "
             "signatures may have changed",
         )
