@@ -183,6 +183,46 @@ def resolve_runs(store: RunStore, ident: str) -> list[RunRecord]:
     return group_runs(store, gid, exact=True) if isinstance(gid, str) else [run]
 
 
+def plan_group(spec: LaunchSpec) -> tuple[list[HostConfig], list[LaunchSpec]]:
+    """Each node's host and its own spec (rank flags added, that host's python/venv applied),
+    as ``launch_group`` starts them and ``check`` validates them."""
+    from glmserve.lifecycle import host_adjusted_spec
+
+    hosts = [get_host(n) for n in spec.nodes]
+    if len(hosts) < 2:
+        node_specs(spec, [])  # the one-line ConfigError for a group of fewer than 2
+    specs = node_specs(spec, [node_address(hosts[0]), *[""] * (len(hosts) - 1)])
+    return hosts, [host_adjusted_spec(s, h) for s, h in zip(specs, hosts, strict=True)]
+
+
+def group_summary(runs: list[RunRecord]) -> dict[str, Any]:
+    """What a bench result / sweep entry records of a group: its id and each node's host/run."""
+    return {
+        "group_id": runs[0].meta.get("group_id"),
+        "nnodes": len(runs),
+        "dist_init_addr": runs[0].meta.get("dist_init_addr"),
+        "nodes": [
+            {"node_rank": int(r.meta.get("node_rank", i)), "host": r.host, "run_id": r.run_id}
+            for i, r in enumerate(runs)
+        ],
+    }
+
+
+def serving_run(store: RunStore, ident: str) -> tuple[RunRecord, list[RunRecord]]:
+    """The run that serves HTTP for ``ident`` (a group id or any node's run id: node 0; a
+    plain run id: that run) and the group's runs ([] for a plain run)."""
+    runs = resolve_runs(store, ident)
+    if len(runs) == 1 and "group_id" not in runs[0].meta:
+        return runs[0], []
+    head = [r for r in runs if int(r.meta.get("node_rank", -1)) == 0]
+    if not head:
+        raise RunNotFound(
+            f"group {runs[0].meta.get('group_id')} has no node 0 run recorded (the only node "
+            "serving HTTP); relaunch the group"
+        )
+    return head[0], runs
+
+
 def launch_group(
     spec: LaunchSpec,
     *,
@@ -198,8 +238,7 @@ def launch_group(
     from glmserve.lifecycle import launch_run, stop_run
 
     store = store or RunStore.open()
-    hosts = [get_host(n) for n in spec.nodes]
-    specs = node_specs(spec, [node_address(hosts[0]), *[""] * (len(hosts) - 1)])
+    hosts, specs = plan_group(spec)
     gid = new_group_id(store)
     started: list[RunRecord] = []
     try:

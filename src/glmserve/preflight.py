@@ -3,11 +3,18 @@
 Each check yields a :class:`CheckRow` (ok / warn / fail / skip). ``fail`` blocks a launch (the
 CLI exits 2), except that an unreachable host ends the pass at once and exits 5. In simulate
 mode the GPU and SGLang rows are informative only: the simulator needs neither.
+
+A host group (``run_group_checks``) is checked node by node, concurrently, each node with its
+own argv (``--node-rank i``) and its share of the GPUs (tp-size / nnodes); then across nodes:
+SGLang must be the same version everywhere (ranks on different versions do not rendezvous, or
+worse, mis-shard) and node 0 must have the dist-init port free (its TCP store binds it).
 """
 
 from __future__ import annotations
 
+import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,13 +34,18 @@ class CheckRow:
     name: str
     status: str  # ok | warn | fail | skip
     detail: str
+    node: int | None = None  # node rank in a host group; None: single host or all nodes
+    host: str | None = None  # that node's host (a group check only)
 
     @property
     def blocking(self) -> bool:
         return self.status == "fail"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"check": self.name, "status": self.status, "detail": self.detail}
+        d: dict[str, Any] = {"check": self.name, "status": self.status, "detail": self.detail}
+        if self.host is not None or self.node is not None:
+            d.update(node=self.node, host=self.host)
+        return d
 
 
 def _py(spec: LaunchSpec, code: str) -> str:
@@ -108,7 +120,9 @@ def check_argspec(t: Transport, spec: LaunchSpec, version: str | None) -> CheckR
             res.stdout if res.stdout.startswith("{") else res.stdout[res.stdout.find("\n{") + 1 :]
         )
         cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(body)
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.{id(t)}.tmp")
+        tmp.write_text(body)  # nodes of a group check in parallel: never read half a file
+        os.replace(tmp, cache)
     try:
         live = argspec.load_argspec(str(cache))
         report = argspec.validate_argv(spec.argv, live)
@@ -123,7 +137,10 @@ def check_argspec(t: Transport, spec: LaunchSpec, version: str | None) -> CheckR
     return CheckRow("flags", "warn" if warn else "ok", detail)
 
 
-def check_gpus(t: Transport, spec: LaunchSpec) -> CheckRow:
+def check_gpus(t: Transport, spec: LaunchSpec, need: int | None = None) -> CheckRow:
+    """GPUs on the host vs ``need`` (default tp-size; a group node needs tp-size / nnodes)."""
+    need = spec.tp_size if need is None else need
+    share = "" if need == spec.tp_size else f" (this node's share of tp-size {spec.tp_size})"
     res = t.run(
         "command -v nvidia-smi >/dev/null || { echo NO_NVIDIA_SMI; exit 0; }; "
         "nvidia-smi --query-gpu=index,name,compute_cap,memory.free,memory.total "
@@ -147,26 +164,35 @@ def check_gpus(t: Transport, spec: LaunchSpec) -> CheckRow:
     detail = (
         f"{len(gpus)}x {', '.join(names)} (sm {', '.join(caps)}), "
         f"free {min(free) if free else '?'}-{max(free) if free else '?'} MiB; "
-        f"tp-size {spec.tp_size}"
+        f"needs {need}{share}"
     )
-    if len(gpus) < spec.tp_size:
-        return CheckRow("gpus", soft, detail + f": fewer GPUs than tp-size {spec.tp_size}")
+    if len(gpus) < need:
+        return CheckRow("gpus", soft, detail + f": fewer GPUs than {need}")
     return CheckRow("gpus", "ok", detail)
 
 
-def check_port(t: Transport, host: HostConfig, spec: LaunchSpec, store: RunStore) -> CheckRow:
+def check_port(
+    t: Transport,
+    host: HostConfig,
+    spec: LaunchSpec,
+    store: RunStore,
+    port: int | None = None,
+    name: str = "port",
+) -> CheckRow:
+    """``port`` (default the server's ``--port``) free on the host: no live run, no listener."""
     from glmserve.lifecycle import find_alive_runs, port_in_use
 
-    alive = find_alive_runs(store, t, host.name, spec.port)
+    port = spec.port if port is None else port
+    alive = find_alive_runs(store, t, host.name, port)
     if alive:
         return CheckRow(
-            "port",
+            name,
             "fail",
-            f"{spec.port}: glmserve run {alive[0].run_id} is alive there (launch --replace)",
+            f"{port}: glmserve run {alive[0].run_id} is alive there (launch --replace)",
         )
-    if port_in_use(t, spec.port):
-        return CheckRow("port", "fail", f"{spec.port} is in use by another process")
-    return CheckRow("port", "ok", f"{spec.port} free")
+    if port_in_use(t, port):
+        return CheckRow(name, "fail", f"{port} is in use by another process")
+    return CheckRow(name, "ok", f"{port} free")
 
 
 def check_model(t: Transport, spec: LaunchSpec) -> CheckRow:
@@ -202,7 +228,9 @@ def check_disk(t: Transport, host: HostConfig) -> CheckRow:
     return CheckRow("disk", status, f"{mb} MiB free for logs under {wd}")
 
 
-def run_checks(host: HostConfig, spec: LaunchSpec, t: Transport) -> list[CheckRow]:
+def run_checks(
+    host: HostConfig, spec: LaunchSpec, t: Transport, gpus_needed: int | None = None
+) -> list[CheckRow]:
     """All rows, in order. Raises TransportError (exit 5) when the host cannot be reached."""
     import time
 
@@ -218,9 +246,96 @@ def run_checks(host: HostConfig, spec: LaunchSpec, t: Transport) -> list[CheckRo
         rows.append(CheckRow("flags", "skip", "simulate: the simulator parses its own flags"))
     else:
         rows.append(check_argspec(t, spec, version))
-    rows.append(check_gpus(t, spec))
+    rows.append(check_gpus(t, spec, gpus_needed))
     with RunStore.open() as store:
         rows.append(check_port(t, host, spec, store))
     rows.append(check_model(t, spec))
     rows.append(check_disk(t, host))
     return rows
+
+
+# -- host groups -------------------------------------------------------------------------------
+@dataclass
+class GroupCheck:
+    """A host group's preflight: every row carries its node; ``unreachable`` names the nodes
+    ssh could not reach (their other rows are absent), which the CLI turns into exit 5."""
+
+    rows: list[CheckRow]
+    unreachable: list[str]
+
+    @property
+    def blocking(self) -> list[CheckRow]:
+        return [r for r in self.rows if r.blocking]
+
+
+def _node_rows(rank: int, host: HostConfig, spec: LaunchSpec, nnodes: int) -> list[CheckRow]:
+    """One node's rows (its own argv, its GPU share); unreachable: one ``reachable`` fail row."""
+    from glmserve.transport import transport_for
+
+    try:
+        rows = run_checks(host, spec, transport_for(host), spec.tp_size // nnodes)
+    except TransportError as exc:
+        rows = [CheckRow("reachable", "fail", str(exc))]
+    for r in rows:
+        r.node, r.host = rank, host.name
+    return rows
+
+
+def sglang_versions(rows: list[CheckRow]) -> dict[str, list[str]]:
+    """SGLang version -> hosts, from the ``sglang`` rows of a group check (pure)."""
+    out: dict[str, list[str]] = {}
+    for r in rows:
+        if r.name == "sglang" and r.detail.startswith("sglang ") and r.host:
+            out.setdefault(r.detail.split()[1].rstrip(","), []).append(r.host)
+    return out
+
+
+def version_row(rows: list[CheckRow], simulate: bool) -> CheckRow:
+    """Across nodes: one SGLang version everywhere, else a blocking row naming each node's."""
+    versions = sglang_versions(rows)
+    missing = [r.host or "?" for r in rows if r.name == "sglang" and r.host and r.status != "ok"]
+    missing = [h for h in missing if not any(h in hs for hs in versions.values())]
+    if len(versions) > 1:
+        each = "; ".join(f"{v} on {', '.join(hs)}" for v, hs in sorted(versions.items()))
+        status = "warn" if simulate else "fail"
+        return CheckRow("same sglang", status, f"nodes run different SGLang versions: {each}")
+    if versions and missing and not simulate:
+        v = next(iter(versions))
+        return CheckRow(
+            "same sglang",
+            "fail",
+            f"sglang {v} on {', '.join(versions[v])}, none on {', '.join(missing)}",
+        )
+    if versions:
+        v = next(iter(versions))
+        return CheckRow("same sglang", "ok", f"sglang {v} on every node")
+    return CheckRow("same sglang", "skip", "no node has SGLang")
+
+
+def run_group_checks(hosts: list[HostConfig], specs: list[LaunchSpec]) -> GroupCheck:
+    """Every node checked at once (a thread each: ssh round trips dominate), then the checks
+    across nodes. ``specs[i]`` is node i's own spec (from ``multinode.node_specs``)."""
+    n = len(hosts)
+    with ThreadPoolExecutor(max_workers=min(n, 8)) as pool:
+        per_node = list(pool.map(lambda i: _node_rows(i, hosts[i], specs[i], n), range(n)))
+    rows = [r for node in per_node for r in node]
+    unreachable = [
+        hosts[i].name
+        for i, node in enumerate(per_node)
+        if node[0].name == "reachable" and node[0].status == "fail" and len(node) == 1
+    ]
+    simulate = specs[0].launcher == "simulator"
+    rows.append(version_row(rows, simulate))
+    dist = str(specs[0].extra.get("dist_init_addr") or "")
+    port_s = dist.rsplit(":", 1)[-1]
+    if hosts[0].name not in unreachable and port_s.isdigit():
+        from glmserve.transport import transport_for
+
+        with RunStore.open() as store:
+            row = check_port(
+                transport_for(hosts[0]), hosts[0], specs[0], store, int(port_s), "dist-init port"
+            )
+        row.detail += f" (--dist-init-addr {dist}: node 0's rendezvous)"
+        row.node, row.host = 0, hosts[0].name
+        rows.append(row)
+    return GroupCheck(rows, unreachable)

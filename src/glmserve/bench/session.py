@@ -68,6 +68,27 @@ def git_sha() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+def bench_run(ident: str | None) -> tuple[str | None, dict[str, Any] | None]:
+    """The run to bench and store the result against, and its group's summary.
+
+    A multi-node group (its ``g...`` id or any node's run id) is benched through node 0, the
+    only node serving HTTP; the result is stored against node 0's run and records every node.
+    """
+    if ident is None:
+        return None, None
+    from glmserve.multinode import group_summary, serving_run
+    from glmserve.store import RunStore
+
+    with RunStore.open() as store:
+        head, runs = serving_run(store, ident)
+    if not runs:
+        return head.run_id, None
+    group = group_summary(runs)
+    for node, run in zip(group["nodes"][1:], runs[1:], strict=True):  # node 0: run_metadata
+        node["gpus"] = (run.meta or {}).get("gpus") or host_gpus(run)
+    return head.run_id, group
+
+
 def run_metadata(run_id: str | None) -> dict[str, Any]:
     """Profile, rendered argv, host and GPUs from the run record (RunNotFound if unknown)."""
     if run_id is None:
@@ -171,7 +192,11 @@ def run_bench(
 ) -> BenchOutcome:
     """Measure, assemble, evaluate gates and store; Ctrl-C yields a partial, marked result."""
     validate_settings(settings, gates)
+    run_id, group = bench_run(run_id)
     meta = run_metadata(run_id)
+    if group is not None:
+        group["nodes"][0]["gpus"] = meta.get("gpus")
+        meta["group"] = group
     started = time.time()
     levels: list[dict[str, Any]] = []
     stopped: str | None = None

@@ -95,7 +95,9 @@ def _levels(text: str) -> list[int]:
 
 @app.command()
 def bench(
-    run: str | None = typer.Argument(None, help="Run id (from `glmserve launch`)."),
+    run: str | None = typer.Argument(
+        None, help="Run id or group id (from `glmserve launch`); a group is benched on node 0."
+    ),
     url: str | None = typer.Option(None, "--url", help="Bench this server URL instead of a run."),
     mode: str = typer.Option("decode", "--mode", help="decode | concurrency"),
     concurrency: str = typer.Option(
@@ -136,6 +138,9 @@ def bench(
 
       glmserve bench --url http://127.0.0.1:30000 --mode concurrency --concurrency 1,16,64 --json
 
+    A multi-node group (its g... id or any node's run id) is benched through node 0, the only
+    node serving HTTP; the result is stored against node 0's run and lists every node.
+
     Exit codes: 0 ok, 1 a gate missed, 2 bad options, 5 server unreachable, 130 Ctrl-C
     (partial results are stored and marked incomplete).
     """
@@ -162,6 +167,15 @@ def bench(
         if isinstance(progress, _RichProgress):
             progress.close()
     res = outcome.result
+    group = res.meta.get("group")
+    if group and not as_json:
+        nodes = ", ".join(f"{n['node_rank']}:{n['host']}" for n in group["nodes"])
+        err.print(
+            f"bench: group {group['group_id']} (nodes {nodes}) via node 0, "
+            f"run {res.meta['run_id']}",
+            highlight=False,
+            markup=False,
+        )
     data = {"id": outcome.result_id, **res.to_dict()}
     if output is not None:
         try:

@@ -46,6 +46,24 @@ def _fmt_s(s: float) -> str:
 
 
 # -- check -------------------------------------------------------------------------------------
+def _group_of(profile: str, sets: list[str], nodes: str | None, host: str | None) -> list[str]:
+    """The host group to act on: ``--nodes a,b``, else the profile's ``nodes:`` when no
+    ``--host`` is given; empty for a single-host run."""
+    group = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else []
+    if group and host:
+        raise ConfigError("give --host or --nodes, not both")
+    if nodes is not None and not group:
+        raise ConfigError(f"--nodes: expected host names like a,b, got {nodes!r}")
+    if not group and not host:
+        from glmserve import profiles
+
+        group = profiles.load_profile(profile, list(sets)).nodes
+    return list(group)
+
+
+_COLOR = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
+
+
 @app.command()
 def check(
     profile: str = typer.Option(..., "--profile", "-p", help="Profile to check."),
@@ -53,32 +71,88 @@ def check(
     sets: list[str] = typer.Option([], "--set", help="Override, e.g. server.port=8001."),
     simulate: bool = typer.Option(False, "--simulate", help="Check for a simulator launch."),
     json_out: bool = typer.Option(False, "--json", help="Rows as JSON."),
+    nodes: str = typer.Option(
+        None, "--nodes", help="Host group a,b (node 0 first): check every node of it."
+    ),
 ) -> None:
     """Preflight a launch in one pass: ssh, python + SGLang, live flag spec, GPUs, port, model,
-    disk. Exit 2 if anything blocks, 5 if the host is unreachable.
+    disk. Exit 2 if anything blocks, 5 if the host is unreachable. A profile with ``nodes:``
+    (or --nodes) checks every node with its own argv and GPU share (tp-size / nnodes), that
+    all run the same SGLang, and that node 0's dist-init port is free.
 
     Example: glmserve check --profile trtllm_mla --host gpu8
+    Example (two nodes): glmserve check --profile trtllm_mla --nodes gpu8a,gpu8b
     """
     from glmserve.preflight import run_checks
     from glmserve.transport import transport_for
 
+    group = _group_of(profile, sets, nodes, host)
+    if group:
+        _check_group(profile, sets, simulate, group, json_out)
+        return
     h, spec = _spec(profile, sets, simulate, host)
+    if spec.nodes:
+        raise ConfigError(
+            f"profile {spec.profile} targets nodes {', '.join(spec.nodes)}; drop --host "
+            "(or pass --nodes)"
+        )
     rows = run_checks(h, spec, transport_for(h))
     if json_out:
         emit_json({"host": h.name, "profile": spec.profile, "rows": [r.to_dict() for r in rows]})
     else:
-        table = Table(title=f"check {spec.profile} on {h.name}")
+        table = Table(title=Text(f"check {spec.profile} on {h.name}"))
         for c in ("check", "status", "detail"):
             table.add_column(c)
-        color = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
         for r in rows:
-            table.add_row(r.name, Text(r.status, style=color[r.status]), r.detail)
+            table.add_row(Text(r.name), Text(r.status, style=_COLOR[r.status]), Text(r.detail))
         out.print(table)
     blocking = [r for r in rows if r.blocking]
     if blocking:
         raise GlmserveError(
             f"{len(blocking)} blocking check(s): " + ", ".join(f"{r.name}" for r in blocking)
         )
+
+
+def _check_group(
+    profile: str, sets: list[str], simulate: bool, group: list[str], json_out: bool
+) -> None:
+    """``check`` for a host group: one table with a node column; exit 5 if a node cannot be
+    reached (after showing what the others said), else 2 if anything blocks."""
+    from dataclasses import replace as dc_replace
+
+    from glmserve.multinode import plan_group
+    from glmserve.preflight import run_group_checks
+
+    _h, spec = _spec(profile, sets, simulate, group[0])  # simulator python: node 0's host
+    hosts, specs = plan_group(dc_replace(spec, nodes=group))
+    res = run_group_checks(hosts, specs)
+    if json_out:
+        emit_json(
+            {
+                "profile": spec.profile,
+                "nodes": group,
+                "dist_init_addr": specs[0].extra.get("dist_init_addr"),
+                "rows": [r.to_dict() for r in res.rows],
+            }
+        )
+    else:
+        table = Table(title=Text(f"check {spec.profile} on nodes {', '.join(group)}"))
+        for c in ("node", "check", "status", "detail"):
+            table.add_column(c)
+        for r in res.rows:
+            node = "all" if r.node is None else f"{r.node} {r.host}"
+            table.add_row(
+                Text(node), Text(r.name), Text(r.status, style=_COLOR[r.status]), Text(r.detail)
+            )
+        out.print(table)
+    if res.unreachable:
+        raise TransportError(f"unreachable: {', '.join(res.unreachable)}")
+    if res.blocking:
+        where = ", ".join(
+            f"{r.name}" + ("" if r.node is None else f" (node {r.node} {r.host})")
+            for r in res.blocking
+        )
+        raise GlmserveError(f"{len(res.blocking)} blocking check(s): {where}")
 
 
 # -- launch ------------------------------------------------------------------------------------
@@ -176,13 +250,7 @@ def launch(
     from glmserve.store import RunStore
     from glmserve.watch import Watcher
 
-    group = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else None
-    if group is not None and host:
-        raise ConfigError("give --host or --nodes, not both")
-    if group is None and not host:
-        from glmserve import profiles
-
-        group = profiles.load_profile(profile, list(sets)).nodes or None
+    group = _group_of(profile, sets, nodes, host)
     if group:
         _launch_group(
             profile, sets, simulate, group, replace, timeout, stall_timeout, poll, json_out, no_wait
