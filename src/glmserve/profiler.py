@@ -420,7 +420,7 @@ class TraceAccumulator:
                     dur,
                     self._name(ev.get("name")),
                     cat,
-                    _int(args.get("External id")),
+                    _int(args.get("External id", args.get("external id"))),  # 1.8: lower
                     _int(args.get("correlation")),
                     dev if dev is not None else _int(ev.get("pid")),
                 )
@@ -815,7 +815,7 @@ def _short_kernel(name: str) -> str:
         if ch in "<(" and depth == 0:
             cut = i
             break
-    base = base[:cut]
+    base = base[:cut].strip()
     return base.rsplit("::", 1)[-1] or name[:60]
 
 

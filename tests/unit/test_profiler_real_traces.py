@@ -227,3 +227,33 @@ def test_h200_trace_still_finds_the_cast_within_its_steps():
     assert prof.step_source == "ProfilerStep" and prof.gpu_busy_us <= prof.window_us
     (f,) = [f for f in find_bottlenecks([prof]) if f.kind == "fp8_kv_cast"]
     assert "whole KV pool" in f.message
+
+
+KINETO_18 = DATA / "kineto_torch18_v100_excerpt.json"
+
+
+def test_pytorch_18_format_capitalised_categories_and_string_tids():
+    """Kineto of PyTorch 1.8 (V100): Operator/Kernel/Runtime/Memcpy, "external id" in lower
+    case, tids as strings, flows in category "async", ProfilerStep as an Operator."""
+    prof = summarize_trace(KINETO_18)
+    assert (prof.steps, prof.step_source, prof.window_us) == (1, "ProfilerStep", 13410.0)
+    launched = {k.short_name: (k.kind, k.launched_by) for k in prof.kernels}
+    assert launched == {
+        "gemmSN_TN_kernel_64addr": ("gemm", "aten::mm"),
+        "volta_sgemm_128x32_nt": ("gemm", "aten::mm"),  # on the autograd thread
+        "unrolled_elementwise_kernel": ("elementwise", "aten::add_"),
+        "Memcpy HtoD": ("memcpy_htod", "aten::copy_"),
+    }
+    assert next(o for o in prof.ops if o.name == "aten::mm").count == 2
+
+
+def test_pytorch_18_kernels_link_by_lowercase_external_id_without_correlation(tmp_path):
+    doc = json.loads(KINETO_18.read_text())
+    for ev in doc["traceEvents"]:
+        if isinstance(ev.get("args"), dict):
+            ev["args"].pop("correlation", None)
+    path = tmp_path / "nocorr.json"
+    path.write_text(json.dumps(doc))
+    by_name = {k.short_name: k.launched_by for k in summarize_trace(path).kernels}
+    assert by_name["volta_sgemm_128x32_nt"] == "aten::mm"
+    assert by_name["Memcpy HtoD"] == "aten::copy_"
