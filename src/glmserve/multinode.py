@@ -394,3 +394,81 @@ def stop_group(
     if errors:
         raise errors[0]
     return reports
+
+
+# -- logs of every node --------------------------------------------------------------------------
+def node_prefix(run: RunRecord) -> str:
+    """``[node1 hostb] ``: which node a log line came from."""
+    return f"[node{run.meta.get('node_rank', '?')} {run.host}] "
+
+
+class GroupLogs:
+    """Every node's server.log as prefixed lines: the existing text, then (``poll``) what is
+    appended, until every node's server has ended.
+
+    Lines are split per node so a line written in two chunks is never cut by another node's
+    line; a last line without its newline is printed when its node's server ends.
+    """
+
+    def __init__(self, runs: list[RunRecord], note: Callable[[str], None] = lambda _m: None):
+        from glmserve.lifecycle import transport_for_run
+        from glmserve.watch import LineSplitter
+
+        self.runs = runs
+        self.note = note
+        self.transports = [transport_for_run(r) for r in runs]
+        self.offsets = [0] * len(runs)
+        self.splitters = [LineSplitter() for _ in runs]
+        self.ended = [False] * len(runs)
+        self.last_check = [0.0] * len(runs)
+
+    @property
+    def done(self) -> bool:
+        return all(self.ended)
+
+    def initial(self, last: int | None = None, follow: bool = False) -> list[str]:
+        """What every node has logged so far (its last ``last`` lines), node by node. When
+        following, an unterminated last line waits for its end (``poll``) instead."""
+        from glmserve.lifecycle import read_log_bytes
+
+        out: list[str] = []
+        for i, run in enumerate(self.runs):
+            data, self.offsets[i] = read_log_bytes(self.transports[i], run.log_path)
+            lines = self.splitters[i].feed(data)
+            partial = "" if follow else self.splitters[i].partial.decode("utf-8", "replace")
+            shown = [*lines, partial] if partial else lines
+            if last is not None:
+                shown = shown[-last:] if last > 0 else []
+            out += [node_prefix(run) + ln for ln in shown]
+        return out
+
+    def poll(self, check_every_s: float = 2.0) -> list[str]:
+        """New complete lines of every live node; a node whose server ended (seen when it
+        had nothing new) gives its rest and is done."""
+        from glmserve.errors import TransportError
+        from glmserve.lifecycle import read_log_bytes, run_ownership
+
+        out: list[str] = []
+        for i, run in enumerate(self.runs):
+            if self.ended[i]:
+                continue
+            t, pre = self.transports[i], node_prefix(run)
+            try:
+                data, self.offsets[i] = t.read_from(run.log_path, self.offsets[i])
+                out += [pre + ln for ln in self.splitters[i].feed(data)]
+                now = time.monotonic()
+                if data or now - self.last_check[i] < check_every_s:
+                    continue
+                self.last_check[i] = now
+                if run_ownership(t, run).alive:
+                    continue
+                data, self.offsets[i] = read_log_bytes(t, run.log_path, self.offsets[i])
+                lines = self.splitters[i].feed(data) + self.splitters[i].flush()
+                out += [pre + ln for ln in lines]
+                self.ended[i] = True
+                self.note(f"{pre.strip()} run {run.run_id} is no longer running")
+            except TransportError as exc:
+                self.note(
+                    f"{pre.strip()} connection lost: {exc}; retrying at byte {self.offsets[i]}"
+                )
+        return out

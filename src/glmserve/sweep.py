@@ -8,6 +8,11 @@ crash is recorded with its diagnosis and the sweep moves on. State lives as JSON
 running server is stopped first) continues with ``--resume <id>``: finished profiles are
 skipped, the interrupted one starts again.
 
+A multi-node profile (``nodes:``, or ``--nodes`` for every profile) is checked, launched,
+watched, benched (through node 0) and stopped as one host group; its entry keeps node 0's run
+id (where bench results are stored) plus the group id and every node, and a crash names the
+node it happened on.
+
 Pure parts: ``sweep_rows`` (the final table, speedups against the first successful profile)
 and ``render_markdown``. The runner (``run_sweep``) drives the other modules through a small
 ``SweepBackend`` seam so tests can drive it without servers.
@@ -55,6 +60,8 @@ class SweepEntry:
     error: str | None = None
     bench: list[dict[str, Any]] = field(default_factory=list)  # BenchResult dicts
     trace: dict[str, Any] | None = None  # profiler summary (top kernels/ops, findings)
+    group_id: str | None = None  # a multi-node profile's group (run_id is its node 0)
+    nodes: list[dict[str, Any]] | None = None  # [{node_rank, host, run_id}] of the group
     started_at: float | None = None
     ended_at: float | None = None
 
@@ -104,6 +111,7 @@ class Sweep:
     profiles: list[str]
     host: str | None = None
     simulate: bool = False
+    nodes: list[str] = field(default_factory=list)  # --nodes: every profile on this group
     bench: list[str] = field(default_factory=lambda: ["decode"])
     options: dict[str, Any] = field(default_factory=dict)
     entries: list[SweepEntry] = field(default_factory=list)
@@ -157,6 +165,8 @@ def sweep_rows(sweep: Sweep) -> list[dict[str, Any]]:
             diagnosis = ": ".join(
                 str(x) for x in (diag.get("category"), diag.get("root_cause")) if x
             )
+            if diag.get("node_rank") is not None and e.status != OK:
+                diagnosis = f"node {diag['node_rank']} ({diag.get('host')}): {diagnosis}"
         elif e.error:
             diagnosis = e.error
         rows.append(
@@ -164,6 +174,8 @@ def sweep_rows(sweep: Sweep) -> list[dict[str, Any]]:
                 "profile": e.profile,
                 "status": e.status,
                 "run_id": e.run_id,
+                "group_id": e.group_id,
+                "nodes": [n.get("host") for n in e.nodes or []],
                 "diagnosis": diagnosis,
                 "hint": diag.get("hint"),
                 "decode_tok_s": tok,
@@ -189,7 +201,7 @@ def render_markdown(sweep: Sweep) -> str:
     lines = [
         f"# Sweep {sweep.sweep_id}",
         "",
-        f"host: {sweep.host or 'local'}{' (simulated)' if sweep.simulate else ''} · "
+        f"host: {_where(sweep)}{' (simulated)' if sweep.simulate else ''} · "
         f"status: {sweep.status} · bench: {', '.join(sweep.bench) or 'none'}",
         "",
         "| " + " | ".join(head) + " |",
@@ -212,6 +224,16 @@ def render_markdown(sweep: Sweep) -> str:
     base = next((r["baseline"] for r in rows if r["baseline"]), None)
     if base:
         lines += ["", f"Speedup is decode tok/s against `{base}`, the first successful profile."]
+    groups = [e for e in sweep.entries if e.group_id]
+    if groups:
+        lines += ["", "## Host groups", ""]
+        lines += [
+            f"- **{e.profile}**: group {e.group_id}: "
+            + ", ".join(
+                f"node {n['node_rank']} {n['host']} (run {n['run_id']})" for n in e.nodes or []
+            )
+            for e in groups
+        ]
     hints = [r for r in rows if r["hint"]]
     if hints:
         lines += ["", "## Diagnoses", ""]
@@ -221,6 +243,14 @@ def render_markdown(sweep: Sweep) -> str:
         lines += ["", "## Profiler findings", ""]
         lines += [f"- **{p}**: {f['message']}" for p, f in findings]
     return "\n".join(lines) + "\n"
+
+
+def _where(sweep: Sweep) -> str:
+    """Where the sweep ran: its --nodes group, else its host (multi-node profiles name their
+    own nodes in the Host groups section)."""
+    if sweep.nodes:
+        return "nodes " + ", ".join(sweep.nodes)
+    return sweep.host or "local"
 
 
 def speed_note(sweep: Sweep) -> str | None:
@@ -348,6 +378,11 @@ class SweepBackend:
         """Is the server still healthy (after a bench ended early)?"""
         return StepOutcome("READY", {})
 
+    def group_of(self, run_id: str) -> dict[str, Any] | None:
+        """A host group's ``{group_id, nodes: [{node_rank, host, run_id}]}`` when ``run_id``
+        (what ``launch`` returned) is node 0 of one, else None."""
+        return None
+
     def stop(self, run_id: str) -> None:
         raise NotImplementedError
 
@@ -445,7 +480,7 @@ def _run_locked(sweep: Sweep, opts: SweepOptions, backend: SweepBackend, say: An
             continue
         entry.status, entry.started_at, entry.ended_at = RUNNING, time.time(), None
         entry.run_id = entry.diagnosis = entry.error = entry.trace = None
-        entry.bench = []
+        entry.group_id, entry.nodes, entry.bench = None, None, []
         save_sweep(sweep)
         try:
             _run_entry(sweep, entry, opts, backend, say)
@@ -485,15 +520,23 @@ def _run_entry(
 
         raise _ConfigError(f"check failed: {problem}")
     entry.run_id = backend.launch(spec)
+    group = backend.group_of(entry.run_id)
+    if group:
+        entry.group_id, entry.nodes = group["group_id"], group["nodes"]
     save_sweep(sweep)
-    say(f"{entry.profile}: launched run {entry.run_id}; watching")
+    if group:
+        nodes = ", ".join(f"{n['node_rank']}:{n['host']}" for n in group["nodes"])
+        say(f"{entry.profile}: launched group {entry.group_id} (nodes {nodes}); watching")
+    else:
+        say(f"{entry.profile}: launched run {entry.run_id}; watching")
     outcome = backend.watch(entry.run_id, opts)
     entry.diagnosis = outcome.diagnosis
     if outcome.state != "READY":
         entry.status = CRASHED if outcome.state in ("CRASHED", "EXITED") else STALLED
         d = outcome.diagnosis or {}
         why = " ".join(str(d[k]) for k in ("category", "root_cause") if d.get(k))
-        say(f"{entry.profile}: {outcome.state}: {why}")
+        node = f" on node {d['node_rank']} ({d.get('host')})" if "node_rank" in d else ""
+        say(f"{entry.profile}: {outcome.state}{node}: {why}")
         return
     for mode in opts.bench:
         say(f"{entry.profile}: bench {mode}")
@@ -510,7 +553,8 @@ def _run_entry(
             entry.status, entry.diagnosis = CRASHED, after.diagnosis
             d = after.diagnosis
             why = " ".join(str(d[k]) for k in ("category", "root_cause") if k in d)
-            say(f"{entry.profile}: crashed during bench {mode}: {why}")
+            node = f" on node {d['node_rank']} ({d.get('host')})" if "node_rank" in d else ""
+            say(f"{entry.profile}: crashed{node} during bench {mode}: {why}")
             return
         if levels and not any(lv.get("completed") for lv in levels):
             sample = next((lv["error_samples"][0] for lv in levels if lv.get("error_samples")), "")
@@ -551,8 +595,14 @@ def _stop_quietly(entry: SweepEntry, backend: SweepBackend, say: Any) -> None:
             signal.signal(signal.SIGINT, old)
 
 
-def start_sweep(profiles: list[str], host: str | None, simulate: bool, opts: SweepOptions) -> Sweep:
-    """A new sweep (saved, nothing run yet)."""
+def start_sweep(
+    profiles: list[str],
+    host: str | None,
+    simulate: bool,
+    opts: SweepOptions,
+    nodes: list[str] | None = None,
+) -> Sweep:
+    """A new sweep (saved, nothing run yet); ``nodes``: run every profile on that group."""
     if not profiles:
         raise ConfigError("--profiles: give at least one profile, e.g. flashinfer_gtc,trtllm_mla")
     dupes = {p for p in profiles if profiles.count(p) > 1}
@@ -563,6 +613,7 @@ def start_sweep(profiles: list[str], host: str | None, simulate: bool, opts: Swe
         profiles=list(profiles),
         host=host,
         simulate=simulate,
+        nodes=list(nodes or []),
         bench=list(opts.bench),
         options=asdict(opts),
         entries=[SweepEntry(profile=p) for p in profiles],
@@ -577,50 +628,123 @@ def resume_options(sweep: Sweep) -> SweepOptions:
 
 
 class LifecycleBackend(SweepBackend):
-    """The real thing: profiles -> preflight -> lifecycle launch -> Watcher -> bench -> stop."""
+    """The real thing: profiles -> preflight -> lifecycle launch -> Watcher -> bench -> stop.
 
-    def __init__(self, host: str | None, simulate: bool, say: Any = _say_nothing) -> None:
+    A profile with ``nodes:`` (or every profile, given ``nodes``) runs as a host group through
+    ``multinode``; the run id the loop holds is node 0's and every step resolves its group.
+    """
+
+    def __init__(
+        self,
+        host: str | None,
+        simulate: bool,
+        say: Any = _say_nothing,
+        nodes: list[str] | None = None,
+    ) -> None:
         from glmserve.hosts import get_host
         from glmserve.store import RunStore
 
         self.host = get_host(host)
         self.simulate = simulate
         self.say = say
+        self.nodes = list(nodes or [])
+        self.group_hosts: set[str] = set()  # every node of every group prepared so far
         self.store = RunStore.open()
 
     def prepare(self, profile: str, opts: SweepOptions) -> Any:
+        from dataclasses import replace
+
         from glmserve import profiles
+        from glmserve.hosts import get_host
 
         spec = profiles.load_profile(profile, list(opts.overrides), opts.sglang_version)
+        group = self.nodes or spec.nodes
+        head = get_host(group[0]) if group else self.host
         if self.simulate:
-            py = None if self.host.is_local else self.host.python
+            py = None if head.is_local else head.python
             spec = profiles.simulate(spec, python=py)
+        if group:
+            spec = replace(spec, nodes=list(group))
+            self.group_hosts.update(group)
         return spec
+
+    def _group(self, run_id: str) -> list[Any]:
+        """The group's runs when ``run_id`` belongs to one, else []."""
+        from glmserve.multinode import resolve_runs
+
+        runs = resolve_runs(self.store, run_id)
+        return runs if "group_id" in runs[0].meta else []
 
     def check(self, spec: Any) -> str | None:
         from glmserve.preflight import run_checks
         from glmserve.transport import transport_for
 
+        if spec.nodes:
+            return self._check_group(spec)
         rows = run_checks(self.host, spec, transport_for(self.host))
         bad = [r for r in rows if r.blocking]
         return "; ".join(f"{r.name}: {r.detail}" for r in bad) or None
 
+    def _check_group(self, spec: Any) -> str | None:
+        from glmserve.errors import TransportError
+        from glmserve.multinode import plan_group
+        from glmserve.preflight import run_group_checks
+
+        hosts, specs = plan_group(spec)
+        res = run_group_checks(hosts, specs)
+        if res.unreachable:
+            raise TransportError(f"unreachable node(s): {', '.join(res.unreachable)}")
+        return (
+            "; ".join(
+                f"{r.name}"
+                + ("" if r.node is None else f" (node {r.node} {r.host})")
+                + f": {r.detail}"
+                for r in res.blocking
+            )
+            or None
+        )
+
     def launch(self, spec: Any) -> str:
         from glmserve.lifecycle import launch_run
 
+        if spec.nodes:
+            from glmserve.multinode import launch_group
+
+            _gid, runs = launch_group(spec, store=self.store, say=self.say)
+            return runs[0].run_id
         return launch_run(spec, self.host.name, store=self.store, say=self.say).run_id
+
+    def group_of(self, run_id: str) -> dict[str, Any] | None:
+        from glmserve.multinode import group_summary
+
+        runs = self._group(run_id)
+        return group_summary(runs) if runs else None
 
     def watch(self, run_id: str, opts: SweepOptions) -> StepOutcome:
         from glmserve.lifecycle import transport_for_run
         from glmserve.watch import Watcher
 
-        run = self.store.get_run(run_id)
         poll = 0.2 if self.simulate else 1.0
+        runs = self._group(run_id)
+        if runs:
+            return self._watch_group(runs, poll, opts)
+        run = self.store.get_run(run_id)
         w = Watcher(run, transport_for_run(run), self.store, poll_s=poll, timeout_s=opts.timeout_s)
         res = w.watch()
-        d = res.diagnosis.to_dict()
-        keep = ("state", "category", "root_cause", "hint", "line", "phase", "patch_active")
-        return StepOutcome(res.state, {k: d.get(k) for k in keep if d.get(k) is not None})
+        return StepOutcome(res.state, _diagnosis(res.diagnosis))
+
+    def _watch_group(self, runs: list[Any], poll: float, opts: SweepOptions) -> StepOutcome:
+        """Every node at once; READY marks the other nodes ready, a failure names its node."""
+        from glmserve.multinode import mark_followers_ready, watch_group
+
+        res = watch_group(runs, poll_s=poll, timeout_s=opts.timeout_s)
+        diag = _diagnosis(res.decisive.diagnosis)
+        if res.state == "READY":
+            mark_followers_ready(runs, self.store)
+        else:
+            bad = runs[res.failing_rank or 0]
+            diag.update(node_rank=res.failing_rank or 0, host=bad.host, node_run_id=bad.run_id)
+        return StepOutcome(res.state, diag)
 
     def bench(self, run_id: str, mode: str, opts: SweepOptions) -> dict[str, Any]:
         from glmserve.bench.runner import BenchSettings, Progress
@@ -635,7 +759,7 @@ class LifecycleBackend(SweepBackend):
             num_prompts=opts.num_prompts,
             stall_timeout=opts.stall_timeout_s,
         )
-        outcome = run_bench(settings, run_id, Gates(), Progress())
+        outcome = run_bench(settings, run_id, Gates(), Progress())  # a group: via node 0
         if outcome.interrupted:
             raise KeyboardInterrupt
         return outcome.result.to_dict()
@@ -647,23 +771,47 @@ class LifecycleBackend(SweepBackend):
         return summarize_analysis(analysis)
 
     def assess(self, run_id: str) -> StepOutcome:
+        """One run, or every node of its group: the first node not READY decides."""
         from glmserve.watch import assess_run
 
-        info = assess_run(self.store.get_run(run_id), self.store)
-        run = self.store.get_run(run_id)
-        diag = {"state": info["state"], "category": run.category, "root_cause": run.root_cause}
-        if run.hint:
-            diag["hint"] = run.hint
-        return StepOutcome(str(info["state"]), {k: v for k, v in diag.items() if v})
+        runs = self._group(run_id) or [self.store.get_run(run_id)]
+        for run in runs:
+            info = assess_run(run, self.store)
+            run = self.store.get_run(run.run_id)
+            diag = {"state": info["state"], "category": run.category, "root_cause": run.root_cause}
+            if run.hint:
+                diag["hint"] = run.hint
+            if len(runs) > 1:
+                diag.update(node_rank=run.meta.get("node_rank"), host=run.host)
+            diag = {k: v for k, v in diag.items() if v is not None and v != ""}
+            if info["state"] != "READY":
+                return StepOutcome(str(info["state"]), diag)
+        return StepOutcome("READY", {"state": "READY"})
 
     def stop(self, run_id: str) -> None:
         from glmserve.lifecycle import stop_run
+        from glmserve.multinode import stop_group
 
-        stop_run(run_id, store=self.store)
+        runs = self._group(run_id)
+        if runs:
+            stop_group(runs, store=self.store)
+        else:
+            stop_run(run_id, store=self.store)
 
     def runs_started_since(self, profile: str, since: float) -> list[str]:
+        hosts = {self.host.name} | self.group_hosts
         return [
             r.run_id
-            for r in self.store.list_runs(host=self.host.name)
-            if r.profile == profile and r.created_at >= since - 1.0 and r.state != "STOPPED"
+            for r in self.store.list_runs()
+            if r.host in hosts
+            and r.profile == profile
+            and r.created_at >= since - 1.0
+            and r.state != "STOPPED"
         ]
+
+
+def _diagnosis(d: Any) -> dict[str, Any]:
+    """The parts of a watch Diagnosis a sweep entry keeps."""
+    data = d.to_dict()
+    keep = ("state", "category", "root_cause", "hint", "line", "phase", "patch_active")
+    return {k: data.get(k) for k in keep if data.get(k) is not None}

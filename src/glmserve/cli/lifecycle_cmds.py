@@ -12,6 +12,7 @@ from typing import Any
 
 import typer
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -209,11 +210,16 @@ def _verdict_error(result: Any, run_id: str) -> GlmserveError | None:
     if result.state in ("CRASHED", "EXITED"):
         cat = d.category.value if d.category else result.state
         where = f" at log line {d.line}" if d.line else ""
-        err.print(f"[red]{result.state}[/red] {cat}{where}: {d.root_cause or ''}", highlight=False)
+        err.print(
+            f"[red]{result.state}[/red] {escape(str(cat))}{where}: {escape(d.root_cause or '')}",
+            highlight=False,
+        )
         if d.hint:
             err.print(f"hint: {d.hint}", highlight=False, markup=False)
         return ServerCrashed(f"run {run_id} {result.state.lower()}: {cat}", diagnosis=d)
-    err.print(f"[yellow]{result.state}[/yellow] in phase {d.phase.value}", highlight=False)
+    err.print(
+        f"[yellow]{result.state}[/yellow] in phase {escape(str(d.phase.value))}", highlight=False
+    )
     if d.hint:
         err.print(f"hint: {d.hint}", highlight=False, markup=False)
     what = "timed out" if result.state == "TIMEOUT" else "stalled"
@@ -264,7 +270,11 @@ def launch(
         )
     store = RunStore.open()
     run = launch_run(
-        spec, h.name, replace_existing=replace, store=store, say=lambda m: err.print(m)
+        spec,
+        h.name,
+        replace_existing=replace,
+        store=store,
+        say=lambda m: err.print(m, markup=False),
     )
     if not json_out:  # scripts capture the id: run=$(glmserve launch ...); --json carries it
         print(run.run_id, flush=True)
@@ -312,8 +322,9 @@ def launch(
         raise error
     patch = result.diagnosis.patch_active or f"0/{spec.tp_size}"
     err.print(
-        f"[green]READY[/green] after {_fmt_s(result.elapsed_s)}: {run.run_id} on "
-        f"{run.host}:{run.port}" + (f"; patch active on {patch} ranks" if spec.patches else ""),
+        f"[green]READY[/green] after {_fmt_s(result.elapsed_s)}: {escape(run.run_id)} on "
+        f"{escape(run.host)}:{run.port}"
+        + (f"; patch active on {escape(str(patch))} ranks" if spec.patches else ""),
         highlight=False,
     )
 
@@ -410,8 +421,9 @@ def _launch_group(
         raise type(error)(msg, diagnosis=result.decisive.diagnosis)
     node0 = runs[0]
     err.print(
-        f"[green]READY[/green] after {_fmt_s(result.elapsed_s)}: group {gid}, "
-        f"{len(runs)} nodes, serving on {node0.host}:{node0.port} (run {node0.run_id})",
+        f"[green]READY[/green] after {_fmt_s(result.elapsed_s)}: group {escape(gid)}, "
+        f"{len(runs)} nodes, serving on {escape(node0.host)}:{node0.port} "
+        f"(run {escape(node0.run_id)})",
         highlight=False,
     )
 
@@ -468,7 +480,7 @@ def status(
             note = f"patch active on {row['patch_active']} ranks " + note
         if row.get("category"):
             note = f"{row['category']}: {row.get('root_cause') or ''} " + note
-        table.add_row(
+        cells = (
             row["run_id"],
             row["state"],
             _fmt_s(row["uptime_s"]),
@@ -478,6 +490,7 @@ def status(
             str(row["pid"] or ""),
             note.strip()[:120],
         )
+        table.add_row(*(Text(str(c)) for c in cells))  # data, never rich markup
     out.print(table)
 
 
@@ -518,7 +531,7 @@ def runs(
     for c in ("run", "created", "state", "host", "profile", "port", "launcher", "category"):
         table.add_column(c)
     for r in records:
-        table.add_row(
+        cells = (
             r.run_id,
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_at)),
             r.state,
@@ -528,25 +541,37 @@ def runs(
             r.launcher,
             r.category or "",
         )
+        table.add_row(*(Text(str(c)) for c in cells))  # data, never rich markup
     out.print(table)
 
 
 # -- logs --------------------------------------------------------------------------------------
 @app.command()
 def logs(
-    run_id: str = typer.Argument(..., help="Run id or unique prefix."),
+    run_id: str = typer.Argument(..., help="Run id or unique prefix, or a group id (g...)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
-    lines: int = typer.Option(None, "-n", "--lines", help="Only the last N lines."),
+    lines: int = typer.Option(None, "-n", "--lines", help="Only the last N lines (per node)."),
     poll: float = typer.Option(0.5, "--poll", help="Seconds between reads when following."),
 ) -> None:
     """Print a run's server.log (by byte offset over ssh; -f follows until the server ends).
+    A group id prints every node's log, each line prefixed ``[nodeI host]``; -f follows them
+    all until every node's server has ended.
 
     Example: glmserve logs 3f2a -f -n 50
+    Example (a group): glmserve logs g1a2b3c4 -n 20 -f
     """
     from glmserve.lifecycle import read_log_bytes, run_ownership, transport_for_run
+    from glmserve.multinode import group_runs
     from glmserve.store import RunStore
 
-    run = RunStore.open().get_run(run_id)
+    store = RunStore.open()
+    if lines is not None and lines < 0:
+        raise ConfigError(f"-n/--lines: expected a count of 0 or more, got {lines}")
+    group = group_runs(store, run_id) if run_id.startswith("g") else []
+    if group:
+        _group_logs(group, follow, lines, poll)
+        return
+    run = store.get_run(run_id)
     t = transport_for_run(run)
     data, offset = read_log_bytes(t, run.log_path)
     text = data.decode("utf-8", "replace")
@@ -569,11 +594,36 @@ def logs(
                 if not run_ownership(t, run).alive:
                     data, offset = read_log_bytes(t, run.log_path, offset)
                     sys.stdout.write(data.decode("utf-8", "replace"))
-                    err.print(f"(run {run.run_id} is no longer running)")
+                    err.print(f"(run {run.run_id} is no longer running)", markup=False)
                     return
         except TransportError as exc:
             err.print(f"(connection lost: {exc}; retrying at byte {offset})", markup=False)
         time.sleep(poll)
+
+
+def _group_logs(runs: list[Any], follow: bool, lines: int | None, poll: float) -> None:
+    """``logs GROUP``: every node's log, prefixed; -f until every node's server ended."""
+    from glmserve.multinode import GroupLogs
+
+    def note(msg: str) -> None:
+        err.print(f"({msg})", highlight=False, markup=False)
+
+    logs = GroupLogs(runs, note)
+    _write_lines(logs.initial(lines, follow))
+    if not follow:
+        return
+    while True:
+        _write_lines(logs.poll())
+        if logs.done:
+            note(f"group {runs[0].meta.get('group_id')}: every node's server has ended")
+            return
+        time.sleep(poll)
+
+
+def _write_lines(lines: list[str]) -> None:
+    if lines:
+        sys.stdout.write("".join(f"{ln}\n" for ln in lines))
+        sys.stdout.flush()
 
 
 # -- stop --------------------------------------------------------------------------------------
@@ -618,4 +668,8 @@ def stop(
             else rep.get("note", "not running")
         )
         node = f" (group {rep['group_id']} node {rep['node_rank']})" if rep.get("group_id") else ""
-        err.print(f"{rep['run_id']}{node} on {rep['host']}: {what}; nothing left", highlight=False)
+        err.print(
+            f"{rep['run_id']}{node} on {rep['host']}: {what}; nothing left",
+            highlight=False,
+            markup=False,
+        )

@@ -56,6 +56,9 @@ def sweep(
         None, "--profiles", help="Comma-separated profiles, in order (the first success is 1.00x)."
     ),
     host: str = typer.Option(None, "--host", "-H", help="Host from hosts.yaml (default local)."),
+    nodes: str = typer.Option(
+        None, "--nodes", help="Host group a,b (node 0 first): run every profile over it."
+    ),
     bench: list[str] = typer.Option(
         [], "--bench", help="decode and/or concurrency (repeatable; default decode)."
     ),
@@ -91,6 +94,10 @@ def sweep(
     stops the running server; `--resume <id>` continues where it stopped. Exit 0 when some
     profile succeeded, 3 when every profile crashed or stalled, 130 on Ctrl-C/SIGTERM.
 
+    A profile with ``nodes:`` (or every profile, with --nodes) runs as a host group: every
+    node is checked, launched, watched and stopped together, the bench goes through node 0,
+    and a crash is recorded with the node it happened on. --host applies to the others.
+
     Example: glmserve sweep --simulate --profiles flashinfer_gtc,trtllm_mla,cutlass_mla
     """
     from glmserve.errors import ConfigError, ServerCrashed
@@ -114,7 +121,7 @@ def sweep(
         if profiles:
             raise ConfigError("--resume: the sweep keeps its own --profiles; drop --profiles")
         opts = resume_options(sw)
-        host, simulate = sw.host, sw.simulate
+        host, simulate, group = sw.host, sw.simulate, list(sw.nodes)
     else:
         if not profiles:
             raise ConfigError("--profiles is required (or --resume SWEEP_ID)")
@@ -135,14 +142,19 @@ def sweep(
             timeout_s=timeout,
             stall_timeout_s=stall_timeout,
         )
+        group = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else []
+        if group and host:
+            raise ConfigError("give --host or --nodes, not both")
+        if nodes is not None and len(group) < 2:
+            raise ConfigError(f"--nodes: expected at least 2 host names like a,b, got {nodes!r}")
         names = [p.strip() for p in profiles.split(",") if p.strip()]
         from glmserve.profiles import load_profile
 
         for name in names:  # fail fast on a typo before anything is launched
             load_profile(name, list(sets))
-        sw = start_sweep(names, host, simulate, opts)
+        sw = start_sweep(names, host, simulate, opts, group)
     say(f"{sw.sweep_id}: {', '.join(sw.profiles)}{' (simulated)' if simulate else ''}")
-    backend = LifecycleBackend(host, simulate, say)
+    backend = LifecycleBackend(host, simulate, say, group)
     try:
         run_sweep(sw, opts, backend, say)
     except KeyboardInterrupt:
@@ -162,6 +174,7 @@ def sweep(
 
 def _print_table(sw: object) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     from glmserve.sweep import speed_note, sweep_rows
 
@@ -178,8 +191,8 @@ def _print_table(sw: object) -> None:
         return "-" if v is None else f"{v:.1f}"
 
     for r in rows:
-        table.add_row(
-            r["profile"],
+        cells = (
+            r["profile"] + (f" ({len(r['nodes'])} nodes)" if r["nodes"] else ""),
             r["status"],
             _short(r["diagnosis"]),
             f(r["decode_tok_s"]),
@@ -187,8 +200,18 @@ def _print_table(sw: object) -> None:
             *[f(r["aggregate_tok_s"].get(c)) for c in levels],
             "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
         )
+        table.add_row(*(Text(c) for c in cells))  # data, never rich markup
     # Not a terminal (CI, a file): do not squeeze the table into 80 columns.
     out.print(table, width=None if out.is_terminal else 160)
+    for r in rows:
+        if r["group_id"]:
+            nodes = ", ".join(r["nodes"])
+            out.print(
+                f"{r['profile']}: group {r['group_id']} on nodes {nodes} "
+                f"(node 0 run {r['run_id']})",
+                highlight=False,
+                markup=False,
+            )
     for r in rows:
         if r["hint"]:
             out.print(f"{r['profile']}: {r['hint']}", highlight=False, markup=False)
