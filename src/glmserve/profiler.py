@@ -1048,6 +1048,8 @@ def summarize_analysis(analysis: TraceAnalysis, top: int = 5) -> dict[str, Any]:
                 "rank": r.rank,
                 "step_ms": r.step_us / 1000,
                 "steps": r.steps,
+                "step_source": r.step_source,
+                "notes": r.notes,
                 "top_kernels": [
                     {"name": k.short_name, "share": k.share, "kind": k.kind}
                     for k in r.kernels[:top]

@@ -257,3 +257,14 @@ def test_pytorch_18_kernels_link_by_lowercase_external_id_without_correlation(tm
     by_name = {k.short_name: k.launched_by for k in summarize_trace(path).kernels}
     assert by_name["volta_sgemm_128x32_nt"] == "aten::mm"
     assert by_name["Memcpy HtoD"] == "aten::copy_"
+
+
+def test_one_endless_value_is_refused_instead_of_buffered(tmp_path, monkeypatch):
+    """A "trace" whose first event never ends (a GB string, say) must not fill memory."""
+    import glmserve.profiler as prof
+
+    monkeypatch.setattr(prof, "MAX_EVENT_CHARS", 1 << 16)
+    path = tmp_path / "endless.json"
+    path.write_text('{"traceEvents": [{"name": "' + "x" * (1 << 18))
+    with pytest.raises(TraceFormatError, match="one value is larger than"):
+        analyze_path(path)
