@@ -11,11 +11,13 @@ every problem at once with a suggested fix.
 from __future__ import annotations
 
 import difflib
+import gzip
+import hashlib
 import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from itertools import pairwise
 from pathlib import Path
@@ -167,7 +169,9 @@ def _import_server_args(allow_stubs):
             return ServerArgs, stubbed
         except Exception as exc:
             if isinstance(exc, ImportError):
-                name = _missing_name(exc)
+                # A missing module, or a name an installed package no longer has (0.4.x:
+                # triton.runtime.cache.default_cache_dir): stub the whole package.
+                name = _missing_name(exc) or exc.name
             else:
                 name = _broken_package(exc)
             root = (name or "").split(".")[0]
@@ -448,23 +452,138 @@ class ValidationReport:
 
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
+# Shipped specs: ``argspecs/index.json`` maps every release (post releases included) to the
+# content hash of its spec, and ``argspecs/specs/<hash>.json.gz`` holds each distinct spec
+# once (consecutive releases often share a CLI), so ~100 releases fit in about a megabyte.
+INDEX_NAME = "index.json"
+SPECS_SUBDIR = "specs"
+INDEX_FORMAT = 2
+# ``v0.5.9``, ``0.5.9``, ``0.5.9.post1``, ``0.5.9post1``, ``0.5.9-post1``, ``0.5`` (= 0.5.0).
+_RELEASE = re.compile(r"^[vV]?(\d+)\.(\d+)(?:\.(\d+))?(?:[.-]?post(\d+))?$")
+
 
 def _spec_dir() -> Path:
     return Path(str(resources.files("glmserve") / "argspecs"))
 
 
-def _version_key(version: str) -> tuple[Any, ...]:
-    parts: list[Any] = []
-    for piece in re.split(r"[.]", version):
-        match = re.match(r"(\d+)(.*)", piece)
-        parts.append((int(match.group(1)), match.group(2)) if match else (-1, piece))
-    return tuple(parts)
+def normalize_version(text: str) -> str | None:
+    """The canonical spelling of a release (``v0.5.09`` -> ``0.5.9``, ``0.5.9-post1`` ->
+    ``0.5.9.post1``), or None when ``text`` is not a plain release number (rc/dev/typos)."""
+    match = _RELEASE.match(text.strip())
+    if not match:
+        return None
+    major, minor, patch, post = match.groups()
+    release = f"{int(major)}.{int(minor)}.{int(patch or 0)}"
+    return release if post is None else f"{release}.post{int(post)}"
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """Sort key (major, minor, patch, post; post -1 = none) so 0.5.9 < 0.5.9.post1 < 0.5.10."""
+    match = _RELEASE.match(version.strip())
+    if match:
+        major, minor, patch, post = match.groups()
+        return (int(major), int(minor), int(patch or 0), -1 if post is None else int(post))
+    numbers = [int(x) for x in re.findall(r"\d+", version)][:4]
+    return tuple(numbers + [-1] * (4 - len(numbers)))
+
+
+def _empty_index() -> dict[str, Any]:
+    return {"format": INDEX_FORMAT, "versions": {}, "failed": {}}
+
+
+def read_index(directory: Path | None = None) -> dict[str, Any]:
+    """``index.json`` of a spec directory (the shipped one by default); empty when absent."""
+    path = (directory or _spec_dir()) / INDEX_NAME
+    if not path.is_file():
+        return _empty_index()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: unreadable argspec index ({exc})") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("versions"), dict):
+        raise ConfigError(f"{path}: argspec index has no 'versions' mapping")
+    data.setdefault("failed", {})
+    return data
+
+
+@lru_cache(maxsize=1)
+def _shipped_index() -> dict[str, Any]:
+    return read_index()
 
 
 def available_versions() -> list[str]:
-    """Releases with a shipped spec, oldest first."""
-    names = [p.name[len("sglang-") : -len(".json")] for p in _spec_dir().glob("sglang-*.json")]
-    return sorted(names, key=_version_key)
+    """Releases with a shipped spec, oldest first (post releases right after their release)."""
+    return sorted(_shipped_index()["versions"], key=version_key)
+
+
+def newest_version() -> str:
+    """The newest release with a shipped spec."""
+    return available_versions()[-1]
+
+
+def unavailable_versions() -> dict[str, str]:
+    """Releases the dump covered but could not import, with the recorded reason."""
+    return dict(_shipped_index().get("failed", {}))
+
+
+def _canonical_body(data: dict[str, Any]) -> bytes:
+    """What identifies a CLI: parser settings and actions (not when or how it was dumped)."""
+    body = {
+        "format": data.get("format", 1),
+        "parser": data.get("parser") or {},
+        "actions": data["actions"],
+    }
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def spec_digest(data: dict[str, Any]) -> str:
+    """Content hash of a dump's CLI (16 hex digits): equal CLIs share one stored file."""
+    return hashlib.sha256(_canonical_body(data)).hexdigest()[:16]
+
+
+def _write_index(directory: Path, index: dict[str, Any]) -> None:
+    index["format"] = INDEX_FORMAT
+    index["versions"] = {
+        v: index["versions"][v] for v in sorted(index["versions"], key=version_key)
+    }
+    index["failed"] = {v: index["failed"][v] for v in sorted(index["failed"], key=version_key)}
+    text = json.dumps(index, indent=1, sort_keys=False) + "\n"
+    (directory / INDEX_NAME).write_text(text, encoding="utf-8")
+
+
+def store_spec(data: dict[str, Any], directory: Path) -> str:
+    """Store one dump under ``directory`` (deduplicated by content) and index its release."""
+    payload = _canonical_body(data)
+    digest = hashlib.sha256(payload).hexdigest()[:16]
+    target = directory / SPECS_SUBDIR / f"{digest}.json.gz"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(gzip.compress(payload, compresslevel=9, mtime=0))
+    index = read_index(directory)
+    version = str(data["sglang_version"])
+    meta = {k: v for k, v in data.items() if k not in ("actions", "parser", "format")}
+    meta.pop("sglang_version", None)
+    index["versions"][version] = {"spec": digest, **meta}
+    index["failed"].pop(version, None)
+    _write_index(directory, index)
+    return digest
+
+
+def record_failure(directory: Path, version: str, reason: str) -> None:
+    """Note in the index that ``version`` could not be dumped (unless it already has a spec)."""
+    index = read_index(directory)
+    if version not in index["versions"]:
+        index["failed"][version] = reason
+        _write_index(directory, index)
+
+
+def prune_unreferenced_specs(directory: Path) -> list[Path]:
+    """Delete stored specs no release points at any more (after a re-dump); returns them."""
+    used = {entry["spec"] for entry in read_index(directory)["versions"].values()}
+    gone = [p for p in (directory / SPECS_SUBDIR).glob("*.json.gz") if p.name[:-8] not in used]
+    for path in gone:
+        path.unlink()
+    return gone
 
 
 def parse_argspec(data: dict[str, Any], source: str = "") -> ArgSpec:
@@ -500,41 +619,114 @@ def parse_argspec(data: dict[str, Any], source: str = "") -> ArgSpec:
     )
 
 
-def _read_spec_file(path: Path) -> ArgSpec:
+def _read_json_maybe_gz(path: Path) -> Any:
+    """JSON from ``path``, gunzipped first when it is gzip (by magic bytes, not by name)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read argspec ({exc.strerror})") from exc
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise ConfigError(f"{path}: argspec is not valid gzip ({exc})") from exc
     try:
-        data = json.loads(text)
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: argspec is not UTF-8 text") from exc
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}:{exc.lineno}: argspec is not valid JSON ({exc.msg})") from exc
+
+
+def _read_spec_file(path: Path) -> ArgSpec:
+    data = _read_json_maybe_gz(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: argspec must be a JSON object")
     return parse_argspec(data, str(path))
 
 
-@lru_cache(maxsize=64)
+@cache
+def _stored_body(digest: str) -> dict[str, Any]:
+    path = _spec_dir() / SPECS_SUBDIR / f"{digest}.json.gz"
+    data = _read_json_maybe_gz(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: argspec must be a JSON object")
+    return data
+
+
+@cache
 def _load_shipped(version: str) -> ArgSpec:
-    return _read_spec_file(_spec_dir() / f"sglang-{version}.json")
+    entry = _shipped_index()["versions"][version]
+    digest = entry["spec"]
+    meta = {k: v for k, v in entry.items() if k != "spec"}
+    data = {**_stored_body(digest), **meta, "sglang_version": version, "spec_digest": digest}
+    return parse_argspec(data, f"argspecs/{SPECS_SUBDIR}/{digest}.json.gz (sglang {version})")
+
+
+def _nearest_versions(wanted: str, known: list[str]) -> list[str]:
+    """The shipped releases just below and above ``wanted``, or close spellings of a typo."""
+    if normalize_version(wanted) is None:
+        return difflib.get_close_matches(wanted.strip(), known, n=2, cutoff=0.6)
+    key = version_key(wanted)
+    below = [v for v in known if version_key(v) < key]
+    above = [v for v in known if version_key(v) > key]
+    return below[-1:] + above[:1]
+
+
+def _unknown_version_message(text: str) -> str:
+    known = available_versions()
+    norm = normalize_version(text)
+    failed = unavailable_versions()
+    if norm in failed:
+        head = (
+            f"no argspec shipped for sglang {norm}: its server_args could not be dumped "
+            f"({failed[norm]})"
+        )
+    else:
+        head = f"no argspec shipped for sglang {text!r}"
+    nearest = _nearest_versions(text, known)
+    near = f"nearest shipped: {', '.join(nearest)}; " if nearest else ""
+    span = f"{known[0]}..{known[-1]}" if known else "none"
+    dump_as = norm or "VERSION"
+    return (
+        f"{head} ({near}shipped: {span}, see glmserve validate --list-versions); "
+        f"dump it with scripts/dump_argspec.py {dump_as} or take the host's live spec "
+        "(glmserve check caches it under $GLMSERVE_HOME/argspecs/) and pass --spec FILE"
+    )
+
+
+def resolve_version(text: str) -> str:
+    """The shipped release ``text`` names: exact first, then normalised (``v0.5.9``,
+    ``0.5.9-post1``). Never a different release: an unknown one is a ConfigError naming the
+    nearest shipped releases and how to dump the right spec."""
+    versions = _shipped_index()["versions"]
+    raw = str(text).strip()
+    if raw in versions:
+        return raw
+    norm = normalize_version(raw)
+    if norm is not None and norm in versions:
+        return norm
+    raise ConfigError(_unknown_version_message(raw))
+
+
+def _looks_like_path(text: str) -> bool:
+    return text.endswith((".json", ".json.gz", ".gz")) or "/" in text or Path(text).is_file()
 
 
 def load_argspec(version_or_path: str) -> ArgSpec:
-    """A shipped release's spec by exact version (``0.5.9``), or a spec JSON file by path."""
+    """A shipped release's spec by version (``0.5.9``, ``v0.5.9``, ``0.5.9.post1``), or a
+    spec file by path (``.json``, or ``.json.gz`` as the package stores them)."""
     text = str(version_or_path).strip()
-    version = text[1:] if text[:1] in ("v", "V") and text[1:2].isdigit() else text
-    if version in available_versions():
-        return _load_shipped(version)
-    path = Path(text).expanduser()
-    if text.endswith(".json") or path.is_file() or "/" in text:
+    versions = _shipped_index()["versions"]
+    norm = normalize_version(text)
+    if text in versions or (norm is not None and norm in versions):
+        return _load_shipped(resolve_version(text))
+    if _looks_like_path(text):
+        path = Path(text).expanduser()
         if not path.is_file():
             raise ConfigError(f"{text}: no such argspec file")
         return _read_spec_file(path)
-    known = ", ".join(available_versions())
-    raise ConfigError(
-        f"no argspec shipped for sglang {text!r}; known versions: {known} "
-        "(or pass a spec JSON dumped on the host, see scripts/dump_argspec.py)"
-    )
+    raise ConfigError(_unknown_version_message(text))
 
 
 def dump_command(python: str = "python3") -> list[str]:
@@ -559,6 +751,16 @@ def argspec_from_dump(stdout: str, source: str) -> ArgSpec:
 def shipped_specs() -> list[ArgSpec]:
     """Every shipped spec, oldest first (for rename and removed-choice suggestions)."""
     return [_load_shipped(v) for v in available_versions()]
+
+
+def _distinct_shipped_specs() -> list[ArgSpec]:
+    """Shipped specs oldest first, skipping a release whose CLI equals the one before it
+    (post releases usually): rename pairing only needs the points where the CLI changed."""
+    out: list[ArgSpec] = []
+    for spec in shipped_specs():
+        if not out or out[-1].meta.get("spec_digest") != spec.meta.get("spec_digest"):
+            out.append(spec)
+    return out
 
 
 # --- type checks (argparse's _get_value for the type names a dump records) ------------------
@@ -710,7 +912,7 @@ def _jaccard(a: tuple[Any, ...] | None, b: tuple[Any, ...] | None) -> float:
 @lru_cache(maxsize=1)
 def derived_renames() -> dict[str, str]:
     """old flag -> newer flag, from consecutive shipped specs plus ``KNOWN_RENAMES``."""
-    specs = shipped_specs()
+    specs = _distinct_shipped_specs()
     renames: dict[str, str] = {}
     for old, new in pairwise(specs):
         renames.update(_pair_renames(old, new))
@@ -1172,7 +1374,7 @@ class BackendFact:
         """The accepted kv-cache dtypes in ``version`` (None: no restriction known)."""
         accepted = None
         for since, dtypes in self.kv_dtypes:
-            if _version_key(version) >= _version_key(since):
+            if version_key(version) >= version_key(since):
                 accepted = dtypes
         return accepted
 

@@ -104,7 +104,7 @@ def test_unresolved_expansions_are_warned_not_failed(capsys: pytest.CaptureFixtu
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--sglang-version", "0.4.1", "--", "--model", "m"], "known versions: 0.5.8"),
+        (["--sglang-version", "0.5.24", "--", "--model", "m"], "nearest shipped: 0.5.23"),
         (["--", "--model", "m"], "exactly one of --sglang-version"),
         (["--sglang-version", "0.5.9"], "nothing to check"),
         (["--sglang-version", "0.5.9", "missing.sh"], "missing.sh: no such script"),

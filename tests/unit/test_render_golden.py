@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from glmserve.argspec import available_versions
+from glmserve.argspec import available_versions, version_key
 from glmserve.errors import FlagValidationError
 from glmserve.profiles import load_profile
 
@@ -48,7 +48,7 @@ def test_0_5_8_rejects_the_trtllm_choice_of_nsa_decode_backend():
 
 
 def test_newest_release_names_the_nsa_flags_and_their_dsa_replacements():
-    newest = max(available_versions(), key=lambda v: tuple(int(x) for x in v.split(".")))
+    newest = max(available_versions(), key=version_key)
     with pytest.raises(FlagValidationError) as info:
         load_profile("trtllm_mla", sglang_version=newest)
     msg = str(info.value)

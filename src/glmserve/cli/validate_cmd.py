@@ -74,9 +74,10 @@ def validate(
         out.print("\n".join(available_versions()), highlight=False)
         return
     if (sglang_version is None) == (spec_file is None):
+        shipped = available_versions()
         raise ConfigError(
             "give exactly one of --sglang-version V or --spec FILE "
-            f"(shipped versions: {', '.join(available_versions())})"
+            f"(shipped versions: {shipped[0]}..{shipped[-1]}, see --list-versions)"
         )
     spec = load_argspec(str(spec_file) if spec_file is not None else sglang_version)
     items = list(target or [])
