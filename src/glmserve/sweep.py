@@ -585,7 +585,8 @@ def _stop_quietly(entry: SweepEntry, backend: SweepBackend, say: Any) -> None:
         for run_id in run_ids:
             try:
                 backend.stop(run_id)
-                say(f"{entry.profile}: stopped run {run_id}")
+                what = f"group {entry.group_id} (every node)" if entry.group_id else f"run {run_id}"
+                say(f"{entry.profile}: stopped {what}")
             except GlmserveError as exc:
                 say(f"{entry.profile}: could not stop run {run_id}: {exc}")
                 entry.error = (entry.error + "; " if entry.error else "") + f"stop failed: {exc}"
