@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -203,5 +204,123 @@ def test_node1_dying_after_ready_shows_in_group_status(group_hosts):
         time.sleep(0.3)
     assert states == [(0, "READY"), (1, "CRASHED")]
     assert cli("stop", gid).returncode == 0
+    for r in runs:
+        assert _left(r) == []
+
+
+# -- check / bench / logs / sweep over the group ------------------------------------------------
+def _rows_by(data: dict) -> dict[tuple[str | None, str], dict]:
+    return {(r.get("host"), r["check"]): r for r in data["rows"]}
+
+
+def test_group_check_every_node_and_blocks_on_node0_dist_port(group_hosts):
+    port, dport = free_local_port(), free_local_port()
+    args = ["check", "--profile", "trtllm_mla", "--nodes", ",".join(NODES), "--simulate",
+            "--set", f"server.port={port}",
+            "--set", f"server.dist-init-addr=127.0.0.1:{dport}"]  # fmt: skip
+    res = cli(*args, "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = _rows_by(json.loads(res.stdout))
+    for host in NODES:  # every node was reached over its own sshd and checked
+        assert rows[(host, "reachable")]["detail"].startswith("ssh glmserve-test-sshd")
+        assert rows[(host, "sglang")]["status"] == "ok"
+        assert rows[(host, "port")] == {"check": "port", "status": "ok", "detail": f"{port} free",
+                                        "node": NODES.index(host), "host": host}  # fmt: skip
+    assert rows[(None, "same sglang")]["status"] == "ok"
+    assert rows[("nodea", "dist-init port")]["detail"].startswith(f"{dport} free")
+    assert ("nodeb", "dist-init port") not in rows  # only node 0 binds the rendezvous
+    with socket.socket() as taken:  # something else holds node 0's dist-init port
+        taken.bind(("127.0.0.1", dport))
+        taken.listen()
+        res = cli(*args)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "1 blocking check(s): dist-init port (node 0 nodea)" in res.stderr
+    assert "0 nodea" in res.stdout and "1 nodeb" in res.stdout  # one table, a node column
+
+
+def test_group_check_blocks_on_different_sglang_versions(group_hosts, two_sshd, tmp_path):
+    """Node b's python sees SGLang 0.5.8 (a synthetic dist-info first on its path), node a the
+    installed 0.5.9: the flags of each node are validated against its own live argparse spec,
+    and the mismatch is one blocking row naming both nodes."""
+    fake = tmp_path / "fake-site"
+    (fake / "sglang-0.5.8.dist-info").mkdir(parents=True)
+    (fake / "sglang-0.5.8.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.8\n"  # synthetic
+    )
+    py58 = tmp_path / "python-sglang058"
+    py58.write_text(f'#!/bin/sh\nPYTHONPATH={fake} exec {sys.executable} "$@"\n')
+    py58.chmod(0o755)
+    venv = tmp_path / "venv"  # the profile names a venv; this one activates nothing
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "activate").write_text("")
+    text = two_sshd[0].hosts_yaml(NODES[0], workdir=tmp_path / "wa", venv=venv)
+    second = two_sshd[1].hosts_yaml(NODES[1], workdir=tmp_path / "wb", venv=venv, python=py58)
+    text += "".join(second.splitlines(keepends=True)[1:])
+    (Path(os.environ["GLMSERVE_CONFIG_DIR"]) / "hosts.yaml").write_text(text)
+    res = cli("check", "--profile", "trtllm_mla", "--nodes", ",".join(NODES), "--json",
+              "--set", f"server.port={free_local_port()}", timeout=240)  # fmt: skip
+    assert res.returncode == 2, res.stdout + res.stderr
+    rows = _rows_by(json.loads(res.stdout))
+    assert rows[(None, "same sglang")]["status"] == "fail"
+    assert rows[(None, "same sglang")]["detail"] == (
+        "nodes run different SGLang versions: 0.5.8 on nodeb; 0.5.9 on nodea"
+    )
+    assert "for sglang 0.5.9" in rows[("nodea", "flags")]["detail"]
+    assert "for sglang 0.5.8" in rows[("nodeb", "flags")]["detail"]
+    assert "same sglang" in res.stderr.splitlines()[-1]
+
+
+def test_group_bench_logs_and_compare(group_hosts):
+    port = free_local_port()
+    res = launch_group(port)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    gid, runs = data["group_id"], data["runs"]
+    node0, node1 = runs[0]["run_id"], runs[1]["run_id"]
+    follow = subprocess.Popen(
+        [sys.executable, "-c", "from glmserve.cli import main; main()", "logs", gid, "-f",
+         "-n", "0", "--poll", "0.2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        bench_args = ("--output-len", "16", "--num-prompts", "2", "--warmup", "0", "--json")
+        by_group = cli("bench", gid, *bench_args)
+        assert by_group.returncode == 0, by_group.stderr
+        by_node1 = cli("bench", node1, *bench_args)  # a follower's run id: still node 0
+        assert by_node1.returncode == 0, by_node1.stderr
+        for out in (by_group, by_node1):
+            result = json.loads(out.stdout)
+            assert result["meta"]["run_id"] == node0 and result["decode_tok_s"] > 0
+            group = result["meta"]["group"]
+            assert group["group_id"] == gid
+            assert [(n["node_rank"], n["host"], n["run_id"]) for n in group["nodes"]] == [
+                (0, "nodea", node0),
+                (1, "nodeb", node1),
+            ]
+        stored = RunStore.open().list_bench_results(run_id=node0)
+        assert len(stored) == 2 and stored[0]["meta"]["group"]["nnodes"] == 2
+        cmp = cli("compare", "--last", "2", "--json")  # (an all-digit run id reads as a result id)
+        assert cmp.returncode == 0, cmp.stderr
+        rows = json.loads(cmp.stdout)["rows"]
+        assert [(r["run_id"], r["profile"]) for r in rows] == [(node0, "trtllm_mla")] * 2
+        # logs GROUP: each node's lines, prefixed; logs RUN: that run's log as it is.
+        logs = cli("logs", gid, "-n", "2")
+        assert logs.returncode == 0, logs.stderr
+        lines = logs.stdout.splitlines()
+        prefixes = [ln.split("] ", 1)[0] + "]" for ln in lines]
+        assert prefixes == ["[node0 nodea]"] * 2 + ["[node1 nodeb]"] * 2
+        plain = cli("logs", node1, "-n", "2").stdout
+        assert plain.splitlines() == [ln.removeprefix("[node1 nodeb] ") for ln in lines[2:]]
+        assert cli("stop", gid).returncode == 0
+        out, err = follow.communicate(timeout=30)  # -f ends once every node's server ended
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+    assert follow.returncode == 0, err
+    # Lines logged while following (the benches' requests on node 0) came through, prefixed.
+    assert any(ln.startswith("[node0 nodea] ") and "/generate" in ln for ln in out.splitlines())
+    assert all(ln.startswith(("[node0 nodea] ", "[node1 nodeb] ")) for ln in out.splitlines())
+    assert f"group {gid}: every node's server has ended" in err
     for r in runs:
         assert _left(r) == []
