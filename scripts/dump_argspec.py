@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 from glmserve.argspec import (  # noqa: E402
     DUMP_SNIPPET,
+    normalize_version,
     prune_unreferenced_specs,
     read_index,
     record_failure,
@@ -220,7 +221,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="parallel venvs (2 at most here)")
     parser.add_argument("--keep-venv", action="store_true", help="keep the throwaway venvs")
     args = parser.parse_args()
-    versions = list(args.version)
+    versions = [normalize_version(v) or v for v in args.version]  # v0.5.9 -> 0.5.9
     if args.all:
         versions += pypi_versions(args.since, args.until)
     if args.missing:

@@ -548,6 +548,7 @@ def _write_index(directory: Path, index: dict[str, Any]) -> None:
     }
     index["failed"] = {v: index["failed"][v] for v in sorted(index["failed"], key=version_key)}
     text = json.dumps(index, indent=1, sort_keys=False) + "\n"
+    directory.mkdir(parents=True, exist_ok=True)
     (directory / INDEX_NAME).write_text(text, encoding="utf-8")
 
 
