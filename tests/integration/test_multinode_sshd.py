@@ -7,8 +7,10 @@ SGLang's ranks rendezvous there. The simulator runs 20x faster than real time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -324,3 +326,74 @@ def test_group_bench_logs_and_compare(group_hosts):
     assert f"group {gid}: every node's server has ended" in err
     for r in runs:
         assert _left(r) == []
+
+
+def test_sweep_over_groups_crash_names_node_ctrl_c_stops_every_node_and_resume(group_hosts):
+    """Two group profiles (``nodes:``) and one single-host profile (--host) in one sweep."""
+    prof_dir = Path(os.environ["GLMSERVE_CONFIG_DIR"]) / "profiles"
+    prof_dir.mkdir(parents=True, exist_ok=True)
+    (prof_dir / "crash2n.yaml").write_text(
+        "extends: trtllm_mla\nnodes: [nodea, nodeb]\nsim:\n  crash-at: kv\n  fault-node-rank: 1\n"
+    )
+    (prof_dir / "ok2n.yaml").write_text("extends: cutlass_mla\nnodes: [nodea, nodeb]\n")
+    home = Path(os.environ["GLMSERVE_HOME"])
+    argv = [sys.executable, "-c", "from glmserve.cli import main; main()", "sweep"]
+    proc = subprocess.Popen(
+        [*argv, "--simulate", "--host", "nodea", "--profiles", "crash2n,cutlass_mla,ok2n",
+         "--set", f"server.port={free_local_port()}", "--set", "sim.gpu-arch=sm100",
+         "--set", "sim.speed=5", "--output-len", "64", "--num-prompts", "3", "--timeout", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline, sweep_file = time.monotonic() + 180, None
+        while time.monotonic() < deadline and proc.poll() is None:
+            found = sorted((home / "sweeps").glob("*/sweep.json"))
+            if found:
+                sweep_file = found[0]
+                with contextlib.suppress(ValueError):  # caught mid-replace: read again
+                    if json.loads(sweep_file.read_text())["entries"][2]["group_id"]:
+                        break
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)  # ok2n's group is up: Ctrl-C
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert sweep_file is not None
+    sw = json.loads(sweep_file.read_text())
+    crashed, single, grouped = sw["entries"]
+    assert (crashed["status"], single["status"], grouped["status"]) == (
+        "crashed",
+        "ok",
+        "interrupted",
+    )
+    assert crashed["diagnosis"]["node_rank"] == 1 and crashed["diagnosis"]["host"] == "nodeb"
+    assert [n["host"] for n in crashed["nodes"]] == ["nodea", "nodeb"]
+    assert single["group_id"] is None and single["nodes"] is None
+    store = RunStore.open()
+    for node in grouped["nodes"]:  # Ctrl-C stopped every node of the running group
+        run = store.get_run(node["run_id"])
+        assert run.state == "STOPPED"
+        assert _left({"host": run.host, "pgid": run.pgid}) == []
+    res = cli("sweep", "--resume", sw["sweep_id"], "--json", timeout=180)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    rows = {r["profile"]: r for r in data["rows"]}
+    assert [rows[p]["status"] for p in ("crash2n", "cutlass_mla", "ok2n")] == [
+        "crashed",
+        "ok",
+        "ok",
+    ]
+    assert rows["crash2n"]["diagnosis"].startswith("node 1 (nodeb): OOM")
+    assert rows["ok2n"]["nodes"] == ["nodea", "nodeb"] and rows["ok2n"]["decode_tok_s"] > 0
+    ok2n = data["entries"][2]
+    bench = store.list_bench_results(run_id=ok2n["run_id"])
+    assert [n["host"] for n in bench[0]["meta"]["group"]["nodes"]] == ["nodea", "nodeb"]
+    assert ok2n["nodes"][0]["run_id"] == ok2n["run_id"]
+    for node in ok2n["nodes"]:
+        run = store.get_run(node["run_id"])
+        assert run.state == "STOPPED" and _left({"host": run.host, "pgid": run.pgid}) == []
+    md = (sweep_file.parent / "sweep.md").read_text()
+    assert f"- **ok2n**: group {ok2n['group_id']}: node 0 nodea" in md
