@@ -155,3 +155,34 @@ def test_dump_command_runs_the_snippet(fake_sglang: Path) -> None:
 def test_garbled_dump_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="gpu1: argspec dump is not JSON"):
         argspec_from_dump("Traceback (most recent call last):\n  boom", "gpu1")
+
+
+def test_installed_package_missing_a_name_is_stubbed(tmp_path: Path) -> None:
+    """0.4.x does ``from triton.runtime.cache import default_cache_dir``, a name newer triton
+    dropped: the snippet stubs the whole package instead of failing the dump."""
+    pkg = tmp_path / "sglang" / "srt"
+    pkg.mkdir(parents=True)
+    (tmp_path / "sglang" / "__init__.py").write_text('__version__ = "0.0.2"\n')
+    (pkg / "__init__.py").write_text("")
+    (pkg / "server_args.py").write_text(
+        "from agedlib.runtime.cache import default_cache_dir\n"
+        "class ServerArgs:\n"
+        "    @staticmethod\n"
+        "    def add_cli_args(parser):\n"
+        "        parser.add_argument('--model-path')\n"
+    )
+    aged = tmp_path / "agedlib" / "runtime"
+    aged.mkdir(parents=True)
+    (tmp_path / "agedlib" / "__init__.py").write_text("")
+    (aged / "__init__.py").write_text("")
+    (aged / "cache.py").write_text("def get_cache_manager():\n    return None\n")
+    proc = run_snippet(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["stubbed_modules"] == ["agedlib"]
+    assert [a["dest"] for a in data["actions"]] == ["model_path"]
+    # A name missing from sglang itself is a broken release, not something to stub.
+    (pkg / "server_args.py").write_text("from sglang import not_there\n")
+    proc = run_snippet(tmp_path)
+    assert proc.returncode != 0
+    assert "cannot import name 'not_there'" in proc.stderr
