@@ -290,8 +290,11 @@ def sglang_versions(rows: list[CheckRow]) -> dict[str, list[str]]:
     return out
 
 
-def version_row(rows: list[CheckRow], simulate: bool) -> CheckRow:
-    """Across nodes: one SGLang version everywhere, else a blocking row naming each node's."""
+def version_row(
+    rows: list[CheckRow], simulate: bool, unchecked: tuple[str, ...] | list[str] = ()
+) -> CheckRow:
+    """Across nodes: one SGLang version everywhere, else a blocking row naming each node's.
+    ``unchecked``: nodes that could not be asked (unreachable)."""
     versions = sglang_versions(rows)
     missing = [r.host or "?" for r in rows if r.name == "sglang" and r.host and r.status != "ok"]
     missing = [h for h in missing if not any(h in hs for hs in versions.values())]
@@ -305,6 +308,13 @@ def version_row(rows: list[CheckRow], simulate: bool) -> CheckRow:
             "same sglang",
             "fail",
             f"sglang {v} on {', '.join(versions[v])}, none on {', '.join(missing)}",
+        )
+    if versions and unchecked:
+        v = next(iter(versions))
+        return CheckRow(
+            "same sglang",
+            "skip",
+            f"sglang {v} on {', '.join(versions[v])}; not checked on {', '.join(unchecked)}",
         )
     if versions:
         v = next(iter(versions))
@@ -325,7 +335,7 @@ def run_group_checks(hosts: list[HostConfig], specs: list[LaunchSpec]) -> GroupC
         if node[0].name == "reachable" and node[0].status == "fail" and len(node) == 1
     ]
     simulate = specs[0].launcher == "simulator"
-    rows.append(version_row(rows, simulate))
+    rows.append(version_row(rows, simulate, unreachable))
     dist = str(specs[0].extra.get("dist_init_addr") or "")
     port_s = dist.rsplit(":", 1)[-1]
     if hosts[0].name not in unreachable and port_s.isdigit():

@@ -133,7 +133,7 @@ def _check_group(
                 "profile": spec.profile,
                 "nodes": group,
                 "dist_init_addr": specs[0].extra.get("dist_init_addr"),
-                "rows": [r.to_dict() for r in res.rows],
+                "rows": [{**r.to_dict(), "node": r.node, "host": r.host} for r in res.rows],
             }
         )
     else:
