@@ -714,6 +714,18 @@ def _looks_like_path(text: str) -> bool:
     return text.endswith((".json", ".json.gz", ".gz")) or "/" in text or Path(text).is_file()
 
 
+def load_release_spec(version: str) -> ArgSpec:
+    """A shipped release's spec by version only: ``--sglang-version`` names a release, so a
+    path-like value is refused rather than read (spec files go through ``--spec``)."""
+    text = str(version).strip()
+    if _looks_like_path(text) and normalize_version(text) is None:
+        raise ConfigError(
+            f"--sglang-version {text!r} is not a release version (e.g. 0.5.9); "
+            "pass a spec file with --spec FILE"
+        )
+    return _load_shipped(resolve_version(text))
+
+
 def load_argspec(version_or_path: str) -> ArgSpec:
     """A shipped release's spec by version (``0.5.9``, ``v0.5.9``, ``0.5.9.post1``), or a
     spec file by path (``.json``, or ``.json.gz`` as the package stores them)."""

@@ -51,9 +51,9 @@ def version_in_range(version: str, spec_range: str | None) -> bool:
 
 def validate_spec(spec: LaunchSpec, sglang_version: str) -> list[str]:
     """Raise FlagValidationError (exit 2) listing every error; return warning lines."""
-    from glmserve.argspec import load_argspec, validate_argv
+    from glmserve.argspec import load_release_spec, validate_argv
 
-    argspec = load_argspec(sglang_version)
+    argspec = load_release_spec(sglang_version)
     report = validate_argv(list(spec.argv), argspec)
     warnings = [format_finding(spec, f) for f in report.warnings]
     version = getattr(argspec, "version", sglang_version)

@@ -108,6 +108,9 @@ def test_unresolved_expansions_are_warned_not_failed(capsys: pytest.CaptureFixtu
         (["--", "--model", "m"], "exactly one of --sglang-version"),
         (["--sglang-version", "0.5.9"], "nothing to check"),
         (["--sglang-version", "0.5.9", "missing.sh"], "missing.sh: no such script"),
+        # a version names a release; a path there is refused, not read as a spec file
+        (["--sglang-version", SEED, "--", "--tp-size", "8"], "is not a release version"),
+        (["--sglang-version", "../../etc/passwd", "--", "--tp-size", "8"], "--spec FILE"),
         (["--sglang-version", "0.5.9", str(SCRIPTS / "no_launch.sh")], "no sglang.launch_server"),
     ],
 )

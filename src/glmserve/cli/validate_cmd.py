@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from glmserve.argspec import available_versions, load_argspec
+from glmserve.argspec import available_versions, load_argspec, load_release_spec
 from glmserve.cli._app import app, emit_json, out
 from glmserve.errors import ConfigError, FlagValidationError
 from glmserve.scriptparse import (
@@ -79,7 +79,9 @@ def validate(
             "give exactly one of --sglang-version V or --spec FILE "
             f"(shipped versions: {shipped[0]}..{shipped[-1]}, see --list-versions)"
         )
-    spec = load_argspec(str(spec_file) if spec_file is not None else sglang_version)
+    spec = (
+        load_argspec(str(spec_file)) if spec_file is not None else load_release_spec(sglang_version)
+    )
     items = list(target or [])
     if not items:
         raise ConfigError("nothing to check: give a launch script, or -- followed by server flags")
