@@ -231,3 +231,17 @@ def test_group_check_shows_every_reachable_node_then_exits_5_naming_the_unreacha
     assert rows[("la", "port")]["status"] == "ok"  # the reachable node was checked in full
     assert rows[(None, "same sglang")]["status"] == "skip"
     assert "not checked on dead" in rows[(None, "same sglang")]["detail"]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--nodes", "a"], "error: --nodes: expected at least 2 host names like a,b, got 'a'"),
+        (["--nodes", "a,b", "--host", "a"], "error: give --host or --nodes, not both"),
+    ],
+)
+def test_sweep_nodes_option_errors_are_one_line(capsys, extra, message):
+    with pytest.raises(SystemExit) as info:
+        main(["sweep", "--simulate", "--profiles", "cutlass_mla", *extra])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.strip() == message
