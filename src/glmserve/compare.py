@@ -42,21 +42,37 @@ def load_entries(
 
 
 def _load_one(store: Any, item: str) -> dict[str, Any]:
-    if item.isdigit():
+    """A run id (exact, or a unique prefix), a group id (its node 0 run), else a number as a
+    bench result id. An exact run id wins over a number: run ids are 8 hex digits, so about
+    one in fifty is all digits."""
+    from glmserve.multinode import group_runs
+
+    try:
+        run = store.get_run(item)
+    except RunNotFound:
+        run = None
+    if item.isdigit() and (run is None or run.run_id != item):
         return store.get_bench_result(int(item))
-    rows = store.list_bench_results(run_id=item, last=1)
+    if run is None and item.startswith("g"):
+        members = group_runs(store, item)
+        run = members[0] if members else None
+    if run is None:
+        store.get_run(item)  # raises RunNotFound naming the item
+    rows = store.list_bench_results(run_id=run.run_id, last=1)
     if not rows:
-        store.get_run(item)  # raises RunNotFound for an unknown run id
         raise RunNotFound(f"run {item} has no bench results (run `glmserve bench {item}`)")
     return rows[0]
 
 
 def _find(rows: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
+    for r in reversed(rows):  # a run id: its newest result among the rows (wins over a number)
+        if r.get("run_id") == key:
+            return r
     for r in rows:
         if str(r["id"]) == key:
             return r
-    for r in reversed(rows):  # a run id: its newest result among the rows
-        if r.get("run_id") == key:
+    for r in reversed(rows):  # a run id prefix
+        if str(r.get("run_id") or "").startswith(key) and not key.isdigit():
             return r
     return None
 

@@ -129,3 +129,35 @@ def test_compare_usage_errors(capsys):
     assert run_cli(capsys, "compare")[0] == 2
     assert run_cli(capsys, "compare", "--last", "2")[0] == 2  # nothing stored yet
     assert run_cli(capsys, "compare", "12345")[0] == 2
+
+
+def test_compare_resolves_all_digit_run_ids_and_group_ids(capsys, fake):
+    """Run ids are 8 hex digits, so some are all digits: an exact run id must win over the
+    same text read as a bench result id. A group id (``g...``) means its node 0 run."""
+    from glmserve.store import RunRecord
+
+    with RunStore.open() as store:
+        digits = store.add_run(
+            RunRecord(run_id="12345678", host="local", profile="a", port=1, run_dir="/tmp/r1")
+        )
+        node0 = store.add_run(
+            RunRecord(run_id="abcdef01", host="local", profile="b", port=2, run_dir="/tmp/r2",
+                      meta={"group_id": "g7777", "node_rank": 0})
+        )  # fmt: skip
+        store.add_run(
+            RunRecord(run_id="abcdef02", host="other", profile="b", port=2, run_dir="/tmp/r3",
+                      meta={"group_id": "g7777", "node_rank": 1})
+        )  # fmt: skip
+        for run, tok_s in ((digits, 10.0), (node0, 20.0)):
+            store.add_bench_result(
+                run.run_id, {"mode": "decode", "decode_tok_s": tok_s, "levels": []}
+            )
+    code, out, err = run_cli(capsys, "compare", "12345678", "g7777", "--json")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert [r["run_id"] for r in rows] == ["12345678", "abcdef01"]
+    assert rows[1]["decode_speedup"] == pytest.approx(2.0)
+    # a number that is not a run id is still a bench result id
+    code, out, err = run_cli(capsys, "compare", "1", "--json")
+    assert code == 0, err
+    assert json.loads(out)["rows"][0]["run_id"] == "12345678"
