@@ -39,3 +39,28 @@ def project_configs_dir() -> Path:
     if (cwd / "profiles").is_dir():
         return cwd
     return Path(__file__).resolve().parents[2] / "configs"
+
+
+def read_capped(path: Path, limit: int, what: str, missing: str | None = None) -> bytes:
+    """The bytes of a user-named regular file of at most ``limit`` bytes, else a one-line
+    ConfigError naming the path. The size is checked before reading and the read is capped
+    too, so ``/dev/zero``, a FIFO or a 10 GiB file can never exhaust memory or hang.
+    ``missing`` replaces "<what> is not a regular file" when the path does not exist.
+    """
+    try:
+        if not path.is_file():
+            if missing is not None and not path.exists():
+                raise ConfigError(f"{path}: {missing}")
+            raise ConfigError(f"{path}: {what} is not a regular file")
+        size = path.stat().st_size
+        if size > limit:
+            raise ConfigError(f"{path}: {what} is {size} bytes; the limit is {limit}")
+        with path.open("rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read {what}: {exc.strerror or exc}") from exc
+    except ValueError as exc:  # e.g. an embedded NUL in the path
+        raise ConfigError(f"{path!r}: invalid {what} path: {exc}") from exc
+    if len(data) > limit:
+        raise ConfigError(f"{path}: {what} is larger than {limit} bytes")
+    return data

@@ -20,6 +20,7 @@ from typing import Any
 
 from glmserve.argspec import ArgSpec, Finding, ValidationReport, validate_argv
 from glmserve.errors import ConfigError
+from glmserve.paths import read_capped
 from glmserve.spec import PATCHES_ENV
 
 LAUNCH_MODULES = ("sglang.launch_server",)
@@ -465,19 +466,7 @@ def _later_launch_lines(lexer: _Lexer) -> list[int]:
 def read_script(path: Path) -> str:
     """A script's text for checking: a regular file of at most MAX_SCRIPT_BYTES; bytes that
     are not UTF-8 become U+FFFD (bash reads bytes, the flags we check are ASCII)."""
-    try:
-        if not path.is_file():
-            what = "not a regular file" if path.exists() else "no such script"
-            raise ConfigError(f"{path}: {what}")
-        size = path.stat().st_size
-        if size > MAX_SCRIPT_BYTES:
-            raise ConfigError(f"{path}: script is {size} bytes; the limit is {MAX_SCRIPT_BYTES}")
-        with path.open("rb") as fh:
-            data = fh.read(MAX_SCRIPT_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    if len(data) > MAX_SCRIPT_BYTES:
-        raise ConfigError(f"{path}: script is larger than {MAX_SCRIPT_BYTES} bytes")
+    data = read_capped(path, MAX_SCRIPT_BYTES, "script", missing="no such script")
     if b"\0" in data[:80].split(b"\n", 1)[0]:  # bash's own test before it runs a script
         raise ConfigError(f"{path}: a binary file, not a bash launch script")
     return data.replace(b"\0", b"").decode("utf-8", "replace")  # bash drops NUL bytes

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from glmserve.errors import ConfigError
+from glmserve.paths import read_capped
 
 
 class YamlSyntaxError(ConfigError):
@@ -40,20 +41,7 @@ def read_config_text(path: Path, what: str) -> str:
     Size is checked before reading, so ``/dev/zero`` or a 10 GiB file cannot exhaust memory;
     a decoding error names the line of the bad byte.
     """
-    try:
-        if not path.is_file():
-            raise ConfigError(f"{path}: {what} is not a regular file")
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise ConfigError(f"{path}: {what} is {size} bytes; the limit is {MAX_BYTES}")
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read {what}: {exc.strerror or exc}") from exc
-    except ValueError as exc:  # e.g. an embedded NUL in the path
-        raise ConfigError(f"{path!r}: invalid {what} path: {exc}") from exc
-    if len(raw) > MAX_BYTES:
-        raise ConfigError(f"{path}: {what} is larger than {MAX_BYTES} bytes")
+    raw = read_capped(path, MAX_BYTES, what)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

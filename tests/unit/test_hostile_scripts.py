@@ -70,7 +70,7 @@ def test_huge_script_is_refused_without_reading_it(capsys, tmp_path):
 @pytest.mark.parametrize("target", ["/dev/null", "/"])
 def test_non_regular_file_is_refused(capsys, target):
     code, _, err = validate(capsys, Path(target))
-    assert code == 2 and f"error: {target}: not a regular file" in err
+    assert code == 2 and f"error: {target}: script is not a regular file" in err
 
 
 def test_long_script_is_linear_time(tmp_path):
