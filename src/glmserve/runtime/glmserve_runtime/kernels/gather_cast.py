@@ -385,7 +385,13 @@ class FusedGatherCast:
             elif direct(pool, idx, out, n):
                 self.direct_launches += 1
                 return
-        kernel = _launch(
+        kernel = self._dispatch(pool, idx, out, n, cfg)
+        if key is not None and key not in self._direct and kernel is not None:
+            self._remember(key, kernel, pool, cfg)
+
+    def _dispatch(self, pool: torch.Tensor, idx: torch.Tensor, out: torch.Tensor, n: int, cfg):
+        """One launch through Triton's dispatcher into ``out`` (one ``[n, 1, D]`` buffer)."""
+        return _launch(
             pool,
             idx,
             out,
@@ -395,8 +401,6 @@ class FusedGatherCast:
             (self.split, pool.shape[-1] - self.split, self.split),
             cfg,
         )
-        if key is not None and key not in self._direct and kernel is not None:
-            self._remember(key, kernel, pool, cfg)
 
     def _remember(self, key: tuple, kernel: Any, pool: torch.Tensor, cfg: dict) -> None:
         """Keep the compiled kernel and the arguments after ``n`` that never change for
@@ -427,15 +431,8 @@ class FusedGatherCast:
             if not direct(pool, idx, out, n):
                 return False
             want = torch.empty_like(out[:n])
-            _launch(
-                pool,
-                idx,
-                want,
-                want,
-                n,
-                (pool.stride(0), want.stride(0), want.stride(0)),
-                (self.split, pool.shape[-1] - self.split, self.split),
-                CONFIG_SMALL if n <= _SMALL_BATCH_ROWS else CONFIG_LARGE,
+            self._dispatch(
+                pool, idx, want, n, CONFIG_SMALL if n <= _SMALL_BATCH_ROWS else CONFIG_LARGE
             )
             same = torch.equal(out[:n].view(torch.int16), want.view(torch.int16))
         except Exception as exc:  # any surprise: stay on the dispatcher
