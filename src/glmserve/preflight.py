@@ -53,11 +53,13 @@ def _py(spec: LaunchSpec, code: str) -> str:
     act = ""
     if spec.venv:
         v = shell_path(spec.venv)
+        missing = _sq(f"no virtualenv at {spec.venv} (bin/activate missing)")
         act = (
-            f'if [ ! -f {v}/bin/activate ]; then echo "no virtualenv at {spec.venv} '
-            f'(bin/activate missing)" >&2; exit 1; fi; . {v}/bin/activate >/dev/null 2>&1 && '
+            f"if [ ! -f {v}/bin/activate ]; then echo {missing} >&2; exit 1; fi; "
+            f". {v}/bin/activate >/dev/null 2>&1 && "
         )
-    return f"{act}{spec.python} -c {_sq(code)}"
+    # one word, as the rendered launch script has it (``exec 'python3' -u -m ...``)
+    return f"{act}{shell_path(spec.python)} -c {_sq(code)}"
 
 
 def _sq(s: str) -> str:
