@@ -278,6 +278,17 @@ class _Lexer:
                 continue
             parts.append(self._advance())
 
+    def _skip_quoted_in_substitution(self, quote: str) -> None:
+        """Step over a quoted string inside ``$(...)``: parentheses in it (e.g. ``awk -F'('``)
+        do not nest. At EOF the caller reports the unterminated ``$(``."""
+        self._advance()
+        while (ch := self._peek()) != "" and ch != quote:
+            if quote == '"' and ch == "\\":
+                self._advance()
+            self._advance()
+        if ch == quote:
+            self._advance()
+
     def _expansion(self) -> tuple[str, bool]:
         """``$VAR``/``${VAR}`` known from the script expand; ``$(..)``, backticks and
         unknown variables stay literal and make the word opaque."""
@@ -301,7 +312,12 @@ class _Lexer:
                         f"{self.source}:{start_line}: unterminated {opener} (bash stops with "
                         f"'unexpected EOF while looking for matching `{closer}'')"
                     )
-                if closer == ")" and ch == "(":
+                if ch == "\\":  # an escaped character, whatever it is
+                    self._advance()
+                elif closer == ")" and ch in "'\"":
+                    self._skip_quoted_in_substitution(ch)
+                    continue
+                elif closer == ")" and ch == "(":
                     depth += 1
                 elif ch == closer:
                     if depth == 0:

@@ -140,3 +140,24 @@ def test_findings_quoting_script_text_are_not_rich_markup(capsys, tmp_path):
     code, out, _ = validate(capsys, path)
     assert code == 0
     assert "'[/red][bold]$X' is only known when the script runs" in out
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "VER=$(python3 -c 'print(1)' | awk -F'(' '{print $1}')",
+        'MSG="$(echo ")")"',
+        "X=$(echo \\( )",
+        'Y=$(printf "%s" "a)b(c")',
+    ],
+)
+def test_parentheses_quoted_inside_command_substitution(capsys, tmp_path, line):
+    """Quoted or escaped parentheses inside ``$(...)`` do not nest (bash -n accepts these
+    scripts): validate must check the launch line, not stop at an 'unterminated $('."""
+    import subprocess
+
+    p = script(tmp_path, f"#!/bin/bash\n{line}\n{L} --tp-size 8\n")
+    assert subprocess.run(["bash", "-n", str(p)], capture_output=True).returncode == 0
+    code, out, err = validate(capsys, p)
+    assert code == 0, err
+    assert "ok for sglang 0.5.9" in out
