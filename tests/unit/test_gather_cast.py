@@ -234,3 +234,23 @@ def test_fused_launcher_over_changing_batches_and_layers(device):
         assert fused.direct_launches >= 27 - 4
     else:
         assert fused.direct_launches == 0
+
+
+@pytest.mark.parametrize(
+    "version, direct", [("3.4.0", True), ("3.5.1", True), ("3.6.0", True), ("3.3.1", False),
+                        ("3.7.0", False), ("4.0.0", False), ("3.6.0+git1234", True), ("dev", False)]
+)  # fmt: skip
+def test_direct_launch_only_on_triton_releases_with_a_known_launch_convention(
+    monkeypatch, version, direct
+):
+    """The direct re-launch relies on a private Triton convention read in 3.4-3.6: any other
+    release (older, newer, unparsable) must keep Triton's dispatcher."""
+    import sys
+    import types
+
+    fake = types.ModuleType("triton")
+    fake.__version__ = version
+    fake.knobs = types.SimpleNamespace(runtime=types.SimpleNamespace())
+    monkeypatch.setitem(sys.modules, "triton", fake)
+    monkeypatch.setattr(gc, "triton", fake)
+    assert (gc._direct_launch_api() is fake.knobs) is direct

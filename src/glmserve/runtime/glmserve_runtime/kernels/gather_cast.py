@@ -268,21 +268,30 @@ def native_nan_matches_torch(device: str) -> bool:
     return bool(torch.equal(out, want))
 
 
-def _direct_launch_api() -> Any:
-    """Triton's ``knobs`` module when this Triton re-launches compiled kernels the way
-    ``FusedGatherCast`` does (``kernel.run(grid..., stream, function, packed_metadata,
-    launch_metadata, enter_hook, exit_hook, *all_args)``, as in Triton 3.4 - 3.6), else None.
+# Triton releases whose JIT launches a compiled kernel as ``kernel.run(grid..., stream,
+# function, packed_metadata, launch_metadata, enter_hook, exit_hook, *all_bound_args)``: read
+# in the 3.4, 3.5 and 3.6 sources, and run on an H200 with 3.6. Others use the dispatcher.
+_DIRECT_LAUNCH_TRITON = ((3, 4), (3, 5), (3, 6))
 
-    Older Triton passed only the non-constexpr arguments; rather than guess, the direct path
-    is off there (and on any Triton it is checked against the dispatcher once per key).
+
+def _direct_launch_api() -> Any:
+    """Triton's ``knobs`` module when this Triton is one whose launch convention
+    ``FusedGatherCast`` re-uses (``_DIRECT_LAUNCH_TRITON``), else None.
+
+    The convention is not a public API: older Triton passed only the non-constexpr arguments,
+    and a later one may change it. A misordered launch could fault before any output check
+    sees it, so untested releases are not tried at all; they keep the dispatcher.
     """
     if triton is None:
         return None
     try:
+        major, minor = (int(x) for x in str(triton.__version__).split(".")[:2])
         from triton import knobs
-    except ImportError:
+    except (ImportError, ValueError):
         return None
-    return knobs if hasattr(knobs, "runtime") else None
+    if (major, minor) not in _DIRECT_LAUNCH_TRITON or not hasattr(knobs, "runtime"):
+        return None
+    return knobs
 
 
 class _DirectLaunch:
@@ -334,11 +343,12 @@ class FusedGatherCast:
     hands it out, ``out`` a persistent bf16 buffer with the same row width whose first ``n``
     rows are written. Without Triton or off CUDA it runs the torch implementation.
 
-    On CUDA the first launch per key (device, index dtype, pointer alignments, strides,
-    launch config) goes through Triton's dispatcher; later ones re-launch the compiled
-    kernel directly (``_DirectLaunch``). The first direct launch per key is checked bit for
-    bit against the dispatcher's output; a mismatch or error turns the direct path off for
-    good with one warning. ``direct_launches`` counts them (tests, benchmarks).
+    On CUDA with a Triton in ``_DIRECT_LAUNCH_TRITON`` the first launch per key (device,
+    index dtype, pointer alignments, strides, launch config) goes through Triton's
+    dispatcher; later ones re-launch the compiled kernel directly (``_DirectLaunch``). The
+    first direct launch per key is also checked bit for bit against the dispatcher's output;
+    a mismatch or a Python-level error turns the direct path off for good with one warning.
+    ``direct_launches`` counts them (tests, benchmarks).
     """
 
     def __init__(self, split: int = 512, direct: bool = True) -> None:
