@@ -30,8 +30,12 @@ def load_entries(
             if not recent:
                 raise RunNotFound("no stored bench results (run `glmserve bench` first)")
             rows += list(reversed(recent))
-        if baseline is not None and _find(rows, baseline) is None:
-            rows.insert(0, _load_one(store, baseline))
+        if baseline is not None:
+            base = _find(rows, baseline) or _load_one(store, baseline)
+            found = next((r for r in rows if r["id"] == base["id"]), None)
+            if found is None:
+                rows.insert(0, found := base)
+            found["requested_as"] = baseline  # e.g. a group id: compare_results finds it
     seen: set[int] = set()
     unique = []
     for r in rows:
@@ -65,6 +69,9 @@ def _load_one(store: Any, item: str) -> dict[str, Any]:
 
 
 def _find(rows: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
+    for r in rows:  # the row load_entries resolved ``key`` to (a group id, say)
+        if r.get("requested_as") == key:
+            return r
     for r in reversed(rows):  # a run id: its newest result among the rows (wins over a number)
         if r.get("run_id") == key:
             return r

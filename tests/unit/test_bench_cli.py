@@ -161,3 +161,11 @@ def test_compare_resolves_all_digit_run_ids_and_group_ids(capsys, fake):
     code, out, err = run_cli(capsys, "compare", "1", "--json")
     assert code == 0, err
     assert json.loads(out)["rows"][0]["run_id"] == "12345678"
+    # the group id works as --baseline too, listed or not
+    for items in (["12345678", "g7777"], ["12345678"]):
+        code, out, err = run_cli(capsys, "compare", *items, "--baseline", "g7777", "--json")
+        assert code == 0, err
+        table = json.loads(out)
+        rows = {r["run_id"]: r for r in table["rows"]}
+        assert rows["abcdef01"]["decode_speedup"] == pytest.approx(1.0)
+        assert rows["12345678"]["decode_speedup"] == pytest.approx(0.5)
