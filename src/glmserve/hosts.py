@@ -22,6 +22,7 @@ File format::
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -50,13 +51,37 @@ _SSH_OPTION_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 # ssh options that run a local command: a hosts file must not be able to do that behind the
 # user's back (a checked-out repo's configs/hosts.yaml is read from the cwd). Put them in your
 # own ~/.ssh/config (or ssh_config:) where ssh users expect them.
-_COMMAND_OPTIONS = {"proxycommand", "localcommand", "permitlocalcommand", "knownhostscommand"}
+# PKCS11Provider / SecurityKeyProvider load a local shared library, which is the same thing.
+_COMMAND_OPTIONS = {
+    "proxycommand",
+    "localcommand",
+    "permitlocalcommand",
+    "knownhostscommand",
+    "pkcs11provider",
+    "securitykeyprovider",
+}
 
 
 def _printable(v: str | None, what: str) -> str | None:
     if v is not None and any(not ch.isprintable() for ch in v):
         raise ValueError(f"{what} must be one line of printable text, got {v!r}")
     return v
+
+
+def _colon_means_ipv6(host: str | None, what: str) -> str | None:
+    """A host part with a ':' must be an IPv6 literal (optionally ``[...]`` and ``%zone``):
+    ``10.0.0.1:5000`` or ``host:2222`` is a port glued on, which ssh and --dist-init-addr
+    would misread (give ports in their own fields)."""
+    if host is None or ":" not in host:
+        return host
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ipaddress.IPv6Address(bare)
+    except ValueError:
+        raise ValueError(
+            f"{what} {host!r} has a ':' but is not an IPv6 address (put a port in port:)"
+        ) from None
+    return host
 
 
 def _not_option(v: str | None, what: str) -> str | None:
@@ -125,6 +150,26 @@ class HostConfig(BaseModel):
     def _address(cls, v: str | None) -> str | None:
         if v is not None and not re.match(rf"^{_HOST}$", v):
             raise ValueError(f"not a valid address: {v!r} (a host name or IP)")
+        return _colon_means_ipv6(v, "address")
+
+    @field_validator("target")
+    @classmethod
+    def _target_colon(cls, v: str | None) -> str | None:
+        if v is not None:
+            _colon_means_ipv6(v.rsplit("@", 1)[-1], "target")
+        return v
+
+    @field_validator("ssh_options", mode="before")
+    @classmethod
+    def _ssh_option_values(cls, v: Any) -> Any:
+        """ssh config values are words: ``ServerAliveInterval: 30`` and ``Compression: yes``
+        (YAML int / bool) mean "30" and "yes"."""
+        if isinstance(v, dict):
+            return {
+                k: ("yes" if x else "no") if isinstance(x, bool) else str(x)
+                if isinstance(x, int | float) else x
+                for k, x in v.items()
+            }  # fmt: skip
         return v
 
     @field_validator("ssh_options")

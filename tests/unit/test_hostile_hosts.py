@@ -118,3 +118,44 @@ def test_unknown_host_name_is_one_line(capsys):
     code, msg = run_check(capsys, "no;such\nhost")
     assert code == 2
     assert "unknown host 'no;such\\nhost'" in msg
+
+
+def test_ssh_option_numbers_and_booleans_are_ssh_words():
+    _hosts_file(
+        "hosts:\n  gpu8:\n    target: box\n"
+        "    ssh_options: {ServerAliveInterval: 30, Compression: true, TCPKeepAlive: false}\n"
+    )
+    assert get_host("gpu8").ssh_options == {
+        "ServerAliveInterval": "30",
+        "Compression": "yes",
+        "TCPKeepAlive": "no",
+    }
+
+
+@pytest.mark.parametrize(
+    "fields, fragment",
+    [
+        ("    target: box\n    ssh_options: {PKCS11Provider: /tmp/evil.so}\n", "runs a local"),
+        ("    target: box\n    ssh_options: {SecurityKeyProvider: /tmp/e.so}\n", "runs a local"),
+        ("    target: box:2222\n", "not an IPv6 address"),
+        ("    target: root@10.0.0.1:22\n", "not an IPv6 address"),
+        ("    target: box\n    address: '10.0.0.1:5000'\n", "not an IPv6 address"),
+    ],
+)
+def test_library_loading_options_and_glued_ports_are_refused(capsys, fields, fragment):
+    _hosts_file(f"hosts:\n  gpu8:\n{fields}")
+    code, msg = run_check(capsys, "gpu8")
+    assert code == 2 and fragment in msg, msg
+
+
+@pytest.mark.parametrize(
+    "fields, attr, value",
+    [
+        ("    target: 'root@[fe80::1]'\n", "target", "root@[fe80::1]"),
+        ("    target: box\n    address: 'fd00::5'\n", "address", "fd00::5"),
+        ("    target: box\n    address: '[fd00::5]'\n", "address", "[fd00::5]"),
+    ],
+)
+def test_ipv6_literals_still_load(fields, attr, value):
+    _hosts_file(f"hosts:\n  gpu8:\n{fields}")
+    assert getattr(get_host("gpu8"), attr) == value
