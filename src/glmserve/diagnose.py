@@ -52,10 +52,11 @@ Crash evidence, three kinds:
     ninja failures and ``Command '[gcc|nvcc|ninja ...]' returned non-zero exit status`` (also
     inside an "Ignore import error" warning), ``glmserve patch NAME FAILED: ...`` (printed by
     the runtime patch), argparse's ``usage: prog [-h]`` banner (weak BAD_ARGS: an excerpt cut
-    before the ``error:`` line), ``KeyError: 'a.b.weight_scale'`` (a checkpoint tensor the
-    loader cannot map: WEIGHT_LOADING), a CUDA kernel's ``block: [..], thread: [..] Assertion
-    ... failed`` (CRASH, device-side assert hint), Gloo ``gloo/transport/tcp/pair.cc`` (weak
-    NCCL).
+    before the ``error:`` line; ``--help`` output, the banner followed by the option list, is no
+    crash), ``KeyError: 'a.b.weight_scale'`` (a checkpoint tensor the loader cannot map:
+    WEIGHT_LOADING; after READY only with a cascade, as requests log it too), a CUDA
+    kernel's ``block: [..], thread: [..] Assertion ... failed`` (CRASH, device-side assert
+    hint), Gloo ``gloo/transport/tcp/pair.cc`` (weak NCCL).
     A rule on a ``WARNING``/``INFO`` line, a ``fatal=False`` rule (``NCCL WARN``, the PyTorch
     "sm_120 is not compatible" warning) and a ``needs_error`` phrase outside an error line
     only explain a crash that other lines prove.
@@ -71,7 +72,8 @@ Crash evidence, three kinds:
     ``Rank N scheduler is dead``, ``died during initialization (exit code: N)``, ``Child
     process unexpectedly failed``, ``... hit an exception:``, ``Exception in <thread>:``,
     ``Process Process-N:``, ``Initialization failed. Please see the error messages above``,
-    and before READY a traceback header logged with SGLang's prefix. A process's own report
+    and before READY a traceback header logged with SGLang's prefix (soft: a later READY
+    clears it, since SGLang also logs survivable failures that way). A process's own report
     (``... hit an exception:``, ``Exception in X:``, a logged traceback) outranks the
     launcher's reaction (sigquit, Killed, "scheduler is dead") when no error line exists.
 
@@ -548,7 +550,9 @@ class Rule:
     (3 = a diagnosis that explains the others, 1 = a symptom such as a compile failure);
     ``weak`` rules are usually a consequence of another rank's failure; ``fatal=False`` rules
     (warnings) only explain a crash that other lines prove; ``needs_error`` rules are phrases
-    that warnings use too, so they count as fatal only on an error/exception line."""
+    that warnings use too, so they count as fatal only on an error/exception line;
+    ``before_ready`` rules are fatal only during start-up: after READY the same line comes from
+    a request the server survives, so they count as weak (a cascade must prove the crash)."""
 
     pattern: re.Pattern[str]
     category: Category
@@ -557,6 +561,7 @@ class Rule:
     weak: bool = False
     fatal: bool = True
     needs_error: bool = False
+    before_ready: bool = False
 
 
 def _r(
@@ -568,13 +573,25 @@ def _r(
     weak: bool = False,
     fatal: bool = True,
     needs_error: bool = False,
+    before_ready: bool = False,
     flags: int = 0,
 ) -> Rule:
-    return Rule(re.compile(regex, flags), category, hint, priority, weak, fatal, needs_error)
+    return Rule(
+        re.compile(regex, flags), category, hint, priority, weak, fatal, needs_error, before_ready
+    )
 
 
 _I = re.IGNORECASE
 C = Category
+
+# argparse prints its usage banner right before "prog: error: ..."; an excerpt cut after the
+# banner is still a rejected command line (weak: the error line, if present, wins). ``--help``
+# prints the same banner followed by the option list (``_HELP``), which retracts it.
+_USAGE_RULE = _r(r"^usage: [\w.\-]+(?: [\w.\-]+)? \[-h\]", C.BAD_ARGS, _usage_hint, weak=True)
+# Lines only argparse's --help output has after the banner (3.10+ says "options:").
+_HELP = re.compile(
+    r"^-h, --help\s+show this help message and exit$|^(?:options|optional arguments):$"
+)
 
 # The rule table: one line per recognised failure. Order only matters within one line
 # (the first matching rule names the line's category).
@@ -710,11 +727,14 @@ RULES: list[Rule] = [
         needs_error=True,
     ),
     # A checkpoint tensor the model class has no parameter for (params_dict[name]): a
-    # quantized/renamed checkpoint that this SGLang release's loader does not map.
+    # quantized/renamed checkpoint that this SGLang release's loader does not map. After READY
+    # the same KeyError is a request's (get_weights_by_name logs it with a traceback and the
+    # server keeps serving): fatal only during start-up.
     _r(
         r"^KeyError: '(?:[\w-]+\.)+(?:\w*weight\w*|\w*scale\w*|bias|qweight|qzeros|g_idx)'",
         C.WEIGHT_LOADING,
         _weights_hint,
+        before_ready=True,
     ),
     _r(
         r"could finish the model loading, but there are other ranks",
@@ -738,9 +758,7 @@ RULES: list[Rule] = [
         _bad_args_hint,
     ),
     _r(r"ServerArgs\.__init__\(\) got an unexpected keyword", C.BAD_ARGS, _bad_args_hint),
-    # argparse prints its usage banner right before "prog: error: ..."; an excerpt cut after
-    # the banner is still a rejected command line (weak: the error line, if present, wins).
-    _r(r"^usage: [\w.\-]+(?: [\w.\-]+)? \[-h\]", C.BAD_ARGS, _usage_hint, weak=True),
+    _USAGE_RULE,
     _r(
         r"must be divisible by (?:the )?(?:tensor|tp|pipeline|pp|data|dp|expert|ep)\b",
         C.BAD_ARGS,
@@ -1017,6 +1035,8 @@ class LogDiagnoser:
         self._warning: _Candidate | None = None  # first non-fatal rule match
         self._marker: _Candidate | None = None  # first cascade marker (self-reports first)
         self._marker_is_report = False
+        self._usage: _Candidate | None = None  # an argparse usage banner, until --help shows
+        self._hard_marker = False  # a marker READY cannot undo (not just a logged traceback)
         self._crashed = False
         self._last_key: tuple[Any, ...] = (State.STARTING, None, None)
 
@@ -1109,8 +1129,11 @@ class LogDiagnoser:
                     if name and name not in self._patches:
                         self._patches.append(name)
                 return
+        if self._usage is not None and _HELP.match(stripped):
+            self._retract_usage()
+            return
         if not _has_any(low, _KEYWORDS):
-            if not after_frame:
+            if not after_frame or prefixed:  # a logger-prefixed line is never frame source
                 self._progress(body, n)
             return
         if _FRAME.match(body):
@@ -1131,8 +1154,11 @@ class LogDiagnoser:
             # SGLang's own logger printing a traceback ("[ts TP0] Traceback ...") is a
             # process reporting its failure; before READY that means start-up failed.
             logged = prefixed and "Traceback" in stripped and self._phase is not State.READY
-            if cascade or logged or _REPORT.search(stripped):
-                self._add_marker(n, stripped)
+            hard = cascade or bool(_REPORT.search(stripped))
+            if hard or logged:
+                # A logged traceback alone is soft: SGLang also logs survivable failures with
+                # one, so a later READY clears it (a real crash brings the sigquit cascade).
+                self._add_marker(n, stripped, hard=hard)
             return
         if cascade:
             # A marker; a line flattened by a paste may also carry the error itself, so rules
@@ -1158,9 +1184,11 @@ class LogDiagnoser:
                 if self._stale(self._warning, n):
                     self._warning = cand
                 self._maybe_crash(fatal=False)
-            elif r.weak:
+            elif r.weak or (r.before_ready and self._phase is State.READY):
                 if self._stale(self._generic, n):
                     self._generic = cand
+                    if r is _USAGE_RULE:
+                        self._usage = cand
                 self._maybe_crash(fatal=False, exception=True)
             else:
                 if self._strong is None or cand.priority > self._strong.priority:
@@ -1214,7 +1242,16 @@ class LogDiagnoser:
                 return m, r
         return None
 
-    def _add_marker(self, n: int, text: str) -> None:
+    def _retract_usage(self) -> None:
+        """The usage banner was ``--help`` output, not a rejected command line: no crash."""
+        if self._generic is self._usage:
+            self._generic = None
+            if not (self._strong or self._warning or self._marker):
+                self._crashed = False
+        self._usage = None
+
+    def _add_marker(self, n: int, text: str, *, hard: bool = True) -> None:
+        self._hard_marker = self._hard_marker or hard
         report = bool(_SELF_REPORT.search(text))
         if self._marker is None or (report and not self._marker_is_report):
             self._marker_is_report = report
@@ -1266,10 +1303,12 @@ class LogDiagnoser:
             return
 
     def _on_ready(self) -> None:
-        """READY proves that exceptions seen before it were not fatal (unless a child died)."""
-        if self._marker is None:
+        """READY proves that exceptions (and tracebacks SGLang merely logged) seen before it
+        were not fatal - unless a cascade marker says a child died."""
+        if not self._hard_marker:
             self._crashed = False
-            self._strong = self._generic = self._warning = None
+            self._strong = self._generic = self._warning = self._marker = None
+            self._marker_is_report = False
 
     def _parse_server_args(self, body: str) -> None:
         for k, v in _ARG_PAIR.findall(body):
