@@ -31,6 +31,7 @@ MAX_NODES = 100_000  # nodes after alias expansion (billion laughs stops here in
 _BOOL_TAG = "tag:yaml.org,2002:bool"
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
+_STR_TAG = "tag:yaml.org,2002:str"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _OCTAL_1_1 = re.compile(r"^[-+]?0[0-7_]+$")
 
@@ -167,3 +168,8 @@ def _check_scalar(node: yaml.ScalarNode, source: str) -> None:
             f"{source}:{line}: {text!r} is read by YAML 1.1 as a base-60 or octal number; "
             f'quote it ("{text}") if you mean the text'
         )
+    if node.tag in (_INT_TAG, _FLOAT_TAG) and str(yaml.safe_load(text)) != text:
+        # 2.20 -> 2.2, 0x10 -> 16, 1_000 -> 1000: the launch script would get another string
+        # than the one written (a version, a mask, a revision). Keep the text as written;
+        # a field that needs a number still parses "0.80" or reports it by line.
+        node.tag = _STR_TAG

@@ -298,3 +298,23 @@ def test_profiles_listing_shows_markup_and_broken_profiles_as_text(capsys, profd
     code, out, _ = run(capsys, "profiles", "--json")
     rows = {r["name"]: r for r in json.loads(out)}
     assert "duplicate key 'x'" in rows["dup"]["description"]
+
+
+def test_numbers_whose_yaml_value_reads_differently_keep_their_text(capsys, profdir):
+    """YAML reads 2.20 as 2.2, 0x10 as 16 and 1_000 as 1000: the launch script must get the
+    text the user wrote (a version, a mask), from a file and from --set alike, while plain
+    numbers stay numbers."""
+    profdir(
+        "p",
+        "server:\n  model-path: m\n  port: 8000\n  revision: 1.10\n"
+        "env:\n  NCCL_VER: 2.20\n  MASK: 0x10\n  N: 1_000\n  THREADS: 8\n",
+    )
+    code, out, err = run(capsys, "render", "--profile", "p", "--format", "json",
+                         "--set", "server.mem-fraction-static=0.80")  # fmt: skip
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["env"] == {"NCCL_VER": "2.20", "MASK": "0x10", "N": "1_000", "THREADS": "8"}
+    argv = data["argv"]
+    assert argv[argv.index("--revision") + 1] == "1.10"
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.80"
+    assert argv[argv.index("--port") + 1] == "8000"
