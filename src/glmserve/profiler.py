@@ -22,6 +22,7 @@ import gzip
 import io
 import json
 import re
+import sys
 import zlib
 from bisect import bisect_right
 from collections import defaultdict
@@ -52,11 +53,19 @@ _RANK_WORD_IN_NAME = re.compile(r"(?:^|[-_.])rank[-_]?(\d+)(?=[-_.]|$)", re.I)  
 # SGLang's ProfileMerger prefixes every pid with the file's ranks: "[TP00-DP01] 1234".
 _MERGED_PID = re.compile(r"^\[([A-Z]+\d+(?:-[A-Z]+\d+)*)\]\s*(.*)$")
 # One decode forward in SGLang: ModelRunner.forward_decode (eager) or CudaGraphRunner.replay
-# (CUDA graphs) as a with_stack python frame; prefill is forward_extend.
-_DECODE_FRAME = re.compile(r"\.py\(\d+\): (forward_decode|replay)$")
+# (CUDA graphs) as a with_stack python frame; prefill is forward_extend. SGLang 0.5.9's
+# piecewise_cuda_graph_runner.py replay runs inside forward_extend (prefill, with
+# --enable-piecewise-cuda-graph) and multimodal/vit_cuda_graph_runner.py replay is the vision
+# encoder: neither is a decode step.
+_DECODE_FRAME = re.compile(
+    r"(?:^|[/\\])(?!piecewise_|vit_)[^/\\]*\.py\(\d+\): (forward_decode|replay)$"
+)
 _PREFILL_FRAME = re.compile(r"\.py\(\d+\): forward_extend$")
 _GRAPH_LAUNCH = re.compile(r"^(cu|cuda|hip)GraphLaunch")
 MAX_EVENT_CHARS = 64 << 20  # one JSON value larger than this is not a trace event
+# A value cut by the buffer's end fails within a few characters of it ("tru", "1.", "-Inf"),
+# or as "Unterminated string starting at" its start; an error further back is in the text.
+_CUT_MARGIN = 256
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _WS = " \t\r\n"
 _DELIMS = _WS + ",]}:"
@@ -151,7 +160,13 @@ class _TextWindow:
         while True:
             try:
                 obj, end = self._decoder.raw_decode(self.buf, self.pos)
-            except json.JSONDecodeError as exc:
+            except ValueError as exc:
+                if not isinstance(exc, json.JSONDecodeError):
+                    # int() refuses a number of more than sys.get_int_max_str_digits() digits
+                    limit = sys.get_int_max_str_digits()
+                    raise self.fail(f"a number of more than {limit} digits") from exc
+                if _is_syntax_error(exc, len(self.buf)):
+                    raise self.fail(exc.msg, exc.pos) from exc
                 if len(self.buf) - self.pos > MAX_EVENT_CHARS:
                     raise self.fail(
                         f"one value is larger than {MAX_EVENT_CHARS >> 20} MiB"
@@ -166,6 +181,12 @@ class _TextWindow:
                 continue
             self.pos = end
             return obj
+
+
+def _is_syntax_error(exc: json.JSONDecodeError, buf_len: int) -> bool:
+    """The JSON is wrong whatever follows (so reading on, up to MAX_EVENT_CHARS, is waste and
+    "one value is larger than 64 MiB" would be the wrong message)."""
+    return not exc.msg.startswith("Unterminated") and exc.pos < buf_len - _CUT_MARGIN
 
 
 @dataclass
@@ -440,8 +461,9 @@ class TraceAccumulator:
                 self.prefill_frames.append((ev.get("pid"), ev.get("tid"), ts, ts + dur))
         elif cat in ("cpu_op", "user_annotation"):
             m = _STEP_NAME.match(name)
-            if m:
-                self.steps[int(m.group(1))] = (ts, dur)
+            step = _int(m.group(1)) if m else None
+            if step is not None:
+                self.steps[step] = (ts, dur)
                 return
             if cat == "user_annotation":
                 return
@@ -465,8 +487,9 @@ class TraceAccumulator:
         """CPU spans of the decode steps, best marker first, and which marker it was."""
         if self.steps:
             return sorted((t, t + d) for t, d in self.steps.values()), "ProfilerStep"
-        if self.decode_frames:
-            return _outermost(self.decode_frames), "forward_decode/replay frames"
+        decode = _not_within(self.decode_frames, self.prefill_frames)
+        if decode:
+            return _outermost(decode), "forward_decode/replay frames"
         if self.graph_launches and self.kernels:
             return sorted(self.graph_launches), "cudaGraphLaunch"
         return [], ""
@@ -716,6 +739,28 @@ def _outermost(frames: list[tuple[Any, Any, float, float]]) -> list[tuple[float,
     return sorted(kept)
 
 
+def _not_within(
+    frames: list[tuple[Any, Any, float, float]], outer: list[tuple[Any, Any, float, float]]
+) -> list[tuple[Any, Any, float, float]]:
+    """``frames`` not nested in an ``outer`` frame of the same thread: a runner's replay
+    called from forward_extend is part of that prefill, not a decode step."""
+    spans: dict[tuple[Any, Any], list[tuple[float, float]]] = defaultdict(list)
+    for pid, tid, ts, end in outer:
+        spans[(pid, tid)].append((ts, end))
+    starts: dict[tuple[Any, Any], list[float]] = {}
+    ends: dict[tuple[Any, Any], list[float]] = {}
+    for key, lst in spans.items():
+        merged = _outermost([(None, None, ts, end) for ts, end in lst])
+        starts[key], ends[key] = [s for s, _ in merged], [e for _, e in merged]
+    kept = []
+    for f in frames:
+        key = (f[0], f[1])
+        i = bisect_right(starts.get(key, []), f[2]) - 1
+        if i < 0 or ends[key][i] < f[3]:
+            kept.append(f)
+    return kept
+
+
 class _Enclosing:
     """Innermost op on a thread that encloses a timestamp (for correlation-only launches)."""
 
@@ -768,14 +813,11 @@ def _num(v: Any) -> float | None:
     """A timestamp or duration: a number, or a numeric string (some exporters quote them)."""
     if isinstance(v, bool):
         return None
-    if isinstance(v, (int, float)):
+    if not isinstance(v, (int, float, str)):
+        return None
+    try:
         f = float(v)
-    elif isinstance(v, str):
-        try:
-            f = float(v)
-        except ValueError:
-            return None
-    else:
+    except (ValueError, OverflowError):  # "abc"; an int of 400 digits is past any float
         return None
     return f if f == f and abs(f) != float("inf") else None
 
@@ -923,16 +965,18 @@ def _kernel_kind(name: str, cat: str, launcher: str) -> str:
 # --------------------------------------------------------------------------- analysis
 
 
-def rank_of(path: Path, metadata: dict[str, Any], fallback: int) -> int:
-    """Rank from SGLang's file name (``-TP-{r}``), else ``distributedInfo.rank``, else order."""
+def rank_of(path: Path, metadata: dict[str, Any]) -> int | None:
+    """Rank from SGLang's file name (``-TP-{r}``), else ``distributedInfo.rank``, else a
+    ``rank-N`` name; None when the file says nothing (the caller numbers it by order: a
+    real rank 0 must not read as "no rank")."""
     m = _RANK_IN_NAME.search(path.name)
     if m:
         return int(m.group(1))
     info = metadata.get("distributedInfo")
     if isinstance(info, dict) and _int(info.get("rank")) is not None:
-        return int(info["rank"])
+        return _int(info.get("rank"))
     m = _RANK_WORD_IN_NAME.search(path.name)
-    return int(m.group(1)) if m else fallback
+    return int(m.group(1)) if m else None
 
 
 def _name_label(name: str) -> str:
@@ -964,8 +1008,11 @@ class _RankRouter:
         acc.add(ev)
 
 
-def summarize_trace_ranks(path: str | Path, steps_hint: int | None = None) -> list[RankProfile]:
-    """Stream one trace file into one RankProfile per rank found in it (the only I/O step)."""
+def summarize_trace_ranks(
+    path: str | Path, steps_hint: int | None = None, fallback_rank: int = 0
+) -> list[RankProfile]:
+    """Stream one trace file into one RankProfile per rank found in it (the only I/O step);
+    ``fallback_rank`` is the rank of a file that names none (its place among the files)."""
     trace = TraceFile(Path(path))
     router = _RankRouter(trace.path)
     for ev in trace.events():
@@ -983,9 +1030,11 @@ def summarize_trace_ranks(path: str | Path, steps_hint: int | None = None) -> li
         acc.set_metadata(trace.metadata)
         if acc.label:  # merged trace: "TP01-DP00"
             m = re.search(r"TP(\d+)", acc.label)
-            acc.rank = int(m.group(1)) if m else i
+            tp = _int(m.group(1)) if m else None
+            acc.rank = tp if tp is not None else i
         else:
-            acc.rank = rank_of(trace.path, trace.metadata, 0)
+            rank = rank_of(trace.path, trace.metadata)
+            acc.rank = rank if rank is not None else fallback_rank
             acc.label = _name_label(trace.path.name)
         profiles.append(acc.finish(steps_hint))
     return profiles
@@ -1005,11 +1054,7 @@ def analyze_traces(paths: Iterable[str | Path], steps_hint: int | None = None) -
     """Summarize every rank's trace and derive findings across them."""
     ranks: list[RankProfile] = []
     for i, p in enumerate(sorted(Path(x) for x in paths)):
-        for prof in summarize_trace_ranks(p, steps_hint=steps_hint):
-            named = _RANK_IN_NAME.search(p.name) or prof.label or prof.rank
-            if not named and i:
-                prof.rank = i
-            ranks.append(prof)
+        ranks.extend(summarize_trace_ranks(p, steps_hint=steps_hint, fallback_rank=i))
     seen = [r.rank for r in ranks]
     if len(set(seen)) != len(seen):  # e.g. TP-0-DP-0 and TP-0-DP-1: number them in order
         for i, r in enumerate(sorted(ranks, key=lambda r: (r.label, r.source))):
@@ -1024,7 +1069,39 @@ def analyze_path(target: str | Path, steps_hint: int | None = None) -> TraceAnal
     files = select_trace_files(find_trace_files(path)) if path.is_dir() else [path]
     if not files:
         raise TraceFormatError(f"{path}: no *.trace.json[.gz] / *.json[.gz] files in it")
-    return analyze_traces(files, steps_hint=steps_hint)
+    files, note = newest_capture(files)
+    analysis = analyze_traces(files, steps_hint=steps_hint)
+    if note:
+        for r in analysis.ranks:
+            r.notes.append(note)
+    return analysis
+
+
+def _capture_of(path: Path) -> str | None:
+    """SGLang names a capture's files ``[prefix-]{profile_id}-TP-{r}[-DP-..][-STAGE]``: the
+    part before ``TP-{r}`` (with the folder) is the capture; None for other names."""
+    m = _RANK_IN_NAME.search(path.name)
+    return str(path.parent / path.name[: m.start()]) if m else None
+
+
+def newest_capture(files: list[Path]) -> tuple[list[Path], str]:
+    """Only the newest capture's files when a directory holds several (each has its own
+    TP-0, TP-1...: mixed, their ranks would collide), and a note naming the ones left out."""
+    groups: dict[str, list[Path]] = defaultdict(list)
+    for f in files:
+        key = _capture_of(f)
+        if key is None:
+            return files, ""
+        groups[key].append(f)
+    if len(groups) < 2:
+        return files, ""
+    newest = max(groups, key=lambda k: (max(f.stat().st_mtime for f in groups[k]), k))
+    older = ", ".join(Path(k).name.rstrip("-_.") for k in sorted(groups) if k != newest)
+    note = (
+        f"{len(groups)} captures in the directory: analysed the newest "
+        f"({Path(newest).name.rstrip('-_.')}), left out {older}"
+    )
+    return groups[newest], note
 
 
 def select_trace_files(files: list[Path]) -> list[Path]:
