@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import gzip
 import hashlib
+import io
 import json
 import re
 from collections.abc import Iterable
@@ -620,17 +621,23 @@ def parse_argspec(data: dict[str, Any], source: str = "") -> ArgSpec:
     )
 
 
+# A real spec is ~160 KB of JSON (the largest release); 16 MiB leaves room and bounds memory.
+MAX_SPEC_BYTES = 16 << 20
+
+
 def _read_json_maybe_gz(path: Path) -> Any:
     """JSON from ``path``, gunzipped first when it is gzip (by magic bytes, not by name)."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read argspec ({exc.strerror})") from exc
+    from glmserve.paths import read_capped
+
+    raw = read_capped(path, MAX_SPEC_BYTES, "argspec")
     if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
+        try:  # bounded: a small gzip bomb must not expand into memory
+            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as fh:
+                raw = fh.read(MAX_SPEC_BYTES + 1)
         except (OSError, EOFError) as exc:
             raise ConfigError(f"{path}: argspec is not valid gzip ({exc})") from exc
+        if len(raw) > MAX_SPEC_BYTES:
+            raise ConfigError(f"{path}: argspec unpacks to more than {MAX_SPEC_BYTES} bytes")
     try:
         return json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:

@@ -344,3 +344,21 @@ def test_cli_spec_gz_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     path.write_bytes(gzip.compress(json.dumps({**body, "sglang_version": "0.5.8"}).encode()))
     code, out, _ = run_cli(capsys, "validate", "--spec", str(path), "--", "--model-path", "x")
     assert code == 0 and "ok for sglang 0.5.8" in out
+
+
+def test_spec_file_gzip_bomb_is_refused_with_one_line(tmp_path, capsys):
+    """``--spec FILE`` may be gzip: a small file that unpacks to far more than any real spec
+    (~160 KB) is refused by size, without unpacking it all into memory."""
+    import gzip
+
+    from glmserve.argspec import MAX_SPEC_BYTES
+    from glmserve.cli import main
+
+    bomb = tmp_path / "bomb.json.gz"
+    bomb.write_bytes(gzip.compress(b" " * (MAX_SPEC_BYTES + 1024)))
+    assert bomb.stat().st_size < 100_000
+    with pytest.raises(SystemExit) as info:
+        main(["validate", "--spec", str(bomb), "--", "--tp-size", "8"])
+    err = capsys.readouterr().err.strip()
+    assert info.value.code == 2
+    assert err == f"error: {bomb}: argspec unpacks to more than {MAX_SPEC_BYTES} bytes"
