@@ -362,7 +362,19 @@ def _arch_hint(m: re.Match[str], _f: Facts) -> str:
     )
 
 
-def _no_kernel_image_hint(m: re.Match[str], _f: Facts) -> str:
+# Attention backends whose decode kernels exist for SM100-class GPUs only: a "no kernel
+# image" under them is not a packaging problem that a rebuild fixes.
+_SM100_ONLY_BACKENDS = ("cutlass_mla", "trtllm_mla")
+
+
+def _no_kernel_image_hint(m: re.Match[str], f: Facts) -> str:
+    backend = f.arg("attention_backend") or f.arg("decode_attention_backend")
+    if backend in _SM100_ONLY_BACKENDS:
+        return (
+            f"no kernel for this GPU in the {backend} attention backend: its decode kernel is "
+            "built for SM100-class GPUs (B200/GB200) only, so no rebuild fixes it on SM120 "
+            "(RTX PRO 6000); use profile flashinfer_gtc (or another non-SM100 backend)."
+        )
     op = re.search(r"(\w+) failed with error code no kernel image", m.string)
     which = f" ({op.group(1)})" if op else ""
     return (

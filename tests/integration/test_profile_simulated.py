@@ -23,8 +23,10 @@ def launched():
     started: list[str] = []
 
     def launch(profile: str) -> str:
+        # sm100: cutlass_mla's decode kernel exists for SM100-class GPUs only
         res = glmserve("launch", "--simulate", "--profile", profile, "--set",
-                       f"server.port={free_port()}", "--set", "sim.speed=20")  # fmt: skip
+                       f"server.port={free_port()}", "--set", "sim.speed=20",
+                       "--set", "sim.gpu-arch=sm100")  # fmt: skip
         assert res.returncode == 0, res.stderr[-2000:]
         run_id = res.stdout.split()[0]
         started.append(run_id)

@@ -76,6 +76,20 @@ def test_trtllm_mla_on_sm120_crashes_at_warmup_like_the_seeds(start_simulator):
     assert http_status(ok.url + "/health") == 200
 
 
+def test_cutlass_mla_on_sm120_dies_at_the_first_decode_and_runs_on_sm100(start_simulator):
+    """cutlass_mla's decode kernel is CUTLASS's SM100 (tcgen05) MLA kernel: on the default
+    SM120 the warmup decode finds no kernel image, in cutlass_mla_backend.forward_decode."""
+    args = ("--attention-backend", "cutlass_mla", "--page-size", "128", *FAST)
+    sim = start_simulator(*args, wait_ready=False)
+    assert sim.wait_exit(20) == KILLED
+    log = sim.log_text()
+    assert "no kernel image is available for execution on the device" in log
+    assert "cutlass_mla_backend.py" in log and "o = cutlass_mla_decode(" in log
+    assert "KV Cache is allocated" in log  # it got as far as warmup
+    ok = start_simulator(*args, "--sim-gpu-arch", "sm100")
+    assert http_status(ok.url + "/health") == 200
+
+
 def test_bad_args_exit_2_with_argparse_text(start_simulator):
     sim = start_simulator("--port-number", "1", "--sim-crash-kind", "bad_args", wait_ready=False)
     assert sim.wait_exit(10) == 2

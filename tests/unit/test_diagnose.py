@@ -789,3 +789,28 @@ def test_one_megabyte_pathological_lines_stay_linear(line: str) -> None:
     for _ in range(3):
         diag.feed(line)
     assert time.perf_counter() - t0 < 1.5
+
+
+@pytest.mark.parametrize(
+    "backend, sm100_only", [("cutlass_mla", True), ("trtllm_mla", True), ("flashinfer", False)]
+)
+def test_no_kernel_image_under_an_sm100_only_backend_says_switch_not_rebuild(
+    backend: str, sm100_only: bool
+) -> None:
+    """A missing kernel image is usually a packaging problem (rebuild for the arch), but under
+    an attention backend whose decode kernel exists only for SM100 no rebuild helps."""
+    d = diagnose_lines(
+        [
+            ARGS.replace("attention_backend='flashinfer'", f"attention_backend='{backend}'"),
+            TB,
+            FRAME,
+            SRC,
+            "torch.AcceleratorError: CUDA error: no kernel image is available for execution on "
+            "the device",
+            SIGQUIT,
+        ]
+    )
+    assert d.category is Category.UNSUPPORTED_ARCH
+    hint = d.hint or ""
+    assert ("SM100-class" in hint and backend in hint and "flashinfer_gtc" in hint) is sm100_only
+    assert ("TORCH_CUDA_ARCH_LIST" in hint) is not sm100_only

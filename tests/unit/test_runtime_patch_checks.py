@@ -36,7 +36,7 @@ def test_unsupported_release_is_refused_naming_the_supported_ones(tmp_path, monk
     assert str(info.value) == (
         FAILED + "unsupported sglang 0.5.23 (supported: 0.5.8, 0.5.8.post1, 0.5.9, 0.5.10, "
         "0.5.10.post1, 0.5.11, 0.5.12, 0.5.12.post1); "
-        "use the trtllm_mla profile on other releases"
+        "run a supported release (or, on SM100 GPUs, the trtllm_mla profile)"
     )
     assert capsys.readouterr().err.startswith(FAILED + "unsupported sglang 0.5.23")
 

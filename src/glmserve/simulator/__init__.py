@@ -49,7 +49,7 @@ Simulator options:
   --sim-speed X               run X times faster than real time (steps and phases)
   --sim-tokens-per-chunk K    K tokens per SSE chunk (default 1)
   --sim-load-seconds S, --sim-kv-seconds S, --sim-graphs-seconds S, --sim-warmup-seconds S
-  --sim-gpu-arch sm120|sm100|sm90   (trtllm_mla crashes at warmup unless sm100)
+  --sim-gpu-arch sm120|sm100|sm90   (trtllm_mla, cutlass_mla crash at warmup unless sm100)
   --sim-sglang-version V      version reported and logged (0.5.9)
   --sim-crash-at PHASE        {"|".join(PHASES)}|after-ready:SECONDS (wall seconds)
   --sim-crash-kind KIND       {"|".join(CRASH_KINDS)}

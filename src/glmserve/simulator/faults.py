@@ -119,7 +119,31 @@ _RUN_FRAMES = [
     ("model_executor/model_runner.py", 2488, "_forward_raw", "ret = self.forward_decode("),
     ("model_executor/model_runner.py", 2300, "forward_decode", "return self.model.forward("),
 ]
+# Attention backends whose decode kernels are built for SM100-class GPUs only, and how the
+# first decode fails elsewhere:
+# * trtllm_mla: flashinfer's trtllm-gen FMHA has SM100 cubins only (flashinfer#1466,
+#   sglang#40558): "TllmGenFmhaRunner ... Unsupported architecture", as in the seeds.
+# * cutlass_mla: sgl-kernel's cutlass_mla_decode is CUTLASS's SM100 (tcgen05) MLA kernel
+#   ("cutlass_mla_decode kernel requires blackwell", sglang#5390; FlashInfer's cutlass MLA
+#   builds for SM10x/11x only, flashinfer#3669; SM120 has no tcgen05, cutlass#2513). The exact
+#   SM120 message was not found in public logs: modelled as CUDA's "no kernel image".
+SM100_ONLY_BACKENDS = {"trtllm_mla": "tllm_unsupported_arch", "cutlass_mla": "no_kernel_image"}
+
+
+def sm100_only_crash(backend: str | None, gpu_arch: str) -> str | None:
+    """The crash kind the first decode hits for ``backend`` on ``gpu_arch``, or None."""
+    return SM100_ONLY_BACKENDS.get(backend or "") if gpu_arch != "sm100" else None
+
+
 _ATTN_FRAMES = {
+    "cutlass_mla": [
+        (
+            "layers/attention/cutlass_mla_backend.py",
+            274,
+            "forward_decode",
+            "o = cutlass_mla_decode(",
+        ),
+    ],
     "trtllm_mla": [
         (
             "layers/attention/trtllm_mla_backend.py",

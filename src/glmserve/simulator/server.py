@@ -148,8 +148,8 @@ class SimServer:
         if not o.server.skip_server_warmup:
             await asyncio.sleep(self._scaled(o.phase_seconds.get("warmup", 0.0)) / 2)
             await self._maybe_fault("warmup")
-            if o.shape.attention_backend == "trtllm_mla" and o.gpu_arch != "sm100":
-                self._crash_now("warmup", kind="tllm_unsupported_arch")
+            if (kind := faults.sm100_only_crash(o.shape.attention_backend, o.gpu_arch)) is not None:
+                self._crash_now("warmup", kind=kind)
         await self._join_rendezvous()
         if o.crash_at == "after-ready":
             asyncio.get_running_loop().call_later(o.crash_after_s, self._crash_now, "after-ready")
@@ -355,10 +355,10 @@ class SimServer:
             return
         await asyncio.sleep(dur / 2)
         await self._maybe_fault("warmup")
-        if o.shape.attention_backend == "trtllm_mla" and o.gpu_arch != "sm100":
-            # trtllm-gen MLA kernels exist for sm100 only (flashinfer#1466): the first
-            # decode at warmup fails exactly like the seeds' trtllm_mla launch on SM120.
-            self._crash_now("warmup", kind="tllm_unsupported_arch")
+        if (kind := faults.sm100_only_crash(o.shape.attention_backend, o.gpu_arch)) is not None:
+            # the first decode at warmup runs the backend's SM100-only kernel: it fails as the
+            # seeds' trtllm_mla launch did on SM120 (see faults.SM100_ONLY_BACKENDS)
+            self._crash_now("warmup", kind=kind)
         assert self.engine is not None
         req = Request("warmup-" + uuid.uuid4().hex[:8], 4, 8, None)
         done = asyncio.get_running_loop().create_future()

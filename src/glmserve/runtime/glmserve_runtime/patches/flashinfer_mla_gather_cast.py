@@ -103,7 +103,7 @@ def check_supported(module: ModuleType) -> str:
         raise fail(
             PATCH,
             f"unsupported sglang {version} (supported: {', '.join(SUPPORTED_VERSIONS)}); "
-            "use the trtllm_mla profile on other releases",
+            "run a supported release (or, on SM100 GPUs, the trtllm_mla profile)",
         )
     digest = source_sha256(module)
     if digest not in SUPPORTED_SOURCE_SHA256:
