@@ -7,6 +7,8 @@ and the READY bookkeeping of the other nodes; the sshd test covers the CLI and c
 from __future__ import annotations
 
 import os
+import signal
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +22,14 @@ from glmserve.store import RunStore
 from glmserve.transport import LocalTransport, free_local_port
 
 pytestmark = pytest.mark.slow
+
+
+def _cli(args: list[str]) -> int:
+    from glmserve.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    return int(info.value.code or 0)
 
 
 @pytest.fixture
@@ -51,6 +61,16 @@ def test_local_group_ready_then_stop(local_pair):
         follower = store.get_run(runs[1].run_id)
         assert follower.state == "READY" and follower.meta["ready_pids"] == [follower.pid]
         assert Path(runs[0].run_dir).parent.parent != Path(runs[1].run_dir).parent.parent
+        args = ["bench", gid, "--num-prompts", "1", "--output-len", "4", "--warmup", "0"]
+        assert _cli(args) == 0
+        # node 1 dies (its recorded process group, as `stop` would signal it): node 0 still
+        # answers HTTP, but a bench of the group must refuse, naming the dead node
+        os.killpg(int(runs[1].pgid or 0), signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        t = LocalTransport(get_host("lb"))
+        while probe_group(t, int(runs[1].pgid or 0)).live_pids and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _cli(args) == 3
     finally:
         reports = stop_group(runs, timeout=5, store=store)
     assert [r["group_id"] for r in reports] == [gid, gid]

@@ -83,10 +83,28 @@ def bench_run(ident: str | None) -> tuple[str | None, dict[str, Any] | None]:
         head, runs = serving_run(store, ident)
     if not runs:
         return head.run_id, None
+    _check_followers_alive(runs[1:])
     group = group_summary(runs)
     for node, run in zip(group["nodes"][1:], runs[1:], strict=True):  # node 0: run_metadata
         node["gpus"] = (run.meta or {}).get("gpus") or host_gpus(run)
     return head.run_id, group
+
+
+def _check_followers_alive(followers: list[Any]) -> None:
+    """Refuse to bench a group with a dead node > 0: node 0 still answers HTTP, but its
+    requests would hang in the collectives that need the missing ranks."""
+    from glmserve.errors import ServerCrashed
+    from glmserve.lifecycle import run_ownership, transport_for_run
+
+    for run in followers:
+        owned = run_ownership(transport_for_run(run), run)
+        if not owned.alive:
+            rank = (run.meta or {}).get("node_rank", "?")
+            raise ServerCrashed(
+                f"node {rank} ({run.host}) of group {(run.meta or {}).get('group_id')} is not "
+                f"running ({owned.reason or 'no process left'}); see `glmserve status "
+                f"{run.run_id}`, then stop and relaunch the group"
+            )
 
 
 def run_metadata(run_id: str | None) -> dict[str, Any]:
