@@ -127,7 +127,7 @@ def check_argspec(t: Transport, spec: LaunchSpec, version: str | None) -> CheckR
         os.replace(tmp, cache)
     try:
         live = argspec.load_argspec(str(cache))
-        report = argspec.validate_argv(spec.argv, live)
+        report = argspec.validate_argv(spec.argv, live, patches=spec.patches)
     except GlmserveError as exc:
         return CheckRow("flags", "fail", str(exc))
     if report.errors:

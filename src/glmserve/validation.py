@@ -31,7 +31,8 @@ def locate(spec: LaunchSpec, finding: Any) -> str:
 
 
 def format_finding(spec: LaunchSpec, finding: Any) -> str:
-    text = f"{locate(spec, finding)}: {finding.severity}: {finding.message}"
+    """``file:line (key): message``; the caller prefixes the severity (error/warning)."""
+    text = f"{locate(spec, finding)}: {finding.message}"
     if getattr(finding, "suggestion", None):
         text += f" ({finding.suggestion})"
     return text
@@ -54,9 +55,10 @@ def validate_spec(spec: LaunchSpec, sglang_version: str) -> list[str]:
     from glmserve.argspec import load_release_spec, validate_argv
 
     argspec = load_release_spec(sglang_version)
-    report = validate_argv(list(spec.argv), argspec)
+    report = validate_argv(list(spec.argv), argspec, patches=spec.patches)
     warnings = [format_finding(spec, f) for f in report.warnings]
     version = getattr(argspec, "version", sglang_version)
+    warnings += patch_version_warnings(spec, str(version))
     if not version_in_range(str(version), spec.sglang_range):
         warnings.append(
             f"profile {spec.profile}: targets sglang {spec.sglang_range}, "
@@ -68,3 +70,18 @@ def validate_spec(spec: LaunchSpec, sglang_version: str) -> list[str]:
         msg = head if len(lines) == 1 else head + "\n" + "\n".join(lines[1:])
         raise FlagValidationError(msg, findings=report.errors)
     return warnings
+
+
+def patch_version_warnings(spec: LaunchSpec, version: str) -> list[str]:
+    """Runtime patches that will refuse this SGLang release when the workers start (the
+    patch checks the release and its source hash there; this says so before launch)."""
+    from glmserve.runtime.glmserve_runtime.patches import flashinfer_mla_gather_cast as gtc
+
+    out = []
+    if gtc.PATCH in spec.patches and version not in gtc.SUPPORTED_VERSIONS:
+        out.append(
+            f"profile {spec.profile}: patch {gtc.PATCH} supports sglang "
+            f"{gtc.SUPPORTED_VERSIONS[0]}..{gtc.SUPPORTED_VERSIONS[-1]}; on {version} it will "
+            "refuse to start (PATCH_FAILED)"
+        )
+    return out
