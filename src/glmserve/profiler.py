@@ -1179,7 +1179,7 @@ def find_bottlenecks(ranks: list[RankProfile]) -> list[Finding]:
         if gathered:
             why = (
                 "only the batch's KV rows are cast (gather-then-cast is active); the rest "
-                "goes with an FP8-native attention backend (cutlass_mla, or trtllm_mla on SM100)"
+                "needs an FP8-native attention backend (trtllm_mla or cutlass_mla: SM100 GPUs only)"
             )
         else:
             why = (

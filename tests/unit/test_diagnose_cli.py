@@ -119,3 +119,12 @@ def test_console_script_on_a_corpus_log() -> None:
     )
     assert proc.returncode == 3, proc.stderr
     assert json.loads(proc.stdout)["category"] == "NCCL"
+
+
+def test_a_missing_file_is_named_as_a_file_not_looked_up_as_a_run(tmp_path: Path, capsys) -> None:
+    missing = tmp_path / "nope.log"
+    assert run(["diagnose", str(missing)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {missing}: no such log file"
+    assert run(["profile", str(tmp_path / "traces")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {tmp_path / 'traces'}: no such trace file or directory"

@@ -125,7 +125,9 @@ def bench(
         None, "--max-ttft-ms", help="Gate: exit 1 if median TTFT (any level) is higher."
     ),
     min_output_tok_s: list[str] = typer.Option(
-        [], "--min-output-tok-s", help="Gate C:X: exit 1 if output tok/s at concurrency C < X."
+        [],
+        "--min-output-tok-s",
+        help="Gate C:X (e.g. 64:900): exit 1 if output tok/s at concurrency C is below X.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
     output: Path | None = typer.Option(None, "--output", help="Also write the JSON here."),

@@ -42,6 +42,11 @@ Examples:
 """
 
 
+def _looks_like_path(text: str) -> bool:
+    """Run ids are 8 hex digits (or a prefix): a '/', a dot or a leading '~' means a path."""
+    return "/" in text or "." in text or text.startswith("~")
+
+
 def _read_target(target: str) -> tuple[str, str]:
     """(text, label) for a path, `-` or a run id."""
     if target == "-":
@@ -54,6 +59,8 @@ def _read_target(target: str) -> tuple[str, str]:
             raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
     if path.exists():
         raise ConfigError(f"{path} is not a file")
+    if _looks_like_path(target):  # not a run id: say what is missing
+        raise ConfigError(f"{target}: no such log file")
     try:
         from glmserve.lifecycle import read_run_log  # lazy: lifecycle pulls in ssh/sqlite
     except ImportError as exc:

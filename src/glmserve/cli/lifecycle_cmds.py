@@ -554,7 +554,7 @@ def logs(
     poll: float = typer.Option(0.5, "--poll", help="Seconds between reads when following."),
 ) -> None:
     """Print a run's server.log (by byte offset over ssh; -f follows until the server ends).
-    A group id prints every node's log, each line prefixed ``[nodeI host]``; -f follows them
+    A group id prints every node's log, each line prefixed ``\\[nodeI host]``; -f follows them
     all until every node's server has ended.
 
     Example: glmserve logs 3f2a -f -n 50

@@ -249,6 +249,10 @@ def profile(
     """
     from glmserve.profiler import analyze_path, capture_profile
 
+    if not Path(run_id).exists() and ("/" in run_id or "." in run_id):
+        from glmserve.errors import ConfigError
+
+        raise ConfigError(f"{run_id}: no such trace file or directory")
     if Path(run_id).exists():
         analysis = analyze_path(run_id)
         if as_json:
