@@ -607,7 +607,13 @@ def parse_argspec(data: dict[str, Any], source: str = "") -> ArgSpec:
             for a in data["actions"]
         ]
         version = str(data["sglang_version"])
-    except (KeyError, TypeError) as exc:
+    except KeyError as exc:
+        raise ConfigError(
+            f"{source or 'argspec'}: not a glmserve argspec dump (no {exc} field); make one with "
+            "scripts/dump_argspec.py V, or use the one `glmserve check` caches under "
+            "$GLMSERVE_HOME/argspecs/"
+        ) from exc
+    except TypeError as exc:
         raise ConfigError(f"{source or 'argspec'}: not a glmserve argspec dump ({exc})") from exc
     parser = data.get("parser") or {}
     meta = {k: v for k, v in data.items() if k not in ("actions", "parser")}
