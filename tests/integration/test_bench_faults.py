@@ -8,11 +8,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import httpx
 import pytest
+from tests.fixtures.cli import GLMSERVE
 
 from glmserve.store import RunStore
 
@@ -20,7 +20,7 @@ SIM = ["--tp-size", "2", "--disable-cuda-graph", "--sim-speed", "5"]
 
 
 def start_bench(url: str, *args: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-c", "from glmserve.cli import main; main()", "bench", "--url", url,
+    cmd = [*GLMSERVE, "bench", "--url", url,
            "--json", "--warmup", "0", *args]  # fmt: skip
     # A shell starts background jobs with SIGINT ignored and children inherit that; restore
     # the default so the child behaves like a foreground command receiving Ctrl-C.

@@ -6,12 +6,10 @@ above it; the stored result carries the run's metadata."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import httpx
 import pytest
+from tests.fixtures.cli import run_glmserve as cli
 
 from glmserve.hosts import get_host
 from glmserve.lifecycle import open_endpoint, probe_group, stop_run
@@ -19,16 +17,6 @@ from glmserve.store import RunStore
 from glmserve.transport import SshTransport, free_local_port
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
-
-
-def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from glmserve.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "COLUMNS": "200"},
-    )
 
 
 @pytest.fixture

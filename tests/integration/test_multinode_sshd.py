@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.fixtures.cli import GLMSERVE
+from tests.fixtures.cli import run_glmserve as cli
 from tests.fixtures.sshd import SshdServer, start_sshd
 
 from glmserve.hosts import get_host
@@ -29,16 +31,6 @@ from glmserve.transport import SshTransport, free_local_port
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
 NODES = ("nodea", "nodeb")
-
-
-def cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from glmserve.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "COLUMNS": "200"},
-    )
 
 
 def launch_group(
@@ -280,7 +272,7 @@ def test_group_bench_logs_and_compare(group_hosts):
     gid, runs = data["group_id"], data["runs"]
     node0, node1 = runs[0]["run_id"], runs[1]["run_id"]
     follow = subprocess.Popen(
-        [sys.executable, "-c", "from glmserve.cli import main; main()", "logs", gid, "-f",
+        [*GLMSERVE, "logs", gid, "-f",
          "-n", "0", "--poll", "0.2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -337,7 +329,7 @@ def test_sweep_over_groups_crash_names_node_ctrl_c_stops_every_node_and_resume(g
     )
     (prof_dir / "ok2n.yaml").write_text("extends: cutlass_mla\nnodes: [nodea, nodeb]\n")
     home = Path(os.environ["GLMSERVE_HOME"])
-    argv = [sys.executable, "-c", "from glmserve.cli import main; main()", "sweep"]
+    argv = [*GLMSERVE, "sweep"]
     proc = subprocess.Popen(
         [*argv, "--simulate", "--host", "nodea", "--profiles", "crash2n,cutlass_mla,ok2n",
          "--set", f"server.port={free_local_port()}", "--set", "sim.gpu-arch=sm100",

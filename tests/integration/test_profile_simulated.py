@@ -6,15 +6,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.fixtures.cli import GLMSERVE
 from tests.fixtures.simulator import free_port
 
 
 def glmserve(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-c", "from glmserve.cli import main; main()", *args]
+    cmd = [*GLMSERVE, *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 

@@ -12,12 +12,13 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from tests.fixtures.cli import GLMSERVE
+from tests.fixtures.cli import run_glmserve as cli
 
 from glmserve.hosts import get_host
 from glmserve.lifecycle import probe_group, stop_run
@@ -27,17 +28,6 @@ from glmserve.transport import SshTransport, free_local_port
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
 FAST = ["--set", "sim.speed=20"]
-
-
-def cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    """The installed console script, as a user runs it (env carries the test's isolation)."""
-    return subprocess.run(
-        [sys.executable, "-c", "from glmserve.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "COLUMNS": "200"},
-    )
 
 
 def launch(host: str, port: int, *extra: str, timeout: float = 90):  # type: ignore[no-untyped-def]
@@ -286,7 +276,8 @@ def test_ctrl_c_while_waiting_keeps_server_and_says_how(ssh_host, cleanup_runs):
     port = free_local_port()
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-c", "from glmserve.cli import main; main()", "launch"),
+            *GLMSERVE,
+            "launch",
             *("--profile", "trtllm_mla", "--host", ssh_host, "--simulate"),
             *("--set", f"server.port={port}", "--set", "sim.hang-at=kv", "--poll", "0.3"),
         ],
@@ -447,7 +438,7 @@ def test_logs_follow_streams_until_the_server_ends(ssh_host, cleanup_runs):
     res = launch(ssh_host, port, "--set", "sim.hang-at=kv", "--no-wait")
     run_id = res.stdout.split()[0]
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from glmserve.cli import main; main()", "logs", run_id, "-f"],
+        [*GLMSERVE, "logs", run_id, "-f"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

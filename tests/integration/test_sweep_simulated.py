@@ -7,11 +7,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from tests.fixtures.cli import GLMSERVE
 from tests.fixtures.simulator import free_port
 
 # The seeds' order: flashinfer, + the patch, then trtllm_mla and cutlass_mla, whose decode
@@ -22,7 +22,7 @@ PROFILES = "flashinfer,flashinfer_gtc,trtllm_mla,cutlass_mla"
 
 
 def glmserve(*args: str) -> list[str]:
-    return [sys.executable, "-c", "from glmserve.cli import main; main()", *args]
+    return [*GLMSERVE, *args]
 
 
 def sweep_args(port: int, *extra: str) -> list[str]:
