@@ -104,6 +104,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from glmserve.spec import SM100_ONLY_ATTENTION_BACKENDS
+
 MAX_LINE_CHARS = 16_384  # longer lines are cut before matching (server_args lines are ~6K)
 MAX_ROOT_CAUSE_CHARS = 600
 # After READY an exception without a cascade marker within this many lines was survived.
@@ -362,14 +364,9 @@ def _arch_hint(m: re.Match[str], _f: Facts) -> str:
     )
 
 
-# Attention backends whose decode kernels exist for SM100-class GPUs only: a "no kernel
-# image" under them is not a packaging problem that a rebuild fixes.
-_SM100_ONLY_BACKENDS = ("cutlass_mla", "trtllm_mla")
-
-
 def _no_kernel_image_hint(m: re.Match[str], f: Facts) -> str:
     backend = f.arg("attention_backend") or f.arg("decode_attention_backend")
-    if backend in _SM100_ONLY_BACKENDS:
+    if backend in SM100_ONLY_ATTENTION_BACKENDS:  # no rebuild helps: no SM120 kernel exists
         return (
             f"no kernel for this GPU in the {backend} attention backend: its decode kernel is "
             "built for SM100-class GPUs (B200/GB200) only, so no rebuild fixes it on SM120 "

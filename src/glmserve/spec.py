@@ -15,6 +15,10 @@ SGLANG_MODULE = "sglang.launch_server"
 SIMULATOR_MODULE = "glmserve.simulator"
 # Env var naming the runtime patches the shipped sitecustomize.py activates in every worker.
 PATCHES_ENV = "GLMSERVE_PATCHES"
+# Attention backends whose decode kernels exist for SM100-class GPUs (B200/GB200) only: on
+# SM120 (RTX PRO 6000) the first decode fails (sources in simulator/faults.py). The simulator
+# crashes them off sm100; diagnose says "switch backend", not "rebuild", when they fail.
+SM100_ONLY_ATTENTION_BACKENDS = ("trtllm_mla", "cutlass_mla")
 
 
 @dataclass(frozen=True)

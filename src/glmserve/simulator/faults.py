@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from glmserve.spec import SM100_ONLY_ATTENTION_BACKENDS
+
 SITE = "/root/venv/lib/python3.12/site-packages"
 SG = f"{SITE}/sglang/srt"
 
@@ -119,20 +121,23 @@ _RUN_FRAMES = [
     ("model_executor/model_runner.py", 2488, "_forward_raw", "ret = self.forward_decode("),
     ("model_executor/model_runner.py", 2300, "forward_decode", "return self.model.forward("),
 ]
-# Attention backends whose decode kernels are built for SM100-class GPUs only, and how the
-# first decode fails elsewhere:
+# How the first decode of an SM100-only attention backend (spec.SM100_ONLY_ATTENTION_BACKENDS)
+# fails elsewhere:
 # * trtllm_mla: flashinfer's trtllm-gen FMHA has SM100 cubins only (flashinfer#1466,
 #   sglang#40558): "TllmGenFmhaRunner ... Unsupported architecture", as in the seeds.
 # * cutlass_mla: sgl-kernel's cutlass_mla_decode is CUTLASS's SM100 (tcgen05) MLA kernel
 #   ("cutlass_mla_decode kernel requires blackwell", sglang#5390; FlashInfer's cutlass MLA
 #   builds for SM10x/11x only, flashinfer#3669; SM120 has no tcgen05, cutlass#2513). The exact
 #   SM120 message was not found in public logs: modelled as CUDA's "no kernel image".
-SM100_ONLY_BACKENDS = {"trtllm_mla": "tllm_unsupported_arch", "cutlass_mla": "no_kernel_image"}
+# trtllm-gen names the architecture; any other SM100-only kernel: CUDA's "no kernel image".
+_SM100_ONLY_CRASH = {"trtllm_mla": "tllm_unsupported_arch"}
 
 
 def sm100_only_crash(backend: str | None, gpu_arch: str) -> str | None:
     """The crash kind the first decode hits for ``backend`` on ``gpu_arch``, or None."""
-    return SM100_ONLY_BACKENDS.get(backend or "") if gpu_arch != "sm100" else None
+    if gpu_arch == "sm100" or backend not in SM100_ONLY_ATTENTION_BACKENDS:
+        return None
+    return _SM100_ONLY_CRASH.get(backend, "no_kernel_image")
 
 
 _ATTN_FRAMES = {

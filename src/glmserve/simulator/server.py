@@ -357,7 +357,7 @@ class SimServer:
         await self._maybe_fault("warmup")
         if (kind := faults.sm100_only_crash(o.shape.attention_backend, o.gpu_arch)) is not None:
             # the first decode at warmup runs the backend's SM100-only kernel: it fails as the
-            # seeds' trtllm_mla launch did on SM120 (see faults.SM100_ONLY_BACKENDS)
+            # seeds' trtllm_mla launch did on SM120 (see spec.SM100_ONLY_ATTENTION_BACKENDS)
             self._crash_now("warmup", kind=kind)
         assert self.engine is not None
         req = Request("warmup-" + uuid.uuid4().hex[:8], 4, 8, None)
