@@ -33,6 +33,12 @@ _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
 _STR_TAG = "tag:yaml.org,2002:str"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+# The value YAML makes of a number node, without parsing its text again.
+_CONSTRUCTOR = yaml.constructor.SafeConstructor()
+_NUMBER = {
+    _INT_TAG: yaml.constructor.SafeConstructor.construct_yaml_int,
+    _FLOAT_TAG: yaml.constructor.SafeConstructor.construct_yaml_float,
+}
 _OCTAL_1_1 = re.compile(r"^[-+]?0[0-7_]+$")
 
 
@@ -168,7 +174,7 @@ def _check_scalar(node: yaml.ScalarNode, source: str) -> None:
             f"{source}:{line}: {text!r} is read by YAML 1.1 as a base-60 or octal number; "
             f'quote it ("{text}") if you mean the text'
         )
-    if node.tag in (_INT_TAG, _FLOAT_TAG) and str(yaml.safe_load(text)) != text:
+    if node.tag in (_INT_TAG, _FLOAT_TAG) and str(_NUMBER[node.tag](_CONSTRUCTOR, node)) != text:
         # 2.20 -> 2.2, 0x10 -> 16, 1_000 -> 1000: the launch script would get another string
         # than the one written (a version, a mask, a revision). Keep the text as written;
         # a field that needs a number still parses "0.80" or reports it by line.
