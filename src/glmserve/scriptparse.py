@@ -7,6 +7,13 @@ continuations, comments, ``;``/``&&``/``&`` separators, redirections, ``FOO=1`` 
 word came from, so findings can say ``run.sh:12: ...``. Variables assigned earlier in the
 script (``MODEL=...``, ``export TP=8``) are expanded; anything else that bash would expand at
 run time (``$UNSET``, ``$(cmd)``, globs) is kept literally and marked opaque.
+
+An unquoted expansion is split into words on blanks as bash does with the default ``IFS``
+(``ARGS="--tp-size 8"; ... $ARGS`` is two words, ``"$ARGS"`` stays one, an unquoted empty
+``$X`` is no word at all); an assignment's value is never split. A word that still holds an
+unquoted ``*``, ``?`` or ``[`` (written literally or coming from an unquoted expansion) is
+left as written and marked opaque: bash replaces it by the matching file names on the host
+at run time, which glmserve cannot know.
 """
 
 from __future__ import annotations
@@ -36,6 +43,15 @@ _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 _WRAPPERS = {"exec", "nohup", "command", "time", "builtin", "stdbuf", "setsid", "nice"}
 _KEYWORDS = {"then", "do", "else", "{", "(", "!", "if", "while", "until", "elif"}
 _OPERATORS = ("&&", "||", ";;", ";", "|", "&", "(", ")")
+_ASSIGN_PREFIX = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\[[^\]]*\])?=")
+# ``ARR[2]=value``: one element of an array
+_ELEMENT_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\[([^\]]*)\]=(.*)$", re.DOTALL)
+# bash's default IFS: an unquoted expansion splits on runs of these, leading/trailing dropped
+_IFS_RUN = re.compile(r"[ \t\n]+")
+_GLOB_CHARS = frozenset("*?[")
+# bash treats assignment-like arguments of these builtins as assignments (no splitting)
+_DECLARATION_BUILTINS = {"export", "readonly", "declare", "local", "typeset"}
+_ARRAY_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\[(@|\*|[0-9]+)\]\}")
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 # python options that take a separate argument (``python3 -X dev -m ...``).
 _PY_OPTS_WITH_ARG = {"-X", "-W", "-c", "-m"}
@@ -49,6 +65,7 @@ class Word:
     text: str
     line: int
     opaque: bool = False
+    array: list[str] | None = None  # the elements of a ``NAME=(a b c)`` array assignment
 
 
 @dataclass
@@ -66,6 +83,82 @@ class LaunchInvocation:
     script_vars: dict[str, str] = field(default_factory=dict)
 
 
+class _Fields:
+    """The words one shell word becomes after expansion: bash's field splitting of unquoted
+    expansion results (default IFS) and its pathname-expansion check, without running it.
+
+    Quoted text and literal characters never split a word; an unquoted expansion splits
+    wherever it holds blanks (so ``a$X`` with ``X=" b"`` is ``a`` and ``b``). Quotes make a
+    word even when empty (``""``); an unquoted expansion alone that is empty makes none."""
+
+    def __init__(self, line: int, *, assignment_ok: bool) -> None:
+        self.line = line
+        self.assignment_ok = assignment_ok
+        self.words: list[Word] = []
+        self._cur: list[str] | None = None
+        self._cur_opaque = False
+        self._cur_glob = False  # an unquoted * ? [ (only a pattern if not an assignment)
+
+    def array_assignment(self) -> bool:
+        """At ``(`` right after ``NAME=`` in assignment position: ``NAME=(a b c)``."""
+        return (
+            self.in_assignment()
+            and self._cur is not None
+            and "[" not in self._cur[0]
+            and _ASSIGN_PREFIX.fullmatch("".join(self._cur)) is not None
+        )
+
+    def in_assignment(self) -> bool:
+        """``NAME=...`` in assignment position: bash neither splits nor globs its value."""
+        return (
+            self.assignment_ok
+            and not self.words
+            and self._cur is not None
+            and _ASSIGN_PREFIX.match("".join(self._cur)) is not None
+        )
+
+    def literal(self, text: str, *, quoted: bool, opaque: bool = False) -> None:
+        """Text that stays in the current word: quoted, escaped or written as is."""
+        if self._cur is None:
+            self._cur, self._cur_opaque, self._cur_glob = [], False, False
+        self._cur.append(text)
+        self._cur_opaque = self._cur_opaque or opaque
+        self._cur_glob = self._cur_glob or (not quoted and not _GLOB_CHARS.isdisjoint(text))
+
+    def expansion(self, text: str) -> None:
+        """The value of an unquoted ``$VAR``: split on blanks unless in an assignment."""
+        if self.in_assignment():
+            self.literal(text, quoted=True)
+            return
+        for i, piece in enumerate(_IFS_RUN.split(text)):
+            if i:
+                self.end_word()
+            if piece:
+                self.literal(piece, quoted=False)
+
+    def quoted_words(self, elements: list[str]) -> None:
+        """``"${ARR[@]}"``: every element its own word, quoted text before and after joined
+        to the first and last; an empty array adds no word."""
+        for i, element in enumerate(elements):
+            if i:
+                self.end_word()
+            self.literal(element, quoted=True)
+
+    def at_start(self) -> bool:
+        """Nothing of the word read yet (where ``~`` is a tilde expansion)."""
+        return self._cur is None and not self.words
+
+    def end_word(self) -> None:
+        if self._cur is not None:
+            opaque = self._cur_opaque or (self._cur_glob and not self.in_assignment())
+            self.words.append(Word("".join(self._cur), self.line, opaque))
+            self._cur = None
+
+    def finish(self) -> list[Word]:
+        self.end_word()
+        return self.words
+
+
 class _Lexer:
     """A small bash word splitter (no execution): enough for launch scripts."""
 
@@ -75,6 +168,7 @@ class _Lexer:
         self.pos = 0
         self.line = 1
         self.vars: dict[str, str] = {}
+        self.arrays: dict[str, list[str]] = {}
         self.notes: list[tuple[int, str]] = []
         self._heredocs: list[tuple[str, bool]] = []
 
@@ -133,13 +227,14 @@ class _Lexer:
                 self._redirect()
                 skip_next_word = self._pending_target
                 continue
-            word = self._word()
+            expanded = self._word(assignment_ok=_assignment_position(words))
             if skip_next_word:
                 skip_next_word = False
                 if self._heredoc_op:
-                    self._heredocs.append((word.text, self._heredoc_op == "<<-"))
+                    delimiter = " ".join(w.text for w in expanded)
+                    self._heredocs.append((delimiter, self._heredoc_op == "<<-"))
                 continue
-            words.append(word)
+            words.extend(expanded)
 
     def _operator(self) -> str | None:
         for op in _OPERATORS:
@@ -179,52 +274,79 @@ class _Lexer:
                 if (line.lstrip("\t") if strip_tabs else line) == delimiter:
                     break
 
-    def _word(self) -> Word:
+    def _word(self, *, assignment_ok: bool) -> list[Word]:
+        """The words the next shell word expands to (none, one, or several: see _Fields)."""
         start_line = self.line
-        parts: list[str] = []
-        opaque = False
+        fields = _Fields(start_line, assignment_ok=assignment_ok)
         size = 0
         while True:
             ch = self._peek()
+            if ch == "(" and fields.array_assignment():
+                return [self._array_assignment(fields, start_line)]
             if ch == "" or ch in " \t\n" or self._at_operator() or ch in "<>":
                 break
             if ch == "\\":
                 nxt = self._peek(1)
                 self._advance(2)
                 if nxt != "\n":  # backslash-newline continues; at end of file bash drops it
-                    parts.append(nxt)
+                    fields.literal(nxt, quoted=True)
                 continue
             if ch == "'":
                 end = self.text.find("'", self.pos + 1)
                 if end == -1:
                     raise ConfigError(f"{self.source}:{start_line}: unterminated single quote")
-                parts.append(self.text[self.pos + 1 : end])
+                fields.literal(self.text[self.pos + 1 : end], quoted=True)
                 self._advance(end + 1 - self.pos)
                 continue
             if ch == '"':
-                text, dq_opaque = self._double_quoted(start_line)
-                parts.append(text)
-                size += len(text)
-                opaque = opaque or dq_opaque
+                size += self._double_quoted(start_line, fields)
             elif ch == "$" and self._peek(1) == "'":
-                parts.append(self._ansi_c_quoted(start_line))
+                fields.literal(self._ansi_c_quoted(start_line), quoted=True)
             elif ch == "$" or ch == "`":
-                text, sub_opaque = self._expansion()
-                parts.append(text)
+                value, sub_opaque = self._expansion()
+                text = value if isinstance(value, str) else " ".join(value)
+                if sub_opaque:  # only known at run time: kept as written, in this word
+                    fields.literal(text, quoted=True, opaque=True)
+                else:  # ${ARR[@]} unquoted: its elements, each split (the same as joined)
+                    fields.expansion(text)
                 size += len(text)
-                opaque = opaque or sub_opaque
             else:
-                if ch in "*?[" and not _ASSIGNMENT.match("".join(parts)):
-                    opaque = True  # a glob (bash does not glob an assignment's value)
-                elif ch == "~" and not parts:
-                    opaque = True
-                parts.append(self._advance())
+                tilde = ch == "~" and fields.at_start()
+                fields.literal(self._advance(), quoted=False, opaque=tilde)
             if size > MAX_WORD_CHARS:
                 raise ConfigError(
                     f"{self.source}:{start_line}: a word expands to more than "
                     f"{MAX_WORD_CHARS} characters; not a launch script glmserve can check"
                 )
-        return Word("".join(parts), start_line, opaque)
+        return fields.finish()
+
+    def _array_assignment(self, fields: _Fields, start_line: int) -> Word:
+        """``NAME=(a "b c" $X)``: the elements are words expanded as any other (an unquoted
+        ``$X`` splits). One only known at run time makes the whole array unknown."""
+        name_eq = fields.finish()[0].text
+        self._advance()
+        elements: list[Word] = []
+        while (ch := self._peek()) != ")":
+            if ch == "":
+                raise ConfigError(f"{self.source}:{start_line}: unterminated array ( ... )")
+            if ch in " \t\n":
+                self._advance()
+            elif ch == "\\" and self._peek(1) == "\n":
+                self._advance(2)
+            elif ch == "#":
+                end = self.text.find("\n", self.pos)
+                self._advance((len(self.text) if end == -1 else end) - self.pos)
+            elif self._at_operator() or ch in "<>":
+                raise ConfigError(
+                    f"{self.source}:{self.line}: unexpected {ch!r} in an array assignment "
+                    "(bash: syntax error)"
+                )
+            else:
+                elements += self._word(assignment_ok=False)
+        self._advance()
+        texts = [w.text for w in elements]
+        opaque = any(w.opaque for w in elements)
+        return Word(f"{name_eq}({shlex.join(texts)})", start_line, opaque, texts)
 
     def _ansi_c_quoted(self, start_line: int) -> str:
         """``$'...'``: backslash escapes, ``\\'`` does not end it; an escape Python cannot
@@ -247,18 +369,23 @@ class _Lexer:
                 return not (op == "&" and self._peek(1) == ">")
         return False
 
-    def _double_quoted(self, start_line: int) -> tuple[str, bool]:
+    def _double_quoted(self, start_line: int, fields: _Fields) -> int:
+        """Add ``"..."`` to ``fields`` (one word unless it holds ``${ARR[@]}``); returns the
+        number of characters its expansions added."""
         self._advance()
         parts: list[str] = []
         opaque = False
         size = 0
+        has_at = False
         while True:
             ch = self._peek()
             if ch == "":
                 raise ConfigError(f"{self.source}:{start_line}: unterminated double quote")
             if ch == '"':
                 self._advance()
-                return "".join(parts), opaque
+                if parts or not has_at:  # "" is an empty word; "${EMPTY[@]}" is none
+                    fields.literal("".join(parts), quoted=True, opaque=opaque)
+                return size
             if ch == "\\" and self._peek(1) in '"\\$`\n':
                 nxt = self._peek(1)
                 self._advance(2)
@@ -266,9 +393,19 @@ class _Lexer:
                     parts.append(nxt)
                 continue
             if ch in "$`":
-                text, sub_opaque = self._expansion()
-                parts.append(text)
-                size += len(text)
+                value, sub_opaque = self._expansion()
+                if isinstance(value, list):
+                    has_at = True
+                    if value:
+                        fields.literal("".join(parts), quoted=True, opaque=opaque)
+                        fields.quoted_words(value[:-1])
+                        if len(value) > 1:
+                            fields.end_word()
+                        parts, opaque = [value[-1]], False
+                    size += sum(map(len, value))
+                else:
+                    parts.append(value)
+                    size += len(value)
                 opaque = opaque or sub_opaque
                 if size > MAX_WORD_CHARS:
                     raise ConfigError(
@@ -289,16 +426,29 @@ class _Lexer:
         if ch == quote:
             self._advance()
 
-    def _expansion(self) -> tuple[str, bool]:
-        """``$VAR``/``${VAR}`` known from the script expand; ``$(..)``, backticks and
-        unknown variables stay literal and make the word opaque."""
-        match = _VAR.match(self.text, self.pos)
+    def _values(self, name: str) -> list[str] | None:
+        """A script variable's elements (a plain variable is a one-element array)."""
+        if name in self.vars:
+            return [self.vars[name]]
+        return self.arrays.get(name)
+
+    def _expansion(self) -> tuple[str | list[str], bool]:
+        """``$VAR``/``${VAR}``/``${ARR[i]}``/``${ARR[*]}`` known from the script expand to
+        text, ``${ARR[@]}`` to its list of elements; ``$(..)``, backticks and unknown
+        variables stay literal and make the word opaque."""
+        match = _VAR.match(self.text, self.pos) or _ARRAY_REF.match(self.text, self.pos)
         if match:
             name = match.group(1) or match.group(2)
             self._advance(match.end() - self.pos)
-            if name in self.vars:
-                return self.vars[name], False
-            return match.group(0), True
+            values = self._values(name)
+            if values is None:
+                return match.group(0), True
+            index = match.group(2) if match.re is _ARRAY_REF else "0"
+            if index == "@":
+                return list(values), False
+            if index == "*":
+                return " ".join(values), False
+            return (values[int(index)] if int(index) < len(values) else ""), False
         if self.text.startswith("$(", self.pos) or self._peek() == "`":
             closer = ")" if self._peek() == "$" else "`"
             start, start_line = self.pos, self.line
@@ -337,6 +487,17 @@ class _Lexer:
             raw = self._advance(2)
             return raw, True
         return self._advance(), False
+
+
+def _assignment_position(words: list[Word]) -> bool:
+    """Would a ``NAME=value`` word here be an assignment (so bash does not split its value)?
+    Yes before the command name, and as an argument of ``export``/``declare``/..."""
+    for w in words:
+        if w.text in _DECLARATION_BUILTINS:
+            return True
+        if w.text not in _KEYWORDS and not _ASSIGNMENT.match(w.text):
+            return False
+    return True
 
 
 def _python_argv_start(words: list[Word]) -> int | None:
@@ -388,14 +549,36 @@ def _record_assignments(lexer: _Lexer, words: list[Word]) -> None:
     (and ``A=$A$A`` repeated cannot grow without bound)."""
     if words and words[0].text in ("export", "readonly", "declare", "local"):
         words = [w for w in words[1:] if not w.text.startswith("-")]
-    if words and all(_ASSIGNMENT.match(w.text) for w in words):
+    if words and all(_ASSIGNMENT.match(w.text) or _ELEMENT_ASSIGNMENT.match(w.text) for w in words):
         for w in words:
+            element = _ELEMENT_ASSIGNMENT.match(w.text)
+            if element:
+                _assign_element(lexer, element.group(1), element.group(2), element.group(3), w)
+                continue
             match = _ASSIGNMENT.match(w.text)
             assert match is not None
+            name = match.group(1)
+            lexer.vars.pop(name, None)
+            lexer.arrays.pop(name, None)
             if w.opaque or len(match.group(2)) > MAX_VAR_CHARS:
-                lexer.vars.pop(match.group(1), None)
+                continue
+            if w.array is not None:
+                lexer.arrays[name] = w.array
             else:
-                lexer.vars[match.group(1)] = match.group(2)
+                lexer.vars[name] = match.group(2)
+
+
+def _assign_element(lexer: _Lexer, name: str, index: str, value: str, word: Word) -> None:
+    """``ARR[i]=value`` replaces element i of a known array; any other form (a new index,
+    ``$i``, a sparse array) makes the variable unknown, so its uses are reported unchecked."""
+    elements = lexer._values(name)
+    lexer.vars.pop(name, None)
+    lexer.arrays.pop(name, None)
+    if elements is None or word.opaque or not index.isdigit() or int(index) >= len(elements):
+        return
+    elements = list(elements)
+    elements[int(index)] = value
+    lexer.arrays[name] = elements
 
 
 def find_launch(text: str, source: str) -> LaunchInvocation:

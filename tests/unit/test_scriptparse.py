@@ -264,3 +264,73 @@ def test_check_launch_locates_findings_at_script_lines() -> None:
     assert cut.lines()[0].startswith("commented_continuation.sh:3: warning: a comment")
     raw = check_argv(["python3", "-m", "sglang.launch_server", "--port"], load_argspec("0.5.9"))
     assert raw.lines()[0].startswith("argv[0]: error: argument --port: expected one argument")
+
+
+# --- word splitting of unquoted expansions (issue 10 #10), against real bash ----------------
+
+L = "python3 -m sglang.launch_server"
+WORD_SPLITTING = [
+    # the issue's script: an unquoted $ARGS is two words, not one unknown flag
+    f'ARGS="--tp-size 8"; {L} --model-path m $ARGS',
+    f'ARGS="--tp-size 8"\n{L} --model-path m ${{ARGS}}',
+    f'ARGS="--tp-size 8"; {L} --model-path m "$ARGS"',  # quoted: one word
+    f"ARGS='  --tp-size \t 8\n '; {L} a$ARGS\"b c\" x${{ARGS}}y",  # blanks cut, edges join
+    f'E=; {L} --x $E --y "$E" ""$E --z$E',  # unquoted empty: no word; quoted: an empty one
+    f'X="a b"; Y=$X; export Z=$X; {L} $Y "$Y" $Z',  # an assignment's value is not split
+    f'X="a   b"; {L} "$X" \'$X\' \\$X',
+    f'PY="{L}"; $PY --tp-size 2',  # the command itself from a variable
+    f'X="*.nomatch --a"; {L} $X "$X"',  # glob chars: bash keeps a pattern with no match
+    # arrays
+    f'A=(--tp-size 8 "--model-path" "my m"); {L} "${{A[@]}}" ${{A[@]}}',
+    f'A=(1 2 3); {L} "x${{A[@]}}y" ${{A[1]}} "${{A[5]}}" $A "${{A[*]}}"',
+    f'A=(); {L} --a "${{A[@]}}" --b "x${{A[@]}}" ""',
+    f'X="p q"; A=( # comment\n  $X "$X"\n  r\\\n s\n); A[0]=ignored; {L} "${{A[@]}}"',
+]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash not installed")
+@pytest.mark.parametrize("text", WORD_SPLITTING)
+def test_expansions_split_into_words_as_bash_does(
+    text: str, tmp_path: Path, fake_python: tuple[Path, Path]
+) -> None:
+    script = tmp_path / "split.sh"
+    script.write_text(text + "\n")
+    bin_dir, log = fake_python
+    # the test's cwd holds no file a glob could match, as for the literal pattern above
+    assert find_launch(text, "split.sh").argv == _bash_launch_argv(script, bin_dir, log)
+
+
+def test_unquoted_glob_from_an_expansion_is_opaque() -> None:
+    """A pattern is replaced by the host's file names at run time: left as written and
+    marked unchecked (quoted, it is plain text)."""
+    inv = find_launch(f'X="--model /m/*"; {L} $X "$X" --y "a*"', "g.sh")
+    assert inv.argv == ["--model", "/m/*", "--model /m/*", "--y", "a*"]
+    assert inv.opaque == {1}
+
+
+def test_array_with_a_run_time_element_is_not_guessed() -> None:
+    inv = find_launch(f'A=(--port "$(pick_port)"); {L} --model m "${{A[@]}}"', "a.sh")
+    assert inv.argv == ["--model", "m", "${A[@]}"]
+    assert inv.opaque == {2}
+
+
+def test_split_words_keep_the_line_of_the_expansion() -> None:
+    inv = find_launch(f'ARGS="--tp-size 8"\n{L} \\\n  --model-path m \\\n  $ARGS\n', "l.sh")
+    assert inv.argv[-2:] == ["--tp-size", "8"]
+    assert inv.token_lines[-2:] == [4, 4]
+
+
+def test_validate_accepts_flags_from_an_unquoted_variable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's script: `glmserve validate` used to report "--tp-size 8" as one
+    unrecognized argument (exit 2)."""
+    from glmserve.cli import main
+
+    script = tmp_path / "args.sh"
+    script.write_text(f'ARGS="--tp-size 8"; {L} --model-path m $ARGS\n')
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", "--sglang-version", "0.5.9", str(script)])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0, out
+    assert "ok for sglang 0.5.9" in out
