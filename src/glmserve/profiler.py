@@ -29,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from glmserve.errors import ConfigError
 
@@ -63,11 +63,18 @@ _DECODE_FRAME = re.compile(
 _PREFILL_FRAME = re.compile(r"\.py\(\d+\): forward_extend$")
 _GRAPH_LAUNCH = re.compile(r"^(cu|cuda|hip)GraphLaunch")
 MAX_EVENT_CHARS = 64 << 20  # one JSON value larger than this is not a trace event
+# torch-profiler traces gzip 10-20x (the test traces: 13-18x); deflate tops out near 1000x,
+# which only runs of one character reach. Past MAX_GZIP_FLOOR of output, a stream expanding
+# more than MAX_GZIP_RATIO times what was read of the file is refused as a gzip bomb, after
+# a few MiB read rather than after inflating gigabytes.
+MAX_GZIP_RATIO = 100
+MAX_GZIP_FLOOR = 64 << 20
 # A value cut by the buffer's end fails within a few characters of it ("tru", "1.", "-Inf"),
 # or as "Unterminated string starting at" its start; an error further back is in the text.
 _CUT_MARGIN = 256
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _WS = " \t\r\n"
+_WS_RUN = re.compile(r"[ \t\r\n]*")
 _DELIMS = _WS + ",]}:"
 
 # torch ScalarType codes as they appear in ``Concrete Inputs`` of aten::to / aten::_to_copy.
@@ -111,9 +118,11 @@ class _TextWindow:
         self.eof = False
         self._dropped_lines = 0
 
-    def _fill(self) -> bool:
+    def _fill(self, at_least: int = 0) -> bool:
+        """Read the next chunk (``at_least`` characters when a value longer than a chunk is
+        still open: its reads double, so re-decoding it costs linear, not quadratic, time)."""
         try:
-            data = self._fh.read(self._chunk)
+            data = self._fh.read(max(self._chunk, at_least))
         except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
             why = "truncated" if isinstance(exc, EOFError) else "corrupt"
             line = self.line_at(len(self.buf))
@@ -136,12 +145,11 @@ class _TextWindow:
         return TraceFormatError(f"{self._label}:{line}: not a Chrome trace: {what}")
 
     def peek(self) -> str:
-        """Next non-blank character ('' at end of file), without consuming it."""
+        """Next non-blank character ('' at end of file), without consuming it. Blanks are
+        skipped by the regex engine: gigabytes of padding cost seconds, not minutes."""
         while True:
-            n = len(self.buf)
-            while self.pos < n and self.buf[self.pos] in _WS:
-                self.pos += 1
-            if self.pos < n:
+            self.pos = _WS_RUN.match(self.buf, self.pos).end()  # type: ignore[union-attr]
+            if self.pos < len(self.buf):
                 return self.buf[self.pos]
             if self.eof or not self._fill():
                 return ""
@@ -160,6 +168,13 @@ class _TextWindow:
         while True:
             try:
                 obj, end = self._decoder.raw_decode(self.buf, self.pos)
+            except RecursionError as exc:
+                # The C decoder guards its recursion with the interpreter's limit (about 1000
+                # levels); a trace event nests 3 or 4. Past it nothing is decoded or kept.
+                raise self.fail(
+                    "JSON nested deeper than the decoder's limit (about "
+                    f"{sys.getrecursionlimit()} levels; a trace event nests 3 or 4)"
+                ) from exc
             except ValueError as exc:
                 if not isinstance(exc, json.JSONDecodeError):
                     # int() refuses a number of more than sys.get_int_max_str_digits() digits
@@ -171,7 +186,7 @@ class _TextWindow:
                     raise self.fail(
                         f"one value is larger than {MAX_EVENT_CHARS >> 20} MiB"
                     ) from exc
-                if self.eof or not self._fill():
+                if self.eof or not self._fill(len(self.buf) - self.pos):
                     raise self.fail(exc.msg, exc.pos) from exc
                 continue
             # A number cut by the buffer's end decodes "successfully" as its prefix ("0" of
@@ -241,6 +256,41 @@ def _array_items(win: _TextWindow) -> Iterator[dict[str, Any]]:
             return
 
 
+class _BoundedGunzip(io.RawIOBase):
+    """The decompressed bytes of a ``.gz`` trace, refused (TraceFormatError) as soon as they
+    outgrow what was read of the file by more than MAX_GZIP_RATIO (past MAX_GZIP_FLOOR):
+    the check runs on every read, so a bomb stops after MiBs of output, not GiBs."""
+
+    def __init__(self, raw: BinaryIO, path: Path) -> None:
+        self._raw = raw
+        self._gz = gzip.GzipFile(fileobj=raw, mode="rb")
+        self._path = path
+        self.produced = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        # at most a MiB per call, so one large read cannot inflate far past the check
+        n = self._gz.readinto(memoryview(buffer)[: 1 << 20])
+        self.produced += n
+        consumed = max(self._raw.tell(), 1)
+        if self.produced > MAX_GZIP_FLOOR and self.produced > MAX_GZIP_RATIO * consumed:
+            raise TraceFormatError(
+                f"{self._path}: not a Chrome trace: its gzip stream expands more than "
+                f"{MAX_GZIP_RATIO}x ({self.produced >> 20} MiB from the first "
+                f"{max(consumed >> 10, 1)} KiB); a profiler trace compresses 10-20x "
+                "(a gzip bomb?)"
+            )
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self._gz.close()
+            self._raw.close()
+        super().close()
+
+
 def _open_text(path: Path) -> TextIO:
     try:
         raw = path.open("rb")
@@ -248,7 +298,7 @@ def _open_text(path: Path) -> TextIO:
         raw.seek(0)
     except OSError as exc:  # missing, a directory, unreadable
         raise TraceFormatError(f"{path}: cannot read trace: {exc.strerror or exc}") from exc
-    binary: Any = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
+    binary: Any = io.BufferedReader(_BoundedGunzip(raw, path)) if magic == b"\x1f\x8b" else raw
     return io.TextIOWrapper(binary, encoding="utf-8", errors="replace")
 
 
