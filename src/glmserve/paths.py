@@ -29,16 +29,27 @@ def user_config_dir() -> Path:
     return Path(env) if env else Path.home() / ".config" / "glmserve"
 
 
+def shipped_configs_dir() -> Path:
+    """The ``configs/`` glmserve ships: the copy a wheel carries inside the package
+    (``glmserve/data/configs``, put there by setup.py's build hook), else the source
+    checkout's own ``configs/`` (an editable install, or running from the tree)."""
+    package = Path(__file__).resolve().parent
+    packaged = package / "data" / "configs"
+    if packaged.is_dir():
+        return packaged
+    return package.parents[1] / "configs"
+
+
 def project_configs_dir() -> Path:
     """The ``configs/`` folder: ``$GLMSERVE_CONFIGS``, else ``./configs`` if present, else the
-    one next to the source checkout (so an editable install works from any cwd)."""
+    shipped one (so any install works from any cwd)."""
     env = os.environ.get("GLMSERVE_CONFIGS")
     if env:
         return Path(env)
     cwd = Path.cwd() / "configs"
     if (cwd / "profiles").is_dir():
         return cwd
-    return Path(__file__).resolve().parents[2] / "configs"
+    return shipped_configs_dir()
 
 
 def read_capped(path: Path, limit: int, what: str, missing: str | None = None) -> bytes:

@@ -1,6 +1,7 @@
 """YAML profiles -> LaunchSpec. Pure apart from reading the profile files.
 
-A profile file (``configs/profiles/<name>.yaml`` or ``~/.config/glmserve/profiles/``)::
+A profile file (``configs/profiles/<name>.yaml``, shipped inside the wheel too, or
+``~/.config/glmserve/profiles/``)::
 
     extends: parent-name          # optional; deep merge, child wins; lists replace
     description: free text
@@ -78,6 +79,16 @@ def profile_dirs() -> list[Path]:
     return [user_config_dir() / "profiles", project_configs_dir() / "profiles"]
 
 
+def no_profiles_message() -> str:
+    """What to say when no profile is found: the folders searched, so an install without
+    its shipped profiles (or a wrong GLMSERVE_CONFIGS) is visible, not an empty list."""
+    searched = ", ".join(str(d) for d in profile_dirs())
+    return (
+        f"no profiles found; looked in {searched} (add NAME.yaml to one of them, or point "
+        "GLMSERVE_CONFIGS at a configs/ folder holding profiles/)"
+    )
+
+
 def _short(value: Any, limit: int = 60) -> str:
     """``repr`` capped to one short line: error messages must not echo a whole file."""
     text = repr(value)
@@ -115,7 +126,9 @@ def find_profile_path(name: str) -> Path:
             p = d / f"{name}{ext}"
             if p.is_file():
                 return p
-    known = ", ".join(list_profile_names()) or "(none)"
+    known = ", ".join(list_profile_names())
+    if not known:
+        raise ConfigError(f"unknown profile '{name}': {no_profiles_message()}")
     raise ConfigError(f"unknown profile '{name}'; known profiles: {known}")
 
 

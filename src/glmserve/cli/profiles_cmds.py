@@ -27,11 +27,15 @@ def profiles_cmd(
 
     Example: glmserve profiles --json
     """
-    from glmserve.profiles import list_profile_summaries
+    from glmserve.profiles import list_profile_summaries, no_profiles_message
 
     rows = list_profile_summaries()
+    if not rows:
+        err.print(no_profiles_message(), highlight=False, markup=False)
     if json_out:
         emit_json(rows)
+        return
+    if not rows:
         return
     table = Table("profile", "extends", "attention backend", "patches", "sglang", "description")
     for col in table.columns[:5]:
