@@ -650,6 +650,8 @@ def _read_json_maybe_gz(path: Path) -> Any:
         raise ConfigError(f"{path}: argspec is not UTF-8 text") from exc
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}:{exc.lineno}: argspec is not valid JSON ({exc.msg})") from exc
+    except RecursionError as exc:  # the C decoder's own guard (~1000 levels); a spec nests 4
+        raise ConfigError(f"{path}: argspec is not a spec: JSON nested too deeply") from exc
 
 
 def _read_spec_file(path: Path) -> ArgSpec:
