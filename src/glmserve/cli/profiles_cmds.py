@@ -25,6 +25,10 @@ def profiles_cmd(
 ) -> None:
     """List profiles: name, parent, attention backend, patches, target sglang range.
 
+    Profiles are read from ~/.config/glmserve/profiles (they shadow the others), then from
+    $GLMSERVE_CONFIGS/profiles, else ./configs/profiles, else the ones shipped with glmserve.
+    When there are none, stderr names the folders searched (exit 0, and [] with --json).
+
     Example: glmserve profiles --json
     """
     from glmserve.profiles import list_profile_summaries, no_profiles_message
