@@ -243,7 +243,8 @@ def profile(
     of decode step time and findings (e.g. the whole-pool FP8 -> BF16 cast).
 
     Given a trace file or a directory of them instead (SGLang's *-TP-*.trace.json.gz), only
-    analyses them, offline.
+    analyses them, offline. A file that is not a trace (malformed JSON, nested deeper than
+    ~1000 levels, a gzip stream inflating over 100x past 64 MiB) exits 2 with one line.
 
     Example: glmserve profile 3fa2c1d0 --steps 5 --load concurrency:8
     """
