@@ -49,6 +49,7 @@ _ELEMENT_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\[([^\]]*)\]=(.*)$",
 # bash's default IFS: an unquoted expansion splits on runs of these, leading/trailing dropped
 _IFS_RUN = re.compile(r"[ \t\n]+")
 _GLOB_CHARS = frozenset("*?[")
+_HEAD_CHARS = 256  # a variable name (and index) longer than this is not an assignment here
 # bash treats assignment-like arguments of these builtins as assignments (no splitting)
 _DECLARATION_BUILTINS = {"export", "readonly", "declare", "local", "typeset"}
 _ARRAY_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\[(@|\*|[0-9]+)\]\}")
@@ -96,6 +97,7 @@ class _Fields:
         self.assignment_ok = assignment_ok
         self.words: list[Word] = []
         self._cur: list[str] | None = None
+        self._head = ""  # the first _HEAD_CHARS of the current word: where NAME= would be
         self._cur_opaque = False
         self._cur_glob = False  # an unquoted * ? [ (only a pattern if not an assignment)
 
@@ -103,9 +105,8 @@ class _Fields:
         """At ``(`` right after ``NAME=`` in assignment position: ``NAME=(a b c)``."""
         return (
             self.in_assignment()
-            and self._cur is not None
-            and "[" not in self._cur[0]
-            and _ASSIGN_PREFIX.fullmatch("".join(self._cur)) is not None
+            and len(self._head) < _HEAD_CHARS
+            and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=", self._head) is not None
         )
 
     def in_assignment(self) -> bool:
@@ -114,14 +115,16 @@ class _Fields:
             self.assignment_ok
             and not self.words
             and self._cur is not None
-            and _ASSIGN_PREFIX.match("".join(self._cur)) is not None
+            and _ASSIGN_PREFIX.match(self._head) is not None
         )
 
     def literal(self, text: str, *, quoted: bool, opaque: bool = False) -> None:
         """Text that stays in the current word: quoted, escaped or written as is."""
         if self._cur is None:
-            self._cur, self._cur_opaque, self._cur_glob = [], False, False
+            self._cur, self._head, self._cur_opaque, self._cur_glob = [], "", False, False
         self._cur.append(text)
+        if len(self._head) < _HEAD_CHARS:
+            self._head += text[:_HEAD_CHARS]
         self._cur_opaque = self._cur_opaque or opaque
         self._cur_glob = self._cur_glob or (not quoted and not _GLOB_CHARS.isdisjoint(text))
 
