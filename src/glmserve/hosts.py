@@ -3,7 +3,13 @@
 A host is a name -> how to reach it (an ssh alias or ``user@host``, port, identity file, jump
 host) and where to work there (workdir, python, venv). The built-in ``local`` host needs no ssh
 and is the default. The user's file (``~/.config/glmserve/hosts.yaml``) overrides the project's
-per host name. Errors name file:line and the key, and an unknown host lists the known ones.
+per host name. Errors name file:line and the key, and an unknown host lists the known ones;
+an entry is checked only when its host is used, so one typo does not block every other host.
+
+Trust: the project file is read from ``./configs`` (a checked-out repo), so no hosts file may
+make ssh run or load anything locally or weaken host-key checking (``ssh_options`` is an
+allow-list, names and paths are plain words), and only the user's own file (or the
+``--ssh-config`` flag) may name an ssh config file, relative to the user's config dir.
 
 File format::
 
@@ -198,7 +204,9 @@ class HostConfig(BaseModel):
     workdir: str | None = None
     python: str = "python3"
     venv: str | None = None
-    ssh_config: str | None = Field(None, description="ssh -F file (instead of ~/.ssh/config)")
+    ssh_config: str | None = Field(
+        None, description="ssh -F file (instead of ~/.ssh/config); user's hosts.yaml only"
+    )
     ssh_options: dict[str, str] = Field(default_factory=dict, description="extra ssh -o K=V")
     connect_timeout: StrictInt = Field(10, ge=1, le=300)
     address: str | None = Field(

@@ -392,3 +392,38 @@ def test_any_glmserve_home_reaches_an_ssh_host(
     env = {"GLMSERVE_HOME": str(tmp_path / home)}
     res = check("h", env=env)
     assert res.returncode == 0, res.stderr
+
+
+# -- one broken host entry blocks only that host -----------------------------------------------
+def test_a_typo_in_another_host_entry_does_not_block_stop_or_status_of_a_local_run(
+    tmp_path: Path,
+) -> None:
+    from glmserve.transport import free_local_port
+
+    port = free_local_port()
+    res = glmserve(
+        "launch",
+        "--profile",
+        "trtllm_mla",
+        "--simulate",
+        "--set",
+        f"server.port={port}",
+        "--set",
+        "sim.gpu-arch=sm100",
+        "--no-wait",
+    )
+    assert res.returncode == 0, res.stderr
+    run_id = res.stdout.split()[0]
+    try:
+        path = user_hosts("hosts:\n  gpu9:\n    targte: root@10.0.0.9\n")
+        status = glmserve("status", "--json")
+        assert status.returncode == 0, status.stderr
+        assert run_id in status.stdout
+        used = check("gpu9")
+        _assert_refused(used, f"{path}:3: hosts.gpu9.targte")
+    finally:
+        stop = glmserve("stop", run_id)
+        if stop.returncode != 0:  # the old behaviour: stop the run without the hosts file
+            Path(os.environ["GLMSERVE_CONFIG_DIR"], "hosts.yaml").unlink()
+            glmserve("stop", run_id)
+    assert stop.returncode == 0, stop.stderr
