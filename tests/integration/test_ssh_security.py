@@ -427,3 +427,31 @@ def test_a_typo_in_another_host_entry_does_not_block_stop_or_status_of_a_local_r
             Path(os.environ["GLMSERVE_CONFIG_DIR"], "hosts.yaml").unlink()
             glmserve("stop", run_id)
     assert stop.returncode == 0, stop.stderr
+
+
+# -- values no program can receive -------------------------------------------------------------
+def test_a_command_longer_than_one_argv_string_runs_over_ssh(ssh_host: str) -> None:
+    """The remote command is one argv string locally and on the host's sshd (128 KiB at most):
+    a longer one goes over stdin, ahead of the command's own input."""
+    from glmserve.hosts import get_host
+    from glmserve.transport import SshTransport
+
+    t = SshTransport(get_host(ssh_host))
+    res = t.run(f"printf %s {'x' * 300_000} | wc -c; cat", stdin=b"input\n")
+    assert res.ok, res.stderr
+    assert res.stdout.split("\n", 1) == ["300000", "input\n"]
+
+
+def test_a_nul_byte_never_reaches_the_host(ssh_host: str) -> None:
+    """It used to be accepted, stored as "a\\u0000b" and reach the server as "ab"."""
+    res = glmserve(
+        "check",
+        "--profile",
+        "trtllm_mla",
+        "--host",
+        ssh_host,
+        "--simulate",
+        "--set",
+        'server.served-model-name="a\\0b"',
+    )
+    _assert_refused(res, "--set server.served-model-name:1: a NUL byte")
