@@ -286,7 +286,9 @@ class SshTransport(Transport):
         if h.port:
             opts["Port"] = str(h.port)
         if h.identity_file:
-            opts["IdentityFile"] = os.path.expanduser(h.identity_file)
+            # As written: ssh expands a leading ~ itself, and an expanded $HOME with a space
+            # would be split by ssh's -o parser.
+            opts["IdentityFile"] = h.identity_file
             opts["IdentitiesOnly"] = "yes"
         if h.jump:
             opts["ProxyJump"] = h.jump

@@ -200,3 +200,15 @@ def test_a_symlinked_socket_directory_is_not_used(monkeypatch, tmp_path):
     assert not path.startswith(str(tmp_path))
     assert Path(path).parent.name == f"glmserve-ssh-{os.getuid()}"
     assert Path(path).parent.parent in (Path(tempfile.gettempdir()), Path("/tmp"))
+
+
+def test_no_ssh_option_value_is_split_by_ssh_whatever_home_is(monkeypatch, tmp_path):
+    """``-o K=V`` is a config line to ssh: a value must not gain spaces from $HOME or
+    GLMSERVE_HOME (ssh expands the identity file's ``~`` itself)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "my home"))
+    monkeypatch.setenv("GLMSERVE_HOME", str(tmp_path / "my home" / "gs"))
+    host = HostConfig(name="g", target="h", identity_file="~/.ssh/id_ed25519", jump="b")
+    argv = SshTransport(host).ssh_base("yes")
+    values = [a for a in argv[1:] if a != "-o"]
+    assert all(" " not in v and "'" not in v and '"' not in v for v in values), values
+    assert "IdentityFile=~/.ssh/id_ed25519" in values
