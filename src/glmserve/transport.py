@@ -452,19 +452,26 @@ def _private_dir(d: Path) -> bool:
 
 
 # ssh's own complaints about its configuration (an -o value, a line of an -F file or of
-# ~/.ssh/config): a configuration error (exit 2), not a connection failure.
+# ~/.ssh/config): a configuration error (exit 2), not a connection failure. A bad file line
+# is always followed by "<file>: terminating, N bad configuration options"; -o errors name
+# "command-line". A remote command's own stderr never matches these.
 _CONFIG_ERROR_RE = re.compile(
-    r"^(command-line line \d+: .*|.+: line \d+: .*|Can't open user config file .*"
+    r"^(command-line line \d+: .*|Can't open user config file .*"
     r"|.* not supported as a command-line option|.+: terminating, \d+ bad configuration .*)$"
 )
+_FILE_LINE_RE = re.compile(r"^.+:? line \d+: .*$")
 
 
 def _raise_config_error(host: str, stderr: bytes) -> None:
-    """ConfigError with ssh's first configuration complaint in ``stderr``, if there is one."""
+    """ConfigError with ssh's configuration complaint in ``stderr``, if there is one (for a
+    config file: its first ``<file> line N: ...`` line, which says what is wrong)."""
     lines = [ln.strip() for ln in stderr.decode("utf-8", "replace").splitlines()]
     found = [ln for ln in lines if _CONFIG_ERROR_RE.match(ln)]
-    if found:
-        raise ConfigError(f"ssh {host}: ssh refused its configuration: {found[0]}")
+    if not found:
+        return
+    if "terminating" in found[0]:
+        found = [ln for ln in lines if _FILE_LINE_RE.match(ln)] or found
+    raise ConfigError(f"ssh {host}: ssh refused its configuration: {found[0]}")
 
 
 def _last_line(stderr: bytes) -> str:
