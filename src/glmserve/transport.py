@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
+import re
 import shlex
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -26,8 +29,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
 
-from glmserve.errors import RemoteCommandError, Result, TransportError
-from glmserve.hosts import HostConfig
+from glmserve.errors import ConfigError, RemoteCommandError, Result, TransportError
+from glmserve.hosts import HostConfig, ssh_option_refusal
 from glmserve.paths import glmserve_home
 
 READ_CHUNK = 4 * 1024 * 1024  # most bytes one read_from returns
@@ -35,6 +38,12 @@ CONTROL_PERSIST_S = 600
 SSH_FAILED = 255  # ssh's own exit status for connection/auth failures
 # Unix socket paths are limited to ~104-108 bytes; ssh also appends a temp suffix while binding.
 MAX_CONTROL_PATH = 90
+# ssh tokenizes an -o value (spaces, quotes) and expands '%' tokens and a leading '~' in
+# ControlPath: a control path holds only these characters, whatever GLMSERVE_HOME is.
+_PLAIN_PATH_RE = re.compile(r"^/[A-Za-z0-9_./-]+$")
+# One argv string is limited to 128 KiB (MAX_ARG_STRLEN) on Linux, locally and on the host's
+# sshd; a longer command goes over stdin ahead of the command's own input.
+ARGV_SCRIPT_MAX = 64 * 1024
 
 
 def shell_path(path: str) -> str:
@@ -79,6 +88,17 @@ def free_local_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def argv_safe(cmd: str, stdin: bytes | None) -> tuple[str, bytes]:
+    """``(cmd, stdin)`` for ``bash -c``: a command too long for one argv string is sent as the
+    first bytes of stdin and read back by ``head -c`` (which reads exactly that many bytes,
+    leaving the rest of stdin to the command)."""
+    data = stdin if stdin is not None else b""
+    script = cmd.encode()
+    if len(shlex.quote(cmd)) <= ARGV_SCRIPT_MAX:
+        return cmd, data
+    return f'eval "$(head -c {len(script)})"', script + data
 
 
 class Transport(ABC):
@@ -168,10 +188,11 @@ class LocalTransport(Transport):
         self, cmd: str, timeout: float | None = 60, stdin: bytes | None = None
     ) -> tuple[int, bytes, bytes, float]:
         t0 = time.perf_counter()
+        script, data = argv_safe(cmd, stdin)
         try:
             p = subprocess.run(
-                ["bash", "-c", cmd],
-                input=stdin if stdin is not None else b"",
+                ["bash", "-c", script],
+                input=data,
                 capture_output=True,
                 timeout=timeout,
             )
@@ -222,22 +243,28 @@ class SshTransport(Transport):
         self._had_master = False
 
     def _control_path(self) -> str:
-        key = "|".join(
-            str(x)
-            for x in (
-                self.host.name,
-                self.host.target,
-                self.host.port,
-                self.host.jump,
-                self.host.ssh_config,
-            )
+        """A short hashed socket path of plain characters: ssh neither splits nor expands it
+        (GLMSERVE_HOME may hold spaces, quotes or '%'), and it fits the socket-path limit.
+        The hash covers every field that changes the connection, and the home, so two hosts
+        or two homes never share a master."""
+        fields = self.host.model_dump(exclude={"source", "workdir", "python", "venv", "address"})
+        key = json.dumps([str(glmserve_home()), fields], sort_keys=True, default=str)
+        digest = hashlib.sha256(key.encode()).hexdigest()[:20]
+        uid = os.getuid()
+        candidates = [
+            glmserve_home() / "ssh",
+            Path(tempfile.gettempdir()) / f"glmserve-ssh-{uid}",
+            Path("/tmp") / f"glmserve-ssh-{uid}",
+        ]
+        for d in candidates:
+            path = str(d / digest)
+            if _PLAIN_PATH_RE.match(path) and len(path) <= MAX_CONTROL_PATH and _private_dir(d):
+                return path
+        raise ConfigError(
+            "no private directory for ssh control sockets: tried "
+            + ", ".join(str(d) for d in candidates)
+            + " (a path of plain characters, short enough for a socket, owned by you)"
         )
-        digest = hashlib.sha1(key.encode()).hexdigest()[:16]
-        d = glmserve_home() / "ssh"
-        if len(str(d / digest)) > MAX_CONTROL_PATH:
-            d = Path(tempfile.gettempdir()) / f"glmserve-ssh-{os.getuid()}"
-        d.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return str(d / digest)
 
     def ssh_base(self, master: str = "no") -> list[str]:
         """The ssh argv up to (not including) the target: options shared by every call."""
@@ -259,16 +286,16 @@ class SshTransport(Transport):
         if h.port:
             opts["Port"] = str(h.port)
         if h.identity_file:
-            opts["IdentityFile"] = os.path.expanduser(h.identity_file)
+            # As written: ssh expands a leading ~ itself, and an expanded $HOME with a space
+            # would be split by ssh's -o parser.
+            opts["IdentityFile"] = h.identity_file
             opts["IdentitiesOnly"] = "yes"
         if h.jump:
             opts["ProxyJump"] = h.jump
         for k, v in h.ssh_options.items():
-            if k.lower() == "stricthostkeychecking" and str(v).lower() in ("no", "off"):
-                raise TransportError(
-                    f"host {h.name}: StrictHostKeyChecking={v} is refused; add the host key "
-                    "to known_hosts (ssh-keyscan) instead"
-                )
+            why = ssh_option_refusal(k, str(v))  # checked at load; again for a built HostConfig
+            if why:
+                raise ConfigError(f"host {h.name}: ssh_options: {why}")
             opts[k] = str(v)
         for k, v in opts.items():
             argv += ["-o", f"{k}={v}"]
@@ -328,6 +355,7 @@ class SshTransport(Transport):
             except subprocess.TimeoutExpired as exc:
                 raise TransportError(f"ssh {self.host.name}: connection timed out") from exc
         if p.returncode != 0:
+            _raise_config_error(self.host.name, errfile.read_bytes() if errfile.exists() else b"")
             raise TransportError(f"ssh {self.host.name} ({self.target}): {_ssh_error(errfile)}")
         if self._had_master:
             self.reconnects += 1
@@ -356,12 +384,13 @@ class SshTransport(Transport):
                 self.connect()
             t0 = time.perf_counter()
             # --norc: bash run by sshd would source ~/.bashrc again (slow pyenv/conda inits).
-            remote = "bash --norc --noprofile -c " + shlex.quote(cmd)
+            script, data = argv_safe(cmd, stdin)
+            remote = "bash --norc --noprofile -c " + shlex.quote(script)
             argv = [*self.ssh_base(), self.target, "--", remote]
             try:
                 p = subprocess.run(
                     argv,
-                    input=stdin if stdin is not None else b"",
+                    input=data,
                     capture_output=True,
                     timeout=timeout,
                 )
@@ -371,6 +400,7 @@ class SshTransport(Transport):
                 ) from exc
             dur = time.perf_counter() - t0
             if p.returncode == SSH_FAILED and _is_ssh_failure(p.stderr):
+                _raise_config_error(self.host.name, p.stderr)
                 if attempt == 0:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(self.control_path)
@@ -392,6 +422,7 @@ class SshTransport(Transport):
             timeout=15,
         )
         if p.returncode != 0:
+            _raise_config_error(self.host.name, p.stderr)
             why = _last_line(p.stderr)
             raise TransportError(f"ssh {self.host.name}: port forward failed: {why}")
         try:
@@ -402,6 +433,45 @@ class SshTransport(Transport):
                 capture_output=True,
                 timeout=15,
             )
+
+
+def _private_dir(d: Path) -> bool:
+    """Make ``d`` (mode 0700) or accept it if it is already a real directory owned by us; make
+    it private if it is not. False for a symlink or someone else's directory: a socket there
+    could be swapped for theirs."""
+    try:
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = os.lstat(d)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            return False
+        if st.st_mode & 0o077:
+            os.chmod(d, 0o700)
+    except OSError:
+        return False
+    return True
+
+
+# ssh's own complaints about its configuration (an -o value, a line of an -F file or of
+# ~/.ssh/config): a configuration error (exit 2), not a connection failure. A bad file line
+# is always followed by "<file>: terminating, N bad configuration options"; -o errors name
+# "command-line". A remote command's own stderr never matches these.
+_CONFIG_ERROR_RE = re.compile(
+    r"^(command-line line \d+: .*|Can't open user config file .*"
+    r"|.* not supported as a command-line option|.+: terminating, \d+ bad configuration .*)$"
+)
+_FILE_LINE_RE = re.compile(r"^.+:? line \d+: .*$")
+
+
+def _raise_config_error(host: str, stderr: bytes) -> None:
+    """ConfigError with ssh's configuration complaint in ``stderr``, if there is one (for a
+    config file: its first ``<file> line N: ...`` line, which says what is wrong)."""
+    lines = [ln.strip() for ln in stderr.decode("utf-8", "replace").splitlines()]
+    found = [ln for ln in lines if _CONFIG_ERROR_RE.match(ln)]
+    if not found:
+        return
+    if "terminating" in found[0]:
+        found = [ln for ln in lines if _FILE_LINE_RE.match(ln)] or found
+    raise ConfigError(f"ssh {host}: ssh refused its configuration: {found[0]}")
 
 
 def _last_line(stderr: bytes) -> str:

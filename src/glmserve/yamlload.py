@@ -27,6 +27,9 @@ class YamlSyntaxError(ConfigError):
 MAX_BYTES = 1 << 20  # a config file is a few KiB; 1 MiB is generous and bounds parse time
 MAX_DEPTH = 64  # profiles nest 2-4 levels; deeper is a mistake or an attack
 MAX_NODES = 100_000  # nodes after alias expansion (billion laughs stops here in ms)
+# A config value is a word, a number or a path; far longer ones only fail later, as
+# "Argument list too long" (one argv string is at most 128 KiB on Linux).
+MAX_SCALAR = 64 * 1024
 
 _BOOL_TAG = "tag:yaml.org,2002:bool"
 _INT_TAG = "tag:yaml.org,2002:int"
@@ -116,11 +119,12 @@ def _check_depth(text: str, source: str) -> None:
 
 def _check_nodes(root: yaml.Node, source: str) -> None:
     """Walk the node graph as the data would be walked (aliases expanded), counting nodes,
-    and reject duplicate keys, non-scalar keys and YAML 1.1 boolean/number surprises."""
-    stack: list[tuple[yaml.Node, int]] = [(root, 1)]
+    and reject duplicate keys, non-scalar keys and YAML 1.1 boolean/number surprises.
+    Each node carries its key path (``server.model-path``, ``nodes[1]``) for messages."""
+    stack: list[tuple[yaml.Node, int, str]] = [(root, 1, "")]
     visited = 0
     while stack:
-        node, depth = stack.pop()
+        node, depth, path = stack.pop()
         visited += 1
         if visited > MAX_NODES or depth > MAX_DEPTH:
             raise ConfigError(
@@ -128,14 +132,32 @@ def _check_nodes(root: yaml.Node, source: str) -> None:
                 f"{MAX_NODES} nodes or {MAX_DEPTH} levels (an alias bomb or a recursive alias)"
             )
         if isinstance(node, yaml.ScalarNode):
-            _check_scalar(node, source)
+            _check_scalar(node, source, path)
         elif isinstance(node, yaml.SequenceNode):
-            stack.extend((child, depth + 1) for child in node.value)
+            stack.extend((c, depth + 1, f"{path}[{i}]") for i, c in enumerate(node.value))
         elif isinstance(node, yaml.MappingNode):
             _check_keys(node, source)
             for key, value in node.value:
-                stack.append((key, depth + 1))
-                stack.append((value, depth + 1))
+                name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
+                child = f"{path}.{name}" if path else name
+                stack.append((key, depth + 1, child))
+                stack.append((value, depth + 1, child))
+
+
+def _check_text(node: yaml.ScalarNode, source: str, path: str) -> None:
+    """Text no program can receive: a NUL ends an argv string, an environment value and a
+    line of a shell script (bash drops it), so "a\\0b" would silently become "ab" on the host;
+    a value over MAX_SCALAR overflows one argv string."""
+    where = f"{source}:{node.start_mark.line + 1}: {path + ': ' if path else ''}"
+    if "\0" in node.value:
+        raise ConfigError(
+            f"{where}a NUL byte (\\0) cannot be passed to a program (argv, environment and "
+            "scripts end at NUL); remove it"
+        )
+    if len(node.value) > MAX_SCALAR:
+        raise ConfigError(
+            f"{where}value is {len(node.value)} characters long; the limit is {MAX_SCALAR}"
+        )
 
 
 def _check_keys(node: yaml.MappingNode, source: str) -> None:
@@ -157,8 +179,9 @@ def _check_keys(node: yaml.MappingNode, source: str) -> None:
         seen[key.value] = line
 
 
-def _check_scalar(node: yaml.ScalarNode, source: str) -> None:
+def _check_scalar(node: yaml.ScalarNode, source: str, path: str = "") -> None:
     """Plain scalars YAML 1.1 reads differently from how people mean them."""
+    _check_text(node, source, path)
     if node.style is not None:  # quoted: the user said "string"
         return
     text = node.value

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
-from glmserve.errors import RemoteCommandError, TransportError
+from glmserve.errors import ConfigError, RemoteCommandError
 from glmserve.hosts import HostConfig
 from glmserve.transport import LocalTransport, SshTransport, log_read_script, parse_log_read
 
@@ -48,6 +49,11 @@ def test_ssh_options_are_safe(tmp_path):
     assert opts["Port"] == "2222" and opts["IdentitiesOnly"] == "yes"
     assert "StrictHostKeyChecking" not in opts
     assert len(opts["ControlPath"]) <= 100
-    bad = HostConfig(name="g", target="h", ssh_options={"StrictHostKeyChecking": "no"})
-    with pytest.raises(TransportError, match="refused"):
-        SshTransport(bad).ssh_base()
+    with pytest.raises(ValidationError, match="known_hosts"):
+        HostConfig(name="g", target="h", ssh_options={"StrictHostKeyChecking": "no"})
+    # A HostConfig built without validation is checked again before ssh sees it.
+    built = HostConfig.model_construct(name="g", target="h", ssh_options={"ProxyCommand": "id"})
+    built.connect_timeout, built.port, built.identity_file, built.jump = 10, None, None, None
+    built.ssh_config = None
+    with pytest.raises(ConfigError, match="runs a local command"):
+        SshTransport(built).ssh_base()

@@ -45,7 +45,16 @@ def emit_json(data: Any) -> None:
 @app.callback()
 def _root(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    ssh_config: str = typer.Option(
+        None,
+        "--ssh-config",
+        help="ssh config file (ssh -F) for every ssh host of this command, instead of each "
+        "host's ssh_config: (e.g. for a repo's configs/hosts.yaml, which may not name one).",
+    ),
 ) -> None:
     """glmserve: SGLang launch/watch/bench/compare. Exit codes: 0 ok, 1 gate failed,
     2 usage/config, 3 server crashed, 4 stalled/timeout, 5 connection/transport, 130 Ctrl-C."""
     STATE["debug"] = debug
+    from glmserve.hosts import set_cli_ssh_config
+
+    set_cli_ssh_config(ssh_config)
