@@ -287,7 +287,8 @@ class Watcher:
                 d = self.diag.diagnosis
                 if d.state is State.CRASHED:
                     return self._finish("CRASHED", d, started)
-                return self._finish("EXITED", d.exited(None), started)
+                gone = d.exited(None)  # CRASHED if a warning (soft watchdog) explains it
+                return self._finish(gone.state.value, gone, started)
             now = time.monotonic()
             budget = self.stall_timeout_s or phase_stall_budget(d.state)
             if math.isfinite(budget) and now - last_progress > budget:
