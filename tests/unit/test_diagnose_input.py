@@ -15,13 +15,8 @@ import pytest
 from tests.unit.test_diagnose_cli import run
 from tests.unit.test_diagnose_corpus import CASES
 
-from glmserve.diagnose import (
-    MAX_LINE_BYTES,
-    diagnose_lines,
-    diagnose_stream,
-    iter_line_blocks,
-)
-from glmserve.errors import EXIT_NOT_A_LOG
+from glmserve import diagnose
+from glmserve.diagnose import diagnose_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVING = (
@@ -45,7 +40,7 @@ OOM = (
 def test_input_without_an_sglang_line_is_refused(tmp_path: Path, capsys, content: bytes) -> None:
     f = tmp_path / "input.txt"
     f.write_bytes(content)
-    assert run(["diagnose", str(f)]) == EXIT_NOT_A_LOG == 6
+    assert run(["diagnose", str(f)]) == 6  # errors.EXIT_NOT_A_LOG
     cap = capsys.readouterr()
     assert cap.out == ""  # no "state STARTING" / "patch active on 1/?" for a README
     assert cap.err.count("\n") == 1 and str(f) in cap.err
@@ -91,13 +86,13 @@ def test_line_blocks_match_split_for_any_chunking() -> None:
     for _ in range(20):
         cuts = sorted(rnd.sample(range(len(data)), 40))
         chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
-        assert [ln for block in iter_line_blocks(chunks) for ln in block] == want
+        assert [ln for block in diagnose.iter_line_blocks(chunks) for ln in block] == want
 
 
 def test_an_endless_line_is_cut_not_accumulated() -> None:
     chunks = [b"A" * 1_000_000] * 50 + [b"B\nnext"]
-    lines = [ln for block in iter_line_blocks(chunks) for ln in block]
-    assert [len(ln) for ln in lines] == [MAX_LINE_BYTES, 4]
+    lines = [ln for block in diagnose.iter_line_blocks(chunks) for ln in block]
+    assert [len(ln) for ln in lines] == [diagnose.MAX_LINE_BYTES, 4]
 
 
 def _per_line(body: str):  # type: ignore[no-untyped-def]
@@ -113,7 +108,7 @@ def test_bulk_path_gives_the_per_line_verdict_on_every_corpus_log(case) -> None:
     data = case.body.encode()
     cuts = sorted(rnd.sample(range(len(data)), min(5, len(data))))
     chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
-    assert diagnose_stream(chunks).to_dict() == _per_line(case.body).to_dict()
+    assert diagnose.diagnose_stream(chunks).to_dict() == _per_line(case.body).to_dict()
 
 
 def test_bulk_path_on_a_serving_log_with_errors_between_progress_lines() -> None:
@@ -131,7 +126,7 @@ def test_bulk_path_on_a_serving_log_with_errors_between_progress_lines() -> None
     parts.append("[2026-03-02 12:00:00] Received sigquit from a child process.\n")
     body = "".join(parts)
     data = body.encode()
-    bulk = diagnose_stream([data[i : i + 4096] for i in range(0, len(data), 4096)])
+    bulk = diagnose.diagnose_stream([data[i : i + 4096] for i in range(0, len(data), 4096)])
     line = _per_line(body)
     assert bulk.to_dict() == line.to_dict()
     assert bulk.category is not None and bulk.category.value == "OOM"
