@@ -4,7 +4,8 @@ Writes a deterministic SGLang serving log of ``--mb`` MB (default 200): a real-s
 (server_args, load, KV cache, graph capture, "ready to roll"), then "Decode batch"/"Prefill
 batch"/access-log lines in the 0.5.9 format, and an OOM crash of TP3 at the very end, so the
 verdict needs the whole file (CRASHED/OOM at the last lines). Then runs, each as its own
-``glmserve`` process measured with ``os.wait4`` (peak RSS: the child's ``ru_maxrss``, KiB):
+``glmserve`` process (peak RSS: the process's own ``VmHWM`` from /proc at exit; ``ru_maxrss``
+would also count the parent's pages at fork/exec):
 
 * ``diagnose FILE``             the log as a file (target: < 10 s on the 2-core box)
 * ``diagnose - < FILE``         the same log on stdin
@@ -106,24 +107,32 @@ def write_log(path: Path, mb: int) -> int:
     return n_lines + 4
 
 
+# Prepended to the CLI: print the process's peak RSS (KiB) to stderr at exit.
+REPORT_PEAK = (
+    "import atexit, sys\n"
+    "atexit.register(lambda: sys.stderr.write('PEAK_RSS_KB ' + next(\n"
+    "    ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM:')) + '\\n'))\n"
+)
+
+
 def measure(argv: list[str], env: dict[str, str], stdin: Path | None = None) -> dict:
     """Run one command; wall seconds, peak RSS (MiB) of that process, exit status, stderr."""
     fin = stdin.open("rb") if stdin else subprocess.DEVNULL
     t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        argv, env=env, stdin=fin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    proc = subprocess.run(
+        argv, env=env, stdin=fin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False
     )
-    err = proc.stderr.read() if proc.stderr else b""
-    _pid, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
     if stdin:
         fin.close()  # type: ignore[union-attr]
+    err = proc.stderr.decode("utf-8", "replace")
+    peak = err.rsplit("PEAK_RSS_KB ", 1)
+    lines = [ln for ln in peak[0].strip().splitlines() if ln.strip()]
     return {
         "wall_s": wall,
-        "rss_mib": usage.ru_maxrss / 1024,
+        "rss_mib": int(peak[1].split()[0]) / 1024 if len(peak) == 2 else float("nan"),
         "rc": proc.returncode,
-        "stderr": err.decode("utf-8", "replace").strip().splitlines()[-1:],
+        "stderr": lines[-1:],
     }
 
 
@@ -143,7 +152,7 @@ def main() -> int:
         env = dict(os.environ, GLMSERVE_HOME=str(home))
         if args.src:
             env["PYTHONPATH"] = str(Path(args.src).resolve())
-        glm = [sys.executable, "-c", "import sys; from glmserve.cli import main; main()"]
+        glm = [sys.executable, "-c", REPORT_PEAK + "from glmserve.cli import main; main()"]
         sys.path.insert(0, env.get("PYTHONPATH", ""))
         from glmserve.store import RunRecord, RunStore
 

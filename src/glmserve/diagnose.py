@@ -374,15 +374,33 @@ def _oom_hint(m: re.Match[str], f: Facts) -> str:
     return f"{what}: " + ", or ".join(parts) + "."
 
 
-def _not_enough_memory_hint(_m: re.Match[str], f: Facts) -> str:
+def _not_enough_memory_hint(m: re.Match[str], f: Facts) -> str:
     mfs = f.float_arg("mem_fraction_static")
+    # Newer releases put the value and the minimum viable one in the message itself: "... under
+    # --mem-fraction-static=0.88. Raise --mem-fraction-static above 0.912" (sglang 0.5.23
+    # srt/mem_cache/kv_cache_configurator.py:3050-3057); 0.5.23's RuntimeError appends
+    # "Current value: mem_fraction_static=0.9" (srt/model_executor/pool_configurator.py:96-98).
+    on_line = re.search(r"mem[-_]fraction[-_]static=(\d*\.\d+)", m.string)
+    if mfs is None and on_line:
+        mfs = float(on_line.group(1))
+    above = re.search(r"above (\d*\.\d+)", m.string)
+    target = min(mfs + 0.03, 0.95) if mfs is not None else None
+    if above:
+        target = max(target or 0.0, math.ceil((float(above.group(1)) + 0.005) * 100) / 100)
     raise_to = (
-        f"raise --mem-fraction-static from {mfs:g} to {min(mfs + 0.03, 0.95):.2f}"
-        if mfs is not None
+        f"raise --mem-fraction-static from {mfs:g} to {target:.2f}"
+        if mfs is not None and target is not None
         else "raise --mem-fraction-static (e.g. 0.90)"
     )
+    pool = "the KV cache pool"
+    if re.search(r"mamba|hybrid", m.string, re.I):
+        pool = "the hybrid (mamba) state cache"
+        raise_to = "lower --max-running-requests, or " + raise_to
+    elif "SWA" in m.string:
+        pool = "the SWA pool"
+        raise_to = "lower --max-running-requests, or " + raise_to
     return (
-        f"the KV cache pool got no room after the weights: {raise_to}, or give each GPU less "
+        f"{pool} got no room after the weights: {raise_to}, or give each GPU less "
         "weight (higher --tp-size), or free the GPUs of other processes (nvidia-smi)."
     )
 
@@ -504,7 +522,7 @@ def _port_hint(m: re.Match[str], f: Facts) -> str:
     for pat in (
         r"\(['\"][^'\"]*['\"],\s*(\d{2,5})[,)]",
         r"[\w\]]:(\d{2,5})\b",
-        r"[Pp]ort\D{0,3}(\d{2,5})",
+        r"[Pp]ort(?: at)?\D{0,3}(\d{2,5})",
     ):
         p = re.search(pat, line)
         if p:
@@ -702,7 +720,15 @@ RULES: list[Rule] = [
     ),
     _r(
         r"Not enough memory\. Please try to increase --mem-fraction-static"
-        r"|max_total_num_tokens\W+(?:is )?(?:negative|<= ?0)|KV cache pool .{0,40}too small",
+        r"|max_total_num_tokens\W+(?:is )?(?:negative|<= ?0)|KV cache pool .{0,40}too small"
+        # 0.5.2x: "ValueError: Loaded weights leave no GPU memory for the KV cache under
+        # --mem-fraction-static=0.88" (kv_cache_configurator.py:3050).
+        r"|(?:leaves?|left|no|not enough|insufficient) (?:\w+ ){0,2}(?:GPU )?memory (?:\w+ )?for "
+        r"(?:the )?KV[ _-]?cache"
+        # Other pools sized from the same budget (0.5.23 kv_cache_configurator.py:3394,
+        # :3152, pool_configurator.py:212, :1026): hybrid mamba state cache, SWA pool.
+        r"|Not enough GPU memory for hybrid|state cache is too small to serve any requests"
+        r"|pool \(\d+ tokens\) cannot hold even one request|leaves no room for the full KV pool",
         C.OOM,
         _not_enough_memory_hint,
     ),
@@ -730,6 +756,16 @@ RULES: list[Rule] = [
         C.PORT_IN_USE,
         _port_hint,
     ),
+    # SGLang's own port checks for the ports it derives from --port (0.5.23
+    # srt/utils/network.py:82,95: "nccl_port at 30005 is not available", "... is used by a
+    # process already"; server_args.py:886 logs "Port is already in use. dist_init_port=..."
+    # first, without saying which: lower priority, so the line naming the port wins).
+    _r(
+        r"\b\w*port at \d+ is not available|\b\w*port is used by a process already",
+        C.PORT_IN_USE,
+        _port_hint,
+    ),
+    _r(r"^Port is already in use\.", C.PORT_IN_USE, _port_hint, 1),
     _r(
         r"[Pp]ort \d+ is (?:already )?(?:in use|used|not available)|Can not bind .{0,40}port",
         C.PORT_IN_USE,
@@ -817,6 +853,20 @@ RULES: list[Rule] = [
         _fixed(
             "the parallel sizes do not divide the model's dimensions: pick a --tp-size (and "
             "--dp/--ep/--pp) that divides the head/expert counts in the error."
+        ),
+        needs_error=True,
+    ),
+    # A per-rank partition of a weight that the quantization block (or the parallel layout) does
+    # not divide: "ValueError: Weight output_partition_size = 192 is not divisible by weight
+    # quantization block_n = 128" with --tp 16 (sglang#23602). A layout choice, not a crash.
+    _r(
+        r"\bis not divisible by\b|\bnot (?:evenly )?divisible by\b",
+        C.BAD_ARGS,
+        _fixed(
+            "a weight or head count does not split evenly over this parallel layout: pick a "
+            "--tp-size (and --dp/--ep/--pp) whose per-rank share divides the sizes in the error "
+            "(with a quantized checkpoint, the per-rank partition must be a multiple of the "
+            "quantization block)."
         ),
         needs_error=True,
     ),
@@ -1045,7 +1095,8 @@ _KEYWORDS = (
     "gloo", "peer access", "watchdog", "timeout", "timed out", "errno", "in use", "bind",
     "not available", "eaddrinuse", "unsupported", "not supported", "only support", "requires sm",
     "capability", "architecture", "kernel image", "static_assert", "not implemented", "must be",
-    "too small", "negative", "safetensor", "does not appear", "huggingface", "not found in",
+    "too small", "negative", "divisible", "safetensor", "does not appear", "huggingface",
+    "not found in",
     "could finish", "can't load", "cannot find", "local folder", "incomplete metadata",
     "unexpected eof", "unexpected keyword", "is not defined for option", "ninja", "nvcc",
     "ptxas", "compil", "out of resource", "toolchain", "glmserve patch", "usage:", 'file \\"',

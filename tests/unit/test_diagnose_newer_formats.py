@@ -188,3 +188,74 @@ def test_watch_soft_watchdog_then_death_is_a_crash(tmp_path: Path, monkeypatch) 
     assert result.state == "CRASHED"
     assert result.diagnosis.root_cause.startswith("Scheduler watchdog timeout")
     assert store.get_run("sw").state == "CRASHED"
+
+
+# -- newer failure classes, lines from the 0.5.23 sources ---------------------------------------
+
+
+def test_kv_budget_valueerror_is_oom_with_the_numbers_of_the_message() -> None:
+    """0.5.23 srt/mem_cache/kv_cache_configurator.py:3050-3057 (also sglang#2128 of InferenceX)."""
+    d = both(
+        [
+            "[2026-07-09 10:00:00 TP0] Load weight end. avail mem=12.25 GB, mem usage=125.65 GB.",
+            "ValueError: Loaded weights leave no GPU memory for the KV cache under "
+            "--mem-fraction-static=0.88. Raise --mem-fraction-static above 0.912 (minimum viable "
+            "= 1 - available/pre = 0.9113). If using speculative decoding, draft weights are now "
+            "counted.",
+        ]
+    )
+    assert (d.state, d.category, d.line) == (State.CRASHED, Category.OOM, 2)
+    assert "from 0.88 to 0.92" in (d.hint or "")
+
+
+def test_hybrid_state_cache_budget_is_oom() -> None:
+    """0.5.23 srt/mem_cache/kv_cache_configurator.py:3393-3400."""
+    d = both(
+        [
+            "RuntimeError: Not enough GPU memory for hybrid (mamba/linear-attention) state cache. "
+            "Computed max_mamba_cache_size=0 (total_rest_memory=1.00 GB, mamba_cache_per_req="
+            "12.00 MB). Try: (1) reduce --max-running-requests, (2) increase "
+            "--mem-fraction-static"
+        ]
+    )
+    assert d.category is Category.OOM and "mamba" in (d.hint or "")
+
+
+def test_an_internal_port_in_use_names_that_port() -> None:
+    """0.5.23 srt/server_args.py:884-888 logs "Port is already in use. ..." and re-raises
+    srt/utils/network.py:82's ValueError, which names the port: that line is the root cause."""
+    d = both(
+        [
+            "[2026-03-02 10:00:00] server_args={'port': 30000, 'tp_size': 8}",
+            "[2026-03-02 10:00:01] Port is already in use. dist_init_port=30010 port_base=30000 "
+            "detokenizer_port=30001 nccl_port=30005 scheduler_input_port=30002",
+            "Traceback (most recent call last):",
+            '  File "/sgl/python/sglang/srt/utils/network.py", line 101, in wait_port_available',
+            "    raise ValueError(error_message)",
+            "ValueError: nccl_port at 30005 is not available",
+        ]
+    )
+    assert (d.state, d.category, d.line) == (State.CRASHED, Category.PORT_IN_USE, 6)
+    assert "port 30005" in (d.hint or "") and "--port is 30000" in (d.hint or "")
+
+
+def test_waiting_for_a_busy_port_is_not_a_crash() -> None:
+    """network.py:95-98 logs at INFO while it waits for the port to be freed."""
+    d = both(
+        [
+            "[2026-03-02 10:00:01] INFO network.py:96: port 30005 is in use. Waiting for 15 "
+            "seconds for nccl_port to be available."
+        ]
+    )
+    assert d.state is State.STARTING
+
+
+def test_a_partition_the_quantization_block_does_not_divide_is_bad_args() -> None:
+    """sglang#23602: --tp 16 with a 128-block FP4 checkpoint."""
+    d = both(
+        [
+            "sglang_dsv4_node0  | ValueError: Weight output_partition_size = 192 is not "
+            "divisible by weight quantization block_n = 128."
+        ]
+    )
+    assert d.category is Category.BAD_ARGS and "--tp-size" in (d.hint or "")
