@@ -1104,7 +1104,11 @@ _KEYWORDS = (
 
 
 def _has_any(low: str, keys: tuple[str, ...]) -> bool:
-    return any(k in low for k in keys)
+    # A plain loop, not any(<generator>): about twice as fast over the ~100 keywords.
+    for k in keys:  # noqa: SIM110
+        if k in low:
+            return True
+    return False
 
 
 # feed_block's line shapes: ASCII lower-cased and digits folded to "0" in one C-speed
@@ -1534,7 +1538,8 @@ class LogDiagnoser:
             self._marker_is_report = False
 
     def _parse_server_args(self, body: str) -> None:
-        self._evidence = True
+        # Evidence only as SGLang logs it (the message starts with it), not quoted in prose.
+        self._evidence = self._evidence or body.lstrip().startswith(("server_args=", "ServerArgs("))
         pairs = _DICT_PAIR if "server_args={" in body else _ARG_PAIR
         for k, v in pairs.findall(body):
             if k not in self._args and len(self._args) < _MAX_FACTS:
