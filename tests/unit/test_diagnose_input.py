@@ -171,3 +171,28 @@ def test_diagnose_streams_stdin_in_bounded_memory() -> None:
     assert b"OOM" in out
     peak_kib = int(err.rsplit(b"PEAK_RSS_KB ", 1)[1].split()[0])
     assert peak_kib < 100 * 1024  # under 100 MiB for a 100 MiB log
+
+
+def test_a_runs_log_is_streamed_too(tmp_path: Path) -> None:
+    """`diagnose RUN` reads the run's server.log by byte offset, chunk by chunk: a 100 MiB log
+    does not make the CLI hold 100 MiB (reading it whole held it twice, bytes and text)."""
+    from glmserve.store import RunRecord, RunStore
+
+    block = "".join(SERVING.format(s=i % 60, p=1000 + i, r=1 + i % 64) for i in range(2000))
+    with (tmp_path / "server.log").open("w") as f:
+        f.write("[2026-03-02 10:09:17] The server is fired up and ready to roll!\n")
+        for _ in range((100 << 20) // len(block) + 1):
+            f.write(block)
+        f.write(OOM)
+    with RunStore.open() as store:
+        store.add_run(
+            RunRecord(run_id="b16a0000", host="local", profile="p", port=1, run_dir=str(tmp_path))
+        )
+    proc = subprocess.run(
+        [sys.executable, "-c", REPORT_PEAK + CLI, "diagnose", "b16a0000"],
+        capture_output=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr[-500:]
+    assert b"OOM" in proc.stdout
+    peak_kib = int(proc.stderr.rsplit(b"PEAK_RSS_KB ", 1)[1].split()[0])
+    assert peak_kib < 100 * 1024

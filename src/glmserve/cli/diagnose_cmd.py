@@ -10,13 +10,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import typer
 from rich.text import Text
 
 from glmserve.cli._app import app, emit_json, out
-from glmserve.diagnose import Diagnosis, State, diagnose_stream, diagnose_text
+from glmserve.diagnose import Diagnosis, State, diagnose_stream
 from glmserve.errors import (
     EXIT_CRASHED,
     EXIT_OK,
@@ -26,6 +26,9 @@ from glmserve.errors import (
     ServerCrashed,
     ServerNotReady,
 )
+
+if TYPE_CHECKING:
+    from glmserve.transport import Transport
 
 READ_CHUNK = 1 << 20  # bytes per read of a file or stdin
 
@@ -99,11 +102,26 @@ def _diagnose_target(target: str) -> tuple[Diagnosis, str]:
     if _looks_like_path(target):  # not a run id: say what is missing
         raise ConfigError(f"{target}: no such log file")
     try:
-        from glmserve.lifecycle import read_run_log  # lazy: lifecycle pulls in ssh/sqlite
+        from glmserve.lifecycle import transport_for_run  # lazy: lifecycle pulls in ssh/sqlite
+        from glmserve.store import RunStore
     except ImportError as exc:
         raise ConfigError(f"no such log file or run: {target}") from exc
+    with RunStore.open() as store:
+        run = store.get_run(target)
     # A run's server.log is the server's own output: empty means it has not written yet.
-    return diagnose_text(read_run_log(target)), f"run {target}"
+    return diagnose_stream(_run_log_chunks(transport_for_run(run), run.log_path)), f"run {target}"
+
+
+def _run_log_chunks(t: Transport, path: str) -> Iterator[bytes]:
+    """A run's log read by byte offset (over ssh for a remote host), one chunk at a time, so
+    a big remote log is never held whole."""
+    offset = 0
+    while True:
+        data, new = t.read_from(path, offset)
+        if not data or new <= offset:  # the end (or a log truncated under us: stop there)
+            return
+        offset = new
+        yield data
 
 
 def exit_code_for(diag: Diagnosis) -> int:
