@@ -9,6 +9,9 @@ would also count the parent's pages at fork/exec):
 
 * ``diagnose FILE``             the log as a file (target: < 10 s on the 2-core box)
 * ``diagnose - < FILE``         the same log on stdin
+* ``diagnose REQUESTS``         the same start-up, then per-request lines each carrying a unique
+                                32-hex request id (every line a new shape: the worst case for the
+                                line-shape cache), ending in the same crash
 * ``diagnose RANDOM``           ``--mb`` MB of random bytes (must refuse it: exit 6)
 * ``logs RUN -n 5``             the log's tail through a run recorded in a throwaway store
                                 (``GLMSERVE_HOME`` in a temp dir, host ``local``)
@@ -115,6 +118,28 @@ REPORT_PEAK = (
 )
 
 
+def write_requests_log(path: Path, mb: int) -> int:
+    """Start-up, then lines with unique request ids, then the crash; the OOM line number."""
+    rnd = random.Random(2)
+    target = mb * 1024 * 1024 - len(TAIL)
+    n_lines = HEAD.count("\n")
+    with path.open("w") as f:
+        f.write(HEAD)
+        size = len(HEAD)
+        while size < target:
+            rid = f"{rnd.getrandbits(128):032x}"
+            line = (
+                f"[2026-03-02 11:00:{n_lines % 60:02d} TP0] Req {rid} done: prompt_tokens="
+                f"{rnd.randint(10, 9000)}, completion_tokens={rnd.randint(1, 2000)}, "
+                f"cached_tokens={rnd.randint(0, 4000)}, e2e_latency={rnd.random() * 30:.3f}\n"
+            )
+            f.write(line)
+            size += len(line)
+            n_lines += 1
+        f.write(TAIL)
+    return n_lines + 4
+
+
 def measure(argv: list[str], env: dict[str, str], stdin: Path | None = None) -> dict:
     """Run one command; wall seconds, peak RSS (MiB) of that process, exit status, stderr."""
     fin = stdin.open("rb") if stdin else subprocess.DEVNULL
@@ -141,7 +166,9 @@ def main() -> int:
     ap.add_argument("--mb", type=int, default=200)
     ap.add_argument("--src", help="run glmserve from this src directory instead")
     ap.add_argument("--skip-random", action="store_true")
-    ap.add_argument("--only", choices=["diagnose", "stdin", "random", "logs"], action="append")
+    ap.add_argument(
+        "--only", choices=["diagnose", "stdin", "requests", "random", "logs"], action="append"
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="glmserve-biglog-") as tmp:
         home = Path(tmp) / "home"
@@ -164,10 +191,16 @@ def main() -> int:
             )  # fmt: skip
         cases = [
             ("diagnose", f"glmserve diagnose server.log  ({args.mb} MiB)", ["diagnose", str(log)],
-             None, 3),
-            ("stdin", "glmserve diagnose - < server.log", ["diagnose", "-"], log, 3),
-            ("logs", "glmserve logs RUN -n 5", ["logs", "b1600000", "-n", "5"], None, 0),
+             None, 3, oom_line),
+            ("stdin", "glmserve diagnose - < server.log", ["diagnose", "-"], log, 3, oom_line),
+            ("logs", "glmserve logs RUN -n 5", ["logs", "b1600000", "-n", "5"], None, 0, 0),
         ]  # fmt: skip
+        req = Path(tmp) / "requests.log"
+        req_oom = write_requests_log(req, args.mb)
+        cases.append(
+            ("requests", f"glmserve diagnose requests.log  ({args.mb} MiB, unique ids)",
+             ["diagnose", str(req)], None, 3, req_oom)
+        )  # fmt: skip
         if not args.skip_random:
             rnd = Path(tmp) / "random.bin"
             with rnd.open("wb") as f:
@@ -175,7 +208,7 @@ def main() -> int:
                     f.write(os.urandom(1 << 20))
             cases.append(
                 ("random", f"glmserve diagnose random.bin  ({args.mb} MiB of os.urandom)",
-                 ["diagnose", str(rnd)], None, 6)
+                 ["diagnose", str(rnd)], None, 6, 0)
             )  # fmt: skip
         print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC")
         py = platform.python_version()
@@ -184,11 +217,11 @@ def main() -> int:
         print(f"code: {args.src or 'this checkout'}; log: {log.stat().st_size} bytes, OOM at "
               f"line {oom_line}")  # fmt: skip
         ok = True
-        for key, label, argv, stdin, want in cases:
+        for key, label, argv, stdin, want, line in cases:
             if args.only and key not in args.only:
                 continue
             r = measure([*glm, *argv], env, stdin)
-            right = r["rc"] == want and (want != 3 or f":{oom_line}" in " ".join(r["stderr"]))
+            right = r["rc"] == want and (want != 3 or f":{line}" in " ".join(r["stderr"]))
             ok = ok and right
             print(f"{label:<58} wall {r['wall_s']:6.2f} s  peak RSS {r['rss_mib']:7.1f} MiB  "
                   f"exit {r['rc']} ({'as expected' if right else f'expected {want}'})"

@@ -1118,6 +1118,7 @@ _FOLD = bytes.maketrans(
 )
 _BORING, _PROGRESS_ONLY, _HOT = 0, 1, 2
 _SHAPE_MAX_BYTES = 4096  # longer lines always take the full path (and are not cached)
+_NARROW_AFTER = 64  # cache misses in one block before its keys are narrowed (_block_keys)
 _MAX_FACTS = 4096  # server_args keys, patch names, patch ranks kept (a real log has ~300)
 _MAX_SHAPE_BYTES = 4 << 20  # bounds the cache on input whose lines never repeat (random bytes)
 _FOLD_STR = str.maketrans("123456789", "000000000")  # keys are folded like the shapes
@@ -1135,13 +1136,35 @@ _HOT_MARKS = (
 _WORD_USAGE = re.compile(r"\w usage:")
 
 
-def _shape_kind(shape: bytes) -> int:
+_ShapeKeys = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+_ALL_SHAPE_KEYS: _ShapeKeys = (_HOT_MARKS, _SHAPE_KEYWORDS, _PROGRESS_KEYS)
+
+
+def _shape_kind(shape: bytes, keys: _ShapeKeys = _ALL_SHAPE_KEYS) -> int:
     """_BORING (nothing to do), _PROGRESS_ONLY (at most a progress line) or _HOT (full path)
-    for a folded line; conservative: when unsure, _HOT."""
+    for a folded line; conservative: when unsure, _HOT. ``keys`` may be narrowed to the ones
+    present in the line's block (:func:`_block_keys`): an absent key cannot be in the line."""
+    marks, keywords, progress = keys
     text = shape.decode("latin-1")  # byte for byte; the marks above are spelled that way
-    if _has_any(text, _HOT_MARKS) or _has_any(_WORD_USAGE.sub("", text), _SHAPE_KEYWORDS):
+    if _has_any(text, marks):
         return _HOT
-    return _PROGRESS_ONLY if _has_any(text, _PROGRESS_KEYS) else _BORING
+    if keywords:
+        probe = _WORD_USAGE.sub("", text) if "usage:" in text else text
+        if _has_any(probe, keywords):
+            return _HOT
+    return _PROGRESS_ONLY if _has_any(text, progress) else _BORING
+
+
+def _block_keys(lines: list[bytes]) -> _ShapeKeys:
+    """The marks and keywords that occur anywhere in a block (one pass per key over ~1 MiB):
+    on input whose lines never repeat (request ids, random bytes) most keys are absent, and
+    each line's check then costs a few comparisons instead of ~130."""
+    text = b"\n".join(lines).translate(_FOLD).decode("latin-1")
+    return (
+        tuple(k for k in _HOT_MARKS if k in text),
+        tuple(k for k in _SHAPE_KEYWORDS if k in text),
+        tuple(k for k in _PROGRESS_KEYS if k in text),
+    )
 
 
 @dataclass
@@ -1246,6 +1269,8 @@ class LogDiagnoser:
         base = self.lines_seen
         shapes = self._shapes
         deferred: list[int] = []
+        keys = _ALL_SHAPE_KEYS
+        misses = 0  # shapes not in the cache; past _NARROW_AFTER the keys are narrowed
         for i, raw in enumerate(lines):
             if len(raw) > _SHAPE_MAX_BYTES:
                 kind = _HOT
@@ -1253,7 +1278,10 @@ class LogDiagnoser:
                 shape = raw.translate(_FOLD)
                 kind = shapes.get(shape, -1)
                 if kind < 0:
-                    kind = _shape_kind(shape)
+                    misses += 1
+                    if misses == _NARROW_AFTER:
+                        keys = _block_keys(lines)
+                    kind = _shape_kind(shape, keys)
                     if self._shape_bytes < _MAX_SHAPE_BYTES:
                         shapes[shape] = kind
                         self._shape_bytes += len(shape) + 100  # + the dict entry, roughly
