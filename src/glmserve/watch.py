@@ -392,11 +392,12 @@ def assess_run(run: RunRecord, store: RunStore, t: Transport | None = None) -> d
         else:
             state = d.state.value
     elif run.state not in ("STOPPED", "FAILED"):
+        d = d.exited(None)  # dead: a warning such as a soft watchdog line explains it
         state = "CRASHED" if d.state is State.CRASHED else "EXITED"
         if run.ended_at is None:
             fields["ended_at"] = time.time()
-    if state == "CRASHED" and not fields and d.state is State.CRASHED:
-        fields = {"category": _val(d.category), "root_cause": d.root_cause, "hint": d.hint}
+    if state == "CRASHED" and "category" not in fields and d.state is State.CRASHED:
+        fields.update(category=_val(d.category), root_cause=d.root_cause, hint=d.hint)
     if state != run.state or fields:
         store.update_run(run.run_id, state=state, **fields)
         store.add_event(run.run_id, state, fields.get("root_cause"), {"assessed": True})

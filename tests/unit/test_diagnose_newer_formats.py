@@ -259,3 +259,22 @@ def test_a_partition_the_quantization_block_does_not_divide_is_bad_args() -> Non
         ]
     )
     assert d.category is Category.BAD_ARGS and "--tp-size" in (d.hint or "")
+
+
+def test_status_of_a_dead_run_after_a_soft_watchdog_is_crashed(tmp_path: Path) -> None:
+    """`glmserve status` (assess_run) on a run whose processes are gone: the soft watchdog
+    line is the root cause; with the server alive the same log is READY."""
+    from glmserve.hosts import HostConfig
+    from glmserve.store import RunRecord, RunStore
+    from glmserve.transport import LocalTransport
+    from glmserve.watch import assess_run
+
+    (tmp_path / "server.log").write_text("\n".join([READY, SOFT]) + "\n")
+    store = RunStore.open()
+    run = store.add_run(
+        RunRecord(run_id="sw2", host="local", profile="p", port=1, run_dir=str(tmp_path),
+                  state="READY")
+    )  # fmt: skip
+    out = assess_run(run, store, LocalTransport(HostConfig()))  # pgid None: nothing alive
+    assert out["state"] == "CRASHED"
+    assert (store.get_run("sw2").root_cause or "").startswith("Scheduler watchdog timeout")
