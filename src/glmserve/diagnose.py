@@ -99,7 +99,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -167,6 +167,24 @@ def phase_stall_budget(state: State | str) -> float:
     return _STALL_BUDGET_S.get(State(state), math.inf)
 
 
+@dataclass(frozen=True)
+class Evidence:
+    """A line that would explain a crash that other facts (a dead process) prove."""
+
+    line: int
+    text: str
+    category: Category
+    hint: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "line": self.line,
+            "text": self.text,
+            "category": self.category.value,
+            "hint": self.hint,
+        }
+
+
 @dataclass
 class Diagnosis:
     """One verdict on a log. ``category``/``line``/``root_cause`` are set only when CRASHED."""
@@ -186,6 +204,12 @@ class Diagnosis:
     exit_code: int | None = None
     stalled_s: float | None = None
     server_args: dict[str, str] = field(default_factory=dict)
+    # Whether any line was SGLang output (its log prefix, server_args, a crash report, a
+    # start-up marker): `diagnose` refuses input without one instead of calling it STARTING.
+    sglang_log: bool = False
+    # Evidence that explains a crash only if the process dies (SGLang's soft watchdog, a
+    # warning-level error): not a crash while the server lives; :meth:`exited` promotes it.
+    warning: Evidence | None = None
 
     @property
     def patch_active(self) -> str | None:
@@ -219,9 +243,24 @@ class Diagnosis:
         )
 
     def exited(self, rc: int | None) -> Diagnosis:
-        """The verdict once the server process is gone with status ``rc`` (crashes stay)."""
+        """The verdict once the server process is gone with status ``rc`` (crashes stay).
+
+        A death proves the crash that a :attr:`warning` (a soft watchdog timeout, an error
+        logged at warning level) only suggested: that line becomes the root cause, unless the
+        process ended cleanly (``rc == 0``)."""
         if self.state is State.CRASHED:
             return dataclasses.replace(self, exit_code=rc)
+        w = self.warning
+        if w is not None and rc != 0:
+            return dataclasses.replace(
+                self,
+                state=State.CRASHED,
+                category=w.category,
+                line=w.line,
+                root_cause=w.text,
+                hint=w.hint,
+                exit_code=rc,
+            )
         if rc is not None and rc in (137, -9):
             why = "killed by SIGKILL (the host OOM killer? check `dmesg | tail`)"
         elif rc is not None and rc < 0:
@@ -254,6 +293,8 @@ class Diagnosis:
             "patch_active": self.patch_active,
             "exit_code": self.exit_code,
             "stalled_s": self.stalled_s,
+            "sglang_log": self.sglang_log,
+            "warning": self.warning.to_dict() if self.warning else None,
         }
 
 
@@ -318,9 +359,11 @@ def _oom_hint(m: re.Match[str], f: Facts) -> str:
     else:
         parts.append("cap --max-running-requests (e.g. 64)")
     if in_capture:
-        bs = f.arg("cuda_graph_max_bs")
+        # 0.5.2x split the flag per phase: --cuda-graph-max-bs-decode (cuda_graph_hook.py).
+        key = "cuda_graph_max_bs" if f.arg("cuda_graph_max_bs") else "cuda_graph_max_bs_decode"
+        bs, flag = f.arg(key), "--" + key.replace("_", "-")
         parts.append(
-            f"--cuda-graph-max-bs from {bs} to {max(int(bs) // 2, 1)}"
+            f"{flag} from {bs} to {max(int(bs) // 2, 1)}"
             if bs and bs.isdigit()
             else "a smaller --cuda-graph-max-bs"
         )
@@ -331,15 +374,33 @@ def _oom_hint(m: re.Match[str], f: Facts) -> str:
     return f"{what}: " + ", or ".join(parts) + "."
 
 
-def _not_enough_memory_hint(_m: re.Match[str], f: Facts) -> str:
+def _not_enough_memory_hint(m: re.Match[str], f: Facts) -> str:
     mfs = f.float_arg("mem_fraction_static")
+    # Newer releases put the value and the minimum viable one in the message itself: "... under
+    # --mem-fraction-static=0.88. Raise --mem-fraction-static above 0.912" (sglang 0.5.23
+    # srt/mem_cache/kv_cache_configurator.py:3050-3057); 0.5.23's RuntimeError appends
+    # "Current value: mem_fraction_static=0.9" (srt/model_executor/pool_configurator.py:96-98).
+    on_line = re.search(r"mem[-_]fraction[-_]static=(\d*\.\d+)", m.string)
+    if mfs is None and on_line:
+        mfs = float(on_line.group(1))
+    above = re.search(r"above (\d*\.\d+)", m.string)
+    target = min(mfs + 0.03, 0.95) if mfs is not None else None
+    if above:
+        target = max(target or 0.0, math.ceil((float(above.group(1)) + 0.005) * 100) / 100)
     raise_to = (
-        f"raise --mem-fraction-static from {mfs:g} to {min(mfs + 0.03, 0.95):.2f}"
-        if mfs is not None
+        f"raise --mem-fraction-static from {mfs:g} to {target:.2f}"
+        if mfs is not None and target is not None
         else "raise --mem-fraction-static (e.g. 0.90)"
     )
+    pool = "the KV cache pool"
+    if re.search(r"mamba|hybrid", m.string, re.I):
+        pool = "the hybrid (mamba) state cache"
+        raise_to = "lower --max-running-requests, or " + raise_to
+    elif "SWA" in m.string:
+        pool = "the SWA pool"
+        raise_to = "lower --max-running-requests, or " + raise_to
     return (
-        f"the KV cache pool got no room after the weights: {raise_to}, or give each GPU less "
+        f"{pool} got no room after the weights: {raise_to}, or give each GPU less "
         "weight (higher --tp-size), or free the GPUs of other processes (nvidia-smi)."
     )
 
@@ -461,7 +522,7 @@ def _port_hint(m: re.Match[str], f: Facts) -> str:
     for pat in (
         r"\(['\"][^'\"]*['\"],\s*(\d{2,5})[,)]",
         r"[\w\]]:(\d{2,5})\b",
-        r"[Pp]ort\D{0,3}(\d{2,5})",
+        r"[Pp]ort(?: at)?\D{0,3}(\d{2,5})",
     ):
         p = re.search(pat, line)
         if p:
@@ -659,7 +720,15 @@ RULES: list[Rule] = [
     ),
     _r(
         r"Not enough memory\. Please try to increase --mem-fraction-static"
-        r"|max_total_num_tokens\W+(?:is )?(?:negative|<= ?0)|KV cache pool .{0,40}too small",
+        r"|max_total_num_tokens\W+(?:is )?(?:negative|<= ?0)|KV cache pool .{0,40}too small"
+        # 0.5.2x: "ValueError: Loaded weights leave no GPU memory for the KV cache under
+        # --mem-fraction-static=0.88" (kv_cache_configurator.py:3050).
+        r"|(?:leaves?|left|no|not enough|insufficient) (?:\w+ ){0,2}(?:GPU )?memory (?:\w+ )?for "
+        r"(?:the )?KV[ _-]?cache"
+        # Other pools sized from the same budget (0.5.23 kv_cache_configurator.py:3394,
+        # :3152, pool_configurator.py:212, :1026): hybrid mamba state cache, SWA pool.
+        r"|Not enough GPU memory for hybrid|state cache is too small to serve any requests"
+        r"|pool \(\d+ tokens\) cannot hold even one request|leaves no room for the full KV pool",
         C.OOM,
         _not_enough_memory_hint,
     ),
@@ -687,6 +756,16 @@ RULES: list[Rule] = [
         C.PORT_IN_USE,
         _port_hint,
     ),
+    # SGLang's own port checks for the ports it derives from --port (0.5.23
+    # srt/utils/network.py:82,95: "nccl_port at 30005 is not available", "... is used by a
+    # process already"; server_args.py:886 logs "Port is already in use. dist_init_port=..."
+    # first, without saying which: lower priority, so the line naming the port wins).
+    _r(
+        r"\b\w*port at \d+ is not available|\b\w*port is used by a process already",
+        C.PORT_IN_USE,
+        _port_hint,
+    ),
+    _r(r"^Port is already in use\.", C.PORT_IN_USE, _port_hint, 1),
     _r(
         r"[Pp]ort \d+ is (?:already )?(?:in use|used|not available)|Can not bind .{0,40}port",
         C.PORT_IN_USE,
@@ -776,6 +855,34 @@ RULES: list[Rule] = [
             "--dp/--ep/--pp) that divides the head/expert counts in the error."
         ),
         needs_error=True,
+    ),
+    # A per-rank partition of a weight that the quantization block (or the parallel layout) does
+    # not divide: "ValueError: Weight output_partition_size = 192 is not divisible by weight
+    # quantization block_n = 128" with --tp 16 (sglang#23602). A layout choice, not a crash.
+    _r(
+        r"\bis not divisible by\b|\bnot (?:evenly )?divisible by\b",
+        C.BAD_ARGS,
+        _fixed(
+            "a weight or head count does not split evenly over this parallel layout: pick a "
+            "--tp-size (and --dp/--ep/--pp) whose per-rank share divides the sizes in the error "
+            "(with a quantized checkpoint, the per-rank partition must be a multiple of the "
+            "quantization block)."
+        ),
+        needs_error=True,
+    ),
+    # SGLang's soft watchdog (--soft-watchdog-timeout) only dumps the stacks and logs this line;
+    # the process keeps running (sglang 0.5.23 srt/utils/watchdog.py:153-163: SIGQUIT to the
+    # parent only ``if not self.soft``). A crash only if the process dies (Diagnosis.exited).
+    _r(
+        r"[Ww]atchdog timeout \(self\.watchdog_timeout=[^,)]*, self\.soft=True\)",
+        C.CRASH,
+        _fixed(
+            "SGLang's soft watchdog saw no scheduler progress for --soft-watchdog-timeout "
+            "seconds and dumped the stacks (py-spy, above); the server keeps running. If it "
+            "stays stuck, read that dump: a stuck kernel or collective (NCCL_DEBUG=INFO)."
+        ),
+        1,
+        fatal=False,
     ),
     # SGLang's own hang detector kills the scheduler: a hang, reported as a crash.
     _r(
@@ -885,7 +992,13 @@ _PROGRESS: list[tuple[tuple[str, ...], re.Pattern[str], State | None]] = [
     # "progress within the phase"). Ordered so the frequent serving lines are checked first.
     # Decode statistics are logged every --decode-log-interval (40) decode steps with
     # requests running: only a serving server prints them (warmup decodes a few tokens).
-    (("decode batch",), re.compile(r"Decode batch[.,] #running-req: [1-9]"), State.READY),
+    # 0.5.2x with SGLANG_LOG_FORWARD_ITERS prints the forward iteration: "Decode batch [812],"
+    # (sglang 0.5.23 srt/managers/scheduler_components/metrics_reporter.py:962-963).
+    (
+        ("decode batch",),
+        re.compile(r"Decode batch(?: \[\d+\])?[.,] #running-req: [1-9]"),
+        State.READY,
+    ),
     (("prefill batch", "decode batch"), re.compile(r"Prefill batch|Decode batch"), None),
     (("ready to roll",), re.compile(r"The server is fired up and ready to roll"), State.READY),
     # A client request answered on the OpenAI routes: the server is serving (wait_for_server
@@ -961,8 +1074,14 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _PATCH_ACTIVE = re.compile(r"glmserve patch (?P<name>[\w.-]+) active \((?P<inner>[^)]*)\)")
 # glmserve_runtime, in every process: "glmserve runtime: patches armed: a, b (pid N)"
 _PATCH_ARMED = re.compile(r"glmserve runtime: patches armed: (?P<names>[\w.,\s-]+?)\s*\(pid")
-_SERVER_ARGS = re.compile(r"server_args=ServerArgs\(|ServerArgs\(model_path=")
+# Up to 0.5.9: "server_args=ServerArgs(model_path='m', tp_size=8, ...)" (a dataclass repr);
+# 0.5.2x logs a dict: "server_args={'model_path': 'm', 'tp_size': 8, ...}" (sglang 0.5.23
+# srt/entrypoints/engine.py:311, ``_server_args_for_logging`` = ``resolved_dict()``).
+_SERVER_ARGS = re.compile(r"server_args=ServerArgs\(|ServerArgs\(model_path=|server_args=\{'")
 _ARG_PAIR = re.compile(r"\b([a-z_][a-z0-9_]*)=('[^']*'|\"[^\"]*\"|[^,()\s]+)")
+_DICT_PAIR = re.compile(r"'([a-z_][a-z0-9_]*)': ('[^']*'|\"[^\"]*\"|[^,(){}\[\]\s]+)")
+# The server_args line of a big config is longer than MAX_LINE_CHARS (0.5.23: ~18K chars).
+MAX_ARGS_LINE_CHARS = 65_536
 _MAX_TOTAL = re.compile(r"max_total_num_tokens=(\d+).*?max_running_requests=(\d+)")
 
 
@@ -976,7 +1095,8 @@ _KEYWORDS = (
     "gloo", "peer access", "watchdog", "timeout", "timed out", "errno", "in use", "bind",
     "not available", "eaddrinuse", "unsupported", "not supported", "only support", "requires sm",
     "capability", "architecture", "kernel image", "static_assert", "not implemented", "must be",
-    "too small", "negative", "safetensor", "does not appear", "huggingface", "not found in",
+    "too small", "negative", "divisible", "safetensor", "does not appear", "huggingface",
+    "not found in",
     "could finish", "can't load", "cannot find", "local folder", "incomplete metadata",
     "unexpected eof", "unexpected keyword", "is not defined for option", "ninja", "nvcc",
     "ptxas", "compil", "out of resource", "toolchain", "glmserve patch", "usage:", 'file \\"',
@@ -984,7 +1104,67 @@ _KEYWORDS = (
 
 
 def _has_any(low: str, keys: tuple[str, ...]) -> bool:
-    return any(k in low for k in keys)
+    # A plain loop, not any(<generator>): about twice as fast over the ~100 keywords.
+    for k in keys:  # noqa: SIM110
+        if k in low:
+            return True
+    return False
+
+
+# feed_block's line shapes: ASCII lower-cased and digits folded to "0" in one C-speed
+# translate, so "Decode batch, #running-req: 12, ..." lines of a serving log share one shape.
+_FOLD = bytes.maketrans(
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZ123456789", b"abcdefghijklmnopqrstuvwxyz000000000"
+)
+_BORING, _PROGRESS_ONLY, _HOT = 0, 1, 2
+_SHAPE_MAX_BYTES = 4096  # longer lines always take the full path (and are not cached)
+_NARROW_AFTER = 64  # cache misses in one block before its keys are narrowed (_block_keys)
+_MAX_FACTS = 4096  # server_args keys, patch names, patch ranks kept (a real log has ~300)
+_MAX_SHAPE_BYTES = 4 << 20  # bounds the cache on input whose lines never repeat (random bytes)
+_FOLD_STR = str.maketrans("123456789", "000000000")  # keys are folded like the shapes
+_PROGRESS_KEYS = tuple(sorted({k.translate(_FOLD_STR) for ks, _p, _s in _PROGRESS for k in ks}))
+_SHAPE_KEYWORDS = tuple(k.translate(_FOLD_STR) for k in _KEYWORDS)
+# Lines the full path treats specially before the keyword check, plus the two non-ASCII
+# characters whose str.lower() is ASCII (KELVIN SIGN -> "k", I WITH DOT ABOVE -> "i").
+_HOT_MARKS = (
+    "\r", "\x1b", "\x00", "serverargs(", "server_args=", "glmserve", "patches armed",
+    "options:", "optional arguments:", "-h, --help", "max_total_num_tokens",
+    "\xe2\x84\xaa", "\xc4\xb0",
+)  # fmt: skip
+# "token usage: 0.05" in every decode line is not argparse's "usage: prog [-h]" banner (that
+# rule is anchored at the start of the message).
+_WORD_USAGE = re.compile(r"\w usage:")
+
+
+_ShapeKeys = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+_ALL_SHAPE_KEYS: _ShapeKeys = (_HOT_MARKS, _SHAPE_KEYWORDS, _PROGRESS_KEYS)
+
+
+def _shape_kind(shape: bytes, keys: _ShapeKeys = _ALL_SHAPE_KEYS) -> int:
+    """_BORING (nothing to do), _PROGRESS_ONLY (at most a progress line) or _HOT (full path)
+    for a folded line; conservative: when unsure, _HOT. ``keys`` may be narrowed to the ones
+    present in the line's block (:func:`_block_keys`): an absent key cannot be in the line."""
+    marks, keywords, progress = keys
+    text = shape.decode("latin-1")  # byte for byte; the marks above are spelled that way
+    if _has_any(text, marks):
+        return _HOT
+    if keywords:
+        probe = _WORD_USAGE.sub("", text) if "usage:" in text else text
+        if _has_any(probe, keywords):
+            return _HOT
+    return _PROGRESS_ONLY if _has_any(text, progress) else _BORING
+
+
+def _block_keys(lines: list[bytes]) -> _ShapeKeys:
+    """The marks and keywords that occur anywhere in a block (one pass per key over ~1 MiB):
+    on input whose lines never repeat (request ids, random bytes) most keys are absent, and
+    each line's check then costs a few comparisons instead of ~130."""
+    text = b"\n".join(lines).translate(_FOLD).decode("latin-1")
+    return (
+        tuple(k for k in _HOT_MARKS if k in text),
+        tuple(k for k in _SHAPE_KEYWORDS if k in text),
+        tuple(k for k in _PROGRESS_KEYS if k in text),
+    )
 
 
 @dataclass
@@ -1048,6 +1228,9 @@ class LogDiagnoser:
         self._hard_marker = False  # a marker READY cannot undo (not just a logged traceback)
         self._crashed = False
         self._last_key: tuple[Any, ...] = (State.STARTING, None, None)
+        self._evidence = False  # a line only SGLang (or a crashing Python) writes was seen
+        self._shapes: dict[bytes, int] = {}  # feed_block's line-shape cache
+        self._shape_bytes = 0
 
     # -- public -----------------------------------------------------------------------------
 
@@ -1066,20 +1249,74 @@ class LogDiagnoser:
                 changed = self.feed(part) or changed
             return changed
         self.lines_seen += 1
+        self._feed_one(line)
+        key = self._key()
+        if key != self._last_key:
+            self._last_key = key
+            return self.diagnosis
+        return None
+
+    def feed_block(self, lines: list[bytes]) -> None:
+        """Consume complete lines (no ``\\n``) in bulk: the same verdict as :meth:`feed` on each,
+        at a fraction of the cost for the lines that cannot change it.
+
+        A long serving log is millions of "Decode batch"/access-log lines that differ only in
+        their numbers. Each line is reduced to its *shape* (lower case, digits folded to 0:
+        no rule keyword holds a digit) and the shape's verdict is cached: a line whose shape
+        holds no keyword is skipped, and once READY, of the lines that are only progress just
+        the block's last one is read (it is all ``last_progress`` keeps). Everything else, and
+        every line until the start-up is over, goes through :meth:`feed`'s full path."""
+        base = self.lines_seen
+        shapes = self._shapes
+        deferred: list[int] = []
+        keys = _ALL_SHAPE_KEYS
+        misses = 0  # shapes not in the cache; past _NARROW_AFTER the keys are narrowed
+        for i, raw in enumerate(lines):
+            if len(raw) > _SHAPE_MAX_BYTES:
+                kind = _HOT
+            else:
+                shape = raw.translate(_FOLD)
+                kind = shapes.get(shape, -1)
+                if kind < 0:
+                    misses += 1
+                    if misses == _NARROW_AFTER:
+                        keys = _block_keys(lines)
+                    kind = _shape_kind(shape, keys)
+                    if self._shape_bytes < _MAX_SHAPE_BYTES:
+                        shapes[shape] = kind
+                        self._shape_bytes += len(shape) + 100  # + the dict entry, roughly
+            if kind == _BORING and not self._after_frame:
+                if not self._evidence:  # only the SGLang prefix could matter on this line
+                    self._evidence = _split_prefix(_clean(raw.decode("utf-8", "replace")))[2]
+                continue
+            if kind == _PROGRESS_ONLY and self._phase is State.READY and not self._after_frame:
+                deferred.append(i)
+                continue
+            self.lines_seen = base + i + 1
+            self._feed_one(raw.decode("utf-8", "replace"))
+        for i in reversed(deferred):
+            n = base + i + 1
+            if self._last_progress_line is not None and n <= self._last_progress_line:
+                break
+            text = _clean(lines[i].decode("utf-8", "replace"))[:MAX_LINE_CHARS]
+            self._progress(_split_prefix(text)[0], n)
+            if self._last_progress_line == n:
+                break
+        self.lines_seen = base + len(lines)
+        self._last_key = self._key()
+
+    def _feed_one(self, line: str) -> None:
+        """The full path for one line (``lines_seen`` already counts it)."""
         text = _clean(line)
         if len(text) > MAX_LINE_CHARS:
-            text = text[:MAX_LINE_CHARS]
+            keep = MAX_ARGS_LINE_CHARS if "server_args=" in text[:400] else MAX_LINE_CHARS
+            text = text[:keep]
         if "\r" in text:
             for seg in text.split("\r"):
                 if seg.strip():
                     self._consume(seg)
         else:
             self._consume(text)
-        key = self._key()
-        if key != self._last_key:
-            self._last_key = key
-            return self.diagnosis
-        return None
 
     @property
     def diagnosis(self) -> Diagnosis:
@@ -1095,10 +1332,14 @@ class LogDiagnoser:
             tp_size=self._tp_size,
             ready_line=self._ready_line,
             server_args=dict(self._args),
+            sglang_log=self._evidence,
         )
         if best:
             d.category, d.line, d.root_cause = best.category, best.line, best.text
             d.hint = best.hint
+        elif self._warning is not None:
+            w = self._warning
+            d.warning = Evidence(w.line, w.text, w.category, w.hint)
         return d
 
     # -- internals --------------------------------------------------------------------------
@@ -1122,8 +1363,9 @@ class LogDiagnoser:
             return
         n = self.lines_seen
         after_frame, self._after_frame = self._after_frame, False
+        self._evidence = self._evidence or prefixed
         low = stripped.lower()
-        if "serverargs(" in low and _SERVER_ARGS.search(body):
+        if ("serverargs(" in low or "server_args={" in low) and _SERVER_ARGS.search(body):
             self._parse_server_args(body)
             return
         if "glmserve patch" in body:
@@ -1135,7 +1377,7 @@ class LogDiagnoser:
             armed = _PATCH_ARMED.search(body)
             if armed:
                 for name in re.split(r"[,\s]+", armed.group("names")):
-                    if name and name not in self._patches:
+                    if name and name not in self._patches and len(self._patches) < _MAX_FACTS:
                         self._patches.append(name)
                 return
         if self._usage is not None and _HELP.match(stripped):
@@ -1176,6 +1418,7 @@ class LogDiagnoser:
             if rule is None:
                 return
         is_exc = bool(_EXCEPTION.search(stripped)) or bool(_REPORT.search(stripped))
+        self._evidence = self._evidence or rule is not None or is_exc
         if rule is not None:
             rm, r = rule
             cand = _Candidate(
@@ -1260,6 +1503,7 @@ class LogDiagnoser:
         self._usage = None
 
     def _add_marker(self, n: int, text: str, *, hard: bool = True) -> None:
+        self._evidence = True
         self._hard_marker = self._hard_marker or hard
         report = bool(_SELF_REPORT.search(text))
         if self._marker is None or (report and not self._marker_is_report):
@@ -1299,6 +1543,8 @@ class LogDiagnoser:
                 continue
             if state is State.WARMUP and _KERNEL_WARMUP.search(body):
                 state = None
+            # Uvicorn and "warmup" lines are any web server's words; the others are SGLang's.
+            self._evidence = self._evidence or state is not State.WARMUP
             if state is not None and _RANK[state] > _RANK[self._phase]:
                 self._phase = state
                 if state is State.READY:
@@ -1320,8 +1566,11 @@ class LogDiagnoser:
             self._marker_is_report = False
 
     def _parse_server_args(self, body: str) -> None:
-        for k, v in _ARG_PAIR.findall(body):
-            if k not in self._args:
+        # Evidence only as SGLang logs it (the message starts with it), not quoted in prose.
+        self._evidence = self._evidence or body.lstrip().startswith(("server_args=", "ServerArgs("))
+        pairs = _DICT_PAIR if "server_args={" in body else _ARG_PAIR
+        for k, v in pairs.findall(body):
+            if k not in self._args and len(self._args) < _MAX_FACTS:
                 self._args[k] = v.strip("'\"") if v[:1] in "'\"" else v
         for key in ("tp_size", "tensor_parallel_size"):
             v = self._args.get(key)
@@ -1330,8 +1579,10 @@ class LogDiagnoser:
                 break
 
     def _record_patch(self, m: re.Match[str], tags: str) -> None:
+        if len(self._patch_ranks) >= _MAX_FACTS:  # memory stays bounded on any input
+            return
         name = m.group("name")
-        if name not in self._patches:
+        if name not in self._patches and len(self._patches) < _MAX_FACTS:
             self._patches.append(name)
         tp = _TP_TAG.search(tags)
         inner = m.group("inner")
@@ -1356,9 +1607,45 @@ def diagnose_lines(lines: Iterable[str]) -> Diagnosis:
 
 def diagnose_text(text: str) -> Diagnosis:
     """Diagnose a whole log. Lines are split on ``\\n`` only (``\\r`` is a tqdm redraw)."""
-    if not text:
-        return LogDiagnoser().diagnosis
-    parts = text.split("\n")
-    if parts and parts[-1] == "":
-        parts.pop()
-    return diagnose_lines(parts)
+    return diagnose_stream([text.encode("utf-8", "surrogatepass")])
+
+
+# A line longer than this is cut when read (only its first MAX_LINE_CHARS characters, or
+# MAX_ARGS_LINE_CHARS of a server_args line, are ever matched), so memory stays bounded.
+MAX_LINE_BYTES = 4 * MAX_ARGS_LINE_CHARS
+
+
+def iter_line_blocks(
+    chunks: Iterable[bytes], max_line: int = MAX_LINE_BYTES
+) -> Iterator[list[bytes]]:
+    """The complete lines of a byte stream, one block per chunk, without their ``\\n``.
+
+    Holds at most one chunk plus ``max_line`` bytes: a line longer than ``max_line`` keeps its
+    first ``max_line`` bytes and the rest is skipped up to its newline. A last line without a
+    newline is still a line; a trailing newline does not start an empty one."""
+    head = b""  # the start of a line whose newline has not been read yet
+    cut = False  # head reached max_line: skip bytes until the newline
+    for chunk in chunks:
+        parts = chunk.split(b"\n")
+        tail = parts.pop()
+        if parts:
+            parts[0] = head if cut else (head + parts[0])[:max_line]
+            if max(map(len, parts)) > max_line:
+                parts = [p[:max_line] for p in parts]
+            yield parts
+            head, cut = b"", False
+        if not cut:
+            head += tail
+            if len(head) > max_line:
+                head, cut = head[:max_line], True
+    if head:
+        yield [head]
+
+
+def diagnose_stream(chunks: Iterable[bytes]) -> Diagnosis:
+    """Diagnose a log read as byte chunks (a file, stdin) in memory bounded by the chunk size,
+    whatever the log's size (``glmserve diagnose`` of a file or stdin)."""
+    d = LogDiagnoser()
+    for block in iter_line_blocks(chunks):
+        d.feed_block(block)
+    return d.diagnosis

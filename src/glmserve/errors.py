@@ -12,6 +12,7 @@ boundary with ``raise X(...) from exc`` so callers only ever see this tree::
     ├── ServerNotReady                 4  stalled, hung, or timed out before READY
     ├── TransportError                 5  ssh/connection/HTTP reachability failures
     │   └── RemoteCommandError         5  a remote command exited non-zero (carries Result)
+    ├── NotAServerLog                  6  `diagnose` input holds no SGLang log line
     └── RunNotFound                    2  unknown run id
 """
 
@@ -27,6 +28,7 @@ EXIT_USAGE = 2
 EXIT_CRASHED = 3
 EXIT_TIMEOUT = 4
 EXIT_TRANSPORT = 5
+EXIT_NOT_A_LOG = 6
 EXIT_INTERNAL = 70  # a bug in glmserve (EX_SOFTWARE); --debug shows the traceback
 EXIT_INTERRUPTED = 130
 
@@ -76,6 +78,17 @@ class ServerNotReady(GlmserveError):
     """Stalled, hung or timed out before becoming ready."""
 
     exit_code = EXIT_TIMEOUT
+
+    def __init__(self, message: str, diagnosis: Any = None) -> None:
+        super().__init__(message)
+        self.diagnosis = diagnosis
+
+
+class NotAServerLog(GlmserveError):
+    """`diagnose` was given input without one SGLang log line (binary junk, an empty file,
+    some other text): no verdict, rather than "STARTING" for a file that is no server log."""
+
+    exit_code = EXIT_NOT_A_LOG
 
     def __init__(self, message: str, diagnosis: Any = None) -> None:
         super().__init__(message)

@@ -287,7 +287,8 @@ class Watcher:
                 d = self.diag.diagnosis
                 if d.state is State.CRASHED:
                     return self._finish("CRASHED", d, started)
-                return self._finish("EXITED", d.exited(None), started)
+                gone = d.exited(None)  # CRASHED if a warning (soft watchdog) explains it
+                return self._finish(gone.state.value, gone, started)
             now = time.monotonic()
             budget = self.stall_timeout_s or phase_stall_budget(d.state)
             if math.isfinite(budget) and now - last_progress > budget:
@@ -391,11 +392,12 @@ def assess_run(run: RunRecord, store: RunStore, t: Transport | None = None) -> d
         else:
             state = d.state.value
     elif run.state not in ("STOPPED", "FAILED"):
+        d = d.exited(None)  # dead: a warning such as a soft watchdog line explains it
         state = "CRASHED" if d.state is State.CRASHED else "EXITED"
         if run.ended_at is None:
             fields["ended_at"] = time.time()
-    if state == "CRASHED" and not fields and d.state is State.CRASHED:
-        fields = {"category": _val(d.category), "root_cause": d.root_cause, "hint": d.hint}
+    if state == "CRASHED" and "category" not in fields and d.state is State.CRASHED:
+        fields.update(category=_val(d.category), root_cause=d.root_cause, hint=d.hint)
     if state != run.state or fields:
         store.update_run(run.run_id, state=state, **fields)
         store.add_event(run.run_id, state, fields.get("root_cause"), {"assessed": True})

@@ -6,7 +6,6 @@ import io
 import json
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -81,18 +80,16 @@ def test_unknown_target_without_lifecycle_is_a_usage_error(monkeypatch, capsys) 
     assert "no such log file or run: no-such-run-or-file" in capsys.readouterr().err
 
 
-def test_run_id_reads_the_run_log(monkeypatch, capsys) -> None:
-    seen: list[str] = []
+def test_run_id_reads_the_run_log(tmp_path: Path, capsys) -> None:
+    """A run recorded in the store (host local): its server.log is read by byte offset."""
+    from glmserve.store import RunRecord, RunStore
 
-    def read_run_log(run_id: str) -> str:
-        seen.append(run_id)
-        return OOM
-
-    fake = types.ModuleType("glmserve.lifecycle")
-    fake.read_run_log = read_run_log  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "glmserve.lifecycle", fake)
-    assert run(["diagnose", "r20261130-1", "--json"]) == 3
-    assert seen == ["r20261130-1"]
+    (tmp_path / "server.log").write_text(OOM)
+    with RunStore.open() as store:
+        store.add_run(
+            RunRecord(run_id="d1a90000", host="local", profile="p", port=1, run_dir=str(tmp_path))
+        )
+    assert run(["diagnose", "d1a90000", "--json"]) == 3
     assert json.loads(capsys.readouterr().out)["category"] == "OOM"
 
 

@@ -1,26 +1,36 @@
 """`glmserve diagnose`: offline classification of an SGLang log (a file, stdin, or a run's log).
 
-Only parses options, reads the text and renders; the classification is glmserve.diagnose.
+Only parses options, reads the log and renders; the classification is glmserve.diagnose. A
+file or stdin is read in chunks and streamed through the diagnoser, so memory does not grow
+with the log's size.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
 
 import typer
 from rich.text import Text
 
 from glmserve.cli._app import app, emit_json, out
-from glmserve.diagnose import Diagnosis, State, diagnose_text
+from glmserve.diagnose import Diagnosis, State, diagnose_stream
 from glmserve.errors import (
     EXIT_CRASHED,
     EXIT_OK,
     EXIT_TIMEOUT,
     ConfigError,
+    NotAServerLog,
     ServerCrashed,
     ServerNotReady,
 )
+
+if TYPE_CHECKING:
+    from glmserve.transport import Transport
+
+READ_CHUNK = 1 << 20  # bytes per read of a file or stdin
 
 _HELP = """Classify an SGLang server log: start-up phase, or crash category, root-cause line and
 a hint.
@@ -32,6 +42,7 @@ Exit codes:
   0  READY or still starting (STARTING ... WARMUP)
   3  CRASHED (or EXITED)
   4  STALLED (only from a watcher; a file alone never stalls)
+  6  the file or stdin holds no SGLang log line (empty, binary, other text)
   2  no such file or run
 
 \b
@@ -47,14 +58,43 @@ def _looks_like_path(text: str) -> bool:
     return "/" in text or "." in text or text.startswith("~")
 
 
-def _read_target(target: str) -> tuple[str, str]:
-    """(text, label) for a path, `-` or a run id."""
+class _Chunks:
+    """A binary stream as chunks, counting the bytes (to tell an empty input from junk)."""
+
+    def __init__(self, stream: BinaryIO, label: str) -> None:
+        self.stream, self.label, self.size = stream, label, 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            try:
+                chunk = self.stream.read(READ_CHUNK)
+            except OSError as exc:
+                raise ConfigError(f"cannot read {self.label}: {exc.strerror or exc}") from exc
+            if not chunk:
+                return
+            self.size += len(chunk)
+            yield chunk
+
+
+def _diagnose_stream(stream: BinaryIO, label: str) -> Diagnosis:
+    """Stream a file or stdin through the diagnoser; refuse input that is no SGLang log."""
+    chunks = _Chunks(stream, label)
+    diag = diagnose_stream(chunks)
+    if not diag.sglang_log:
+        what = "is empty" if chunks.size == 0 else f"holds no SGLang log line ({chunks.size} bytes)"
+        raise NotAServerLog(f"{label} {what}: not an SGLang server log", diag)
+    return diag
+
+
+def _diagnose_target(target: str) -> tuple[Diagnosis, str]:
+    """(diagnosis, label) for a path, `-` or a run id."""
     if target == "-":
-        return sys.stdin.buffer.read().decode("utf-8", "replace"), "<stdin>"
+        return _diagnose_stream(sys.stdin.buffer, "<stdin>"), "<stdin>"
     path = Path(target)
     if path.is_file():
         try:
-            return path.read_bytes().decode("utf-8", "replace"), str(path)
+            with path.open("rb") as f:
+                return _diagnose_stream(f, str(path)), str(path)
         except OSError as exc:
             raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
     if path.exists():
@@ -62,10 +102,26 @@ def _read_target(target: str) -> tuple[str, str]:
     if _looks_like_path(target):  # not a run id: say what is missing
         raise ConfigError(f"{target}: no such log file")
     try:
-        from glmserve.lifecycle import read_run_log  # lazy: lifecycle pulls in ssh/sqlite
+        from glmserve.lifecycle import transport_for_run  # lazy: lifecycle pulls in ssh/sqlite
+        from glmserve.store import RunStore
     except ImportError as exc:
         raise ConfigError(f"no such log file or run: {target}") from exc
-    return read_run_log(target), f"run {target}"
+    with RunStore.open() as store:
+        run = store.get_run(target)
+    # A run's server.log is the server's own output: empty means it has not written yet.
+    return diagnose_stream(_run_log_chunks(transport_for_run(run), run.log_path)), f"run {target}"
+
+
+def _run_log_chunks(t: Transport, path: str) -> Iterator[bytes]:
+    """A run's log read by byte offset (over ssh for a remote host), one chunk at a time, so
+    a big remote log is never held whole."""
+    offset = 0
+    while True:
+        data, new = t.read_from(path, offset)
+        if not data or new <= offset:  # the end (or a log truncated under us: stop there)
+            return
+        offset = new
+        yield data
 
 
 def exit_code_for(diag: Diagnosis) -> int:
@@ -114,8 +170,12 @@ def diagnose(
     target: str = typer.Argument(..., metavar="LOGFILE|RUN|-", help="Log file, run id, or -."),
     json_out: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON."),
 ) -> None:
-    text, label = _read_target(target)
-    diag = diagnose_text(text)
+    try:
+        diag, label = _diagnose_target(target)
+    except NotAServerLog as exc:
+        if json_out:
+            emit_json(exc.diagnosis.to_dict())
+        raise
     if json_out:
         emit_json(diag.to_dict())
     else:
