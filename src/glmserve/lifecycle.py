@@ -26,7 +26,7 @@ from glmserve.errors import ConfigError, GlmserveError
 from glmserve.hosts import HostConfig, get_host
 from glmserve.spec import LaunchSpec
 from glmserve.store import PortClaimed, RunRecord, RunStore, StoreError
-from glmserve.transport import Transport, shell_path, transport_for
+from glmserve.transport import READ_CHUNK, Transport, shell_path, transport_for
 
 # After ``sed`` drops "pid (comm) " from /proc/<pid>/stat: $1 state, $3 pgrp, $20 starttime.
 _STAT_FIELDS = r"sed -E 's/^([0-9]+) \(.*\) /\1 /'"
@@ -548,18 +548,95 @@ def stop_run(run_id: str, timeout: float = 15.0, store: RunStore | None = None) 
     return report
 
 
+class StopFailed(GlmserveError):
+    """Some runs could not be stopped; exits with the first failure's own code (5: a host
+    was unreachable) after every run was tried."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def stop_runs(
+    runs: list[RunRecord], timeout: float = 15.0, store: RunStore | None = None
+) -> list[dict[str, Any]]:
+    """Stop every run in ``runs``, each tried whatever happened to the others: one report per
+    run, ``ok`` False with ``error`` (and ``exit_code``) for those that failed."""
+    store = store or RunStore.open()
+    reports = []
+    for run in runs:
+        try:
+            rep = {**stop_run(run.run_id, timeout=timeout, store=store), "ok": True}
+        except GlmserveError as exc:
+            rep = {"run_id": run.run_id, "host": run.host, "ok": False, "error": str(exc)}
+            rep["exit_code"] = exc.exit_code
+        if "group_id" in run.meta:
+            rep["node_rank"] = run.meta.get("node_rank")
+            rep["group_id"] = run.meta.get("group_id")
+        reports.append(rep)
+    return reports
+
+
+def stop_failure(reports: list[dict[str, Any]]) -> StopFailed | None:
+    """The error summing up failed stops (None when every run stopped)."""
+    failed = [r for r in reports if not r["ok"]]
+    if not failed:
+        return None
+    names = ", ".join(f"{r['run_id']} ({r['host']})" for r in failed)
+    return StopFailed(
+        f"{len(failed)} of {len(reports)} run(s) not stopped: {names}; first: {failed[0]['error']}",
+        int(failed[0]["exit_code"]),
+    )
+
+
 # -- reading ---------------------------------------------------------------------------------
+def log_size(t: Transport, path: str) -> int | None:
+    """Size of ``path`` on the host now; None when it does not exist (yet)."""
+    res = t.run(f"stat -c %s -- {shell_path(path)} 2>/dev/null || echo missing", timeout=30)
+    text = res.stdout.strip()
+    return int(text) if text.isdigit() else None
+
+
 def read_log_bytes(t: Transport, path: str, offset: int = 0) -> tuple[bytes, int]:
-    """Everything of ``path`` from ``offset`` (several reads for a big log)."""
+    """``path`` from ``offset`` up to its size when the call began, and the offset reached.
+
+    Bounded: the size is read once up front, so a log that keeps growing (a busy server) is
+    never chased; whatever was written since is the next read's."""
+    size = log_size(t, path)
+    if size is None:
+        return b"", offset
+    if size < offset:  # truncated or rotated: start over
+        offset = 0
     chunks = []
-    while True:
-        data, new = t.read_from(path, offset)
-        if new < offset:  # truncated under us: start over
+    while offset < size:
+        data, new = t.read_from(path, offset, min(READ_CHUNK, size - offset))
+        if new < offset:  # truncated under us: what we have is from the top now
             chunks = []
+        if not data:
+            break
         chunks.append(data)
         offset = new
+    return b"".join(chunks), offset
+
+
+def read_log_tail(t: Transport, path: str, lines: int) -> tuple[bytes, int]:
+    """The last ``lines`` lines of ``path`` (at most) and the file's size (where ``-f`` goes
+    on), reading backwards from the end in growing blocks: a 10 GB log costs a few KB."""
+    size = log_size(t, path)
+    if size is None or lines <= 0:
+        return b"", size or 0
+    buf, pos, block = b"", size, 64 * 1024
+    while pos > 0 and buf.count(b"\n") <= lines:
+        start = max(0, pos - block)
+        data, _ = t.read_from(path, start, pos - start)
         if not data:
-            return b"".join(chunks), offset
+            break
+        buf, pos = data + buf, start
+        block = min(block * 2, READ_CHUNK)
+    if pos > 0:  # the first piece is the end of an earlier line: not one of ours
+        buf = buf.split(b"\n", 1)[1] if b"\n" in buf else b""
+    kept = buf.splitlines(keepends=True)[-lines:]
+    return b"".join(kept), size
 
 
 def read_run_log(run_id: str) -> str:
