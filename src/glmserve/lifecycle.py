@@ -244,6 +244,11 @@ def _local_start_time(pid: int) -> int | None:
     return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
 
 
+# How long a run launched from another machine (a store on a shared home) counts as being
+# launched without a recorded process: far above an upload plus the handshake wait.
+FOREIGN_LAUNCH_GRACE_S = 600.0
+
+
 def launcher_identity() -> dict[str, Any]:
     """This glmserve process, recorded on a run until the run's process is recorded."""
     pid = os.getpid()
@@ -253,15 +258,15 @@ def launcher_identity() -> dict[str, Any]:
 def launch_in_progress(run: RunRecord) -> bool:
     """The run is recorded but not started yet, and the glmserve launching it still runs.
 
-    Another machine's launcher (a store on a shared home) counts as running: only a launcher
-    seen gone on this machine frees the run's claim."""
+    Another machine's launcher (a store on a shared home) cannot be looked at: it counts as
+    running for ``FOREIGN_LAUNCH_GRACE_S``."""
     if run.pid is not None or run.ended_at is not None or run.terminal:
         return False
     by = run.meta.get("launched_by")
     if not isinstance(by, dict) or not by.get("pid"):
         return False  # recorded by a glmserve without launch tracking
-    if by.get("node") != platform.node():
-        return True
+    if by.get("node") != platform.node():  # cannot look: trust it for a while
+        return time.time() - run.created_at < FOREIGN_LAUNCH_GRACE_S
     return _local_start_time(int(by["pid"])) == by.get("start")
 
 
@@ -406,10 +411,14 @@ def launch_run(
     store.add_run(rec)  # the claim: PortClaimed if another launch got host:port first
     try:
         _upload(t, spec, run_dir, meta_json)
+    except BaseException:
+        _mark_failed(store, run_id)
+        raise
+    try:
         started = start_script(t, run_dir)
     except BaseException:
-        with contextlib.suppress(GlmserveError):  # the original error is the one to report
-            store.update_run(run_id, state="FAILED", ended_at=time.time())
+        _stop_if_started(t, rec)  # Ctrl-C or a lost connection while it was being started
+        _mark_failed(store, run_id)
         raise
     _record_start(store, t, rec, started)
     return store.get_run(run_id)
@@ -426,6 +435,44 @@ def _upload(t: Transport, spec: LaunchSpec, run_dir: str, meta: dict[str, Any]) 
         files.update({f"runtime/{rel}": data for rel, data in runtime_files().items()})
     t.put_tree(run_dir, files)  # one round trip for all of them
     t.put(f"{run_dir}/launch.sh", render_script(spec).encode(), mode=0o755)
+
+
+def _mark_failed(store: RunStore, run_id: str) -> None:
+    """The launch did not get its process started: end the run (freeing its port claim)."""
+    with contextlib.suppress(GlmserveError):  # the launch's own error is the one to report
+        store.update_run(run_id, state="FAILED", ended_at=time.time())
+
+
+def read_handshake(t: Transport, run_dir: str) -> Started | None:
+    """The handshake a launched process left in ``run_dir``; None when there is none."""
+    d = shell_path(run_dir)
+    cmd = f"sed 's/^/ok /' {d}/{HANDSHAKE} 2>/dev/null; cat /proc/sys/kernel/random/boot_id"
+    try:
+        started = parse_started(t.run(cmd, timeout=30).stdout, "read handshake")
+    except GlmserveError:
+        return None
+    return started if started.pgid is not None else None
+
+
+def _stop_if_started(t: Transport, rec: RunRecord, wait_s: float = 5.0) -> None:
+    """A start that failed or was interrupted (Ctrl-C, a lost connection): the detached
+    process may still come up (a slow ``setsid``), so wait ``wait_s`` for its handshake and
+    stop it (best effort; the launch's own error is what the user sees)."""
+    end = time.monotonic() + wait_s
+    with contextlib.suppress(GlmserveError):
+        started = read_handshake(t, rec.run_dir)
+        while started is None and time.monotonic() < end:
+            time.sleep(0.25)
+            started = read_handshake(t, rec.run_dir)
+        if started is not None:
+            live = replace(
+                rec,
+                pid=started.pid,
+                pgid=started.pgid,
+                proc_start=str(started.start),
+                boot_id=started.boot_id,
+            )
+            stop_process(t, live, timeout=5)
 
 
 def _record_start(store: RunStore, t: Transport, rec: RunRecord, started: Started) -> None:

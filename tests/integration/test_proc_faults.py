@@ -450,3 +450,26 @@ def test_reading_a_growing_log_over_ssh_returns_at_once(ssh_host, tmp_path):
     finally:
         writer.kill()
         writer.wait(5)
+
+
+def test_ctrl_c_while_starting_leaves_no_server(home, slow_setsid):
+    """No data lost / nothing half-done on Ctrl-C: interrupted while the start waits for a
+    slow setsid, the launch stops the server once it reports itself, and exits 130."""
+    port = free_local_port()
+    proc = subprocess.Popen(
+        [*GLMSERVE, *_launch_args(port, "--no-wait")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=slow_setsid,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while not list(home.glob("local/runs/*/launch.sh")) and time.monotonic() < deadline:
+        time.sleep(0.05)  # uploaded: the start (and its 3 s setsid) comes next
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _out, errtext = proc.communicate(timeout=60)
+    assert proc.returncode == 130, errtext
+    run = RunStore.open().list_runs()[0]
+    assert run.state == "FAILED" and run.port_claim is None
