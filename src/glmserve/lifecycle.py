@@ -2,10 +2,12 @@
 
 A run is ``<workdir>/runs/<run_id>/{launch.sh, meta.json, server.log, runtime/...}`` on the host,
 started with ``nohup setsid bash launch.sh > server.log 2>&1 &`` so it survives the ssh session
-and owns a fresh process group. The store keeps its PID, process group and the process start
-time (``/proc/<pid>/stat`` field 22) plus the host's boot id: before any signal we re-read them
-and only touch processes that provably belong to the run, so a reused PID is never hit. Stopping
-is by process group (TERM, wait, KILL, verify), never by name.
+and owns a fresh process group. The launched process reports itself (``server.proc``, its own
+``/proc/<pid>/stat`` written after ``setsid``), and the store keeps that PID, process group and
+start time (field 22) plus the host's boot id: before any signal we re-read them and only touch
+processes that provably belong to the run, so a reused PID or a stranger's group is never hit.
+Stopping is by process group while its leader is the recorded process (TERM, wait, KILL,
+verify), else by verified PID, never by name.
 """
 
 from __future__ import annotations
