@@ -377,22 +377,14 @@ def mark_followers_ready(runs: list[RunRecord], store: RunStore) -> None:
 def stop_group(
     runs: list[RunRecord], timeout: float = 15.0, store: RunStore | None = None
 ) -> list[dict[str, Any]]:
-    """Stop every node's run (each by its verified process group); all are tried, then the
-    first failure is raised."""
-    from glmserve.lifecycle import stop_run
+    """Stop every node's run (each by its verified process group); all are tried, then a
+    failure is raised naming every node that was not stopped."""
+    from glmserve.lifecycle import stop_failure, stop_runs
 
-    store = store or RunStore.open()
-    reports, errors = [], []
-    for run in runs:
-        try:
-            rep = stop_run(run.run_id, timeout=timeout, store=store)
-            rep["node_rank"] = run.meta.get("node_rank")
-            rep["group_id"] = run.meta.get("group_id")
-            reports.append(rep)
-        except GlmserveError as exc:
-            errors.append(exc)
-    if errors:
-        raise errors[0]
+    reports = stop_runs(runs, timeout=timeout, store=store)
+    error = stop_failure(reports)
+    if error is not None:
+        raise error
     return reports
 
 
@@ -429,11 +421,15 @@ class GroupLogs:
     def initial(self, last: int | None = None, follow: bool = False) -> list[str]:
         """What every node has logged so far (its last ``last`` lines), node by node. When
         following, an unterminated last line waits for its end (``poll``) instead."""
-        from glmserve.lifecycle import read_log_bytes
+        from glmserve.lifecycle import read_log_bytes, read_log_tail
 
         out: list[str] = []
         for i, run in enumerate(self.runs):
-            data, self.offsets[i] = read_log_bytes(self.transports[i], run.log_path)
+            t = self.transports[i]
+            if last is not None:  # only the tail is read, however big the log
+                data, self.offsets[i] = read_log_tail(t, run.log_path, last)
+            else:
+                data, self.offsets[i] = read_log_bytes(t, run.log_path)
             lines = self.splitters[i].feed(data)
             partial = "" if follow else self.splitters[i].partial.decode("utf-8", "replace")
             shown = [*lines, partial] if partial else lines

@@ -79,9 +79,22 @@ def _m001_initial(db: sqlite3.Connection) -> None:
     )
 
 
-# Append only: never edit or reorder a shipped migration, add m002_... instead.
+def _m002_port_claims(db: sqlite3.Connection) -> None:
+    """A launch claims its host:port in the row it writes before anything starts; the unique
+    index makes a second live claim on the same host:port fail atomically. Rows written
+    before this migration hold no claim (NULL)."""
+    db.executescript(
+        """
+        ALTER TABLE runs ADD COLUMN port_claim INTEGER;  -- 1 while the run holds host:port
+        CREATE UNIQUE INDEX runs_port_claim ON runs(host, port) WHERE port_claim IS NOT NULL;
+        """
+    )
+
+
+# Append only: never edit or reorder a shipped migration, add m003_... instead.
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_initial", _m001_initial),
+    ("m002_port_claims", _m002_port_claims),
 ]
 
 
@@ -112,6 +125,7 @@ class RunRecord:
     updated_at: float = 0.0
     ready_at: float | None = None
     ended_at: float | None = None
+    port_claim: int | None = None  # 1 while the run holds its host:port (released at its end)
 
     @property
     def log_path(self) -> str:
@@ -133,6 +147,18 @@ _SQLITE_MAX_LIMIT = 2**63 - 1
 
 class StoreError(ConfigError):
     """runs.sqlite is damaged, locked, or from a newer glmserve (exit 2, names the file)."""
+
+
+class PortClaimed(ConfigError):
+    """Another live run already holds this host:port in the store (exit 2)."""
+
+    def __init__(self, message: str, holder: str | None = None) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+# States that end a run's claim on its port (with ``ended_at``): as ``list_runs(live_only)``.
+_RELEASING_STATES = frozenset({"STOPPED", "FAILED"})
 
 
 def _json_col(raw: Any, what: str, empty: Any) -> Any:
@@ -171,6 +197,12 @@ def _db_errors(fn: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
+def _no_room(exc: sqlite3.Error) -> bool:
+    """SQLite's words for a disk that cannot take a write (full, or the write failed)."""
+    text = str(exc)
+    return "disk I/O error" in text or "database or disk is full" in text
+
+
 def _store_error(path: Path, exc: sqlite3.Error) -> StoreError:
     text = str(exc)
     if "locked" in text or "busy" in text:
@@ -181,9 +213,11 @@ def _store_error(path: Path, exc: sqlite3.Error) -> StoreError:
 class RunStore:
     """Thin, typed access to runs.sqlite. One connection per instance; cheap to open."""
 
-    def __init__(self, db: sqlite3.Connection, path: Path) -> None:
+    def __init__(self, db: sqlite3.Connection, path: Path, read_only: str = "") -> None:
         self.db = db
         self.path = path
+        # Why the file could only be opened for reading (a full disk), "" when writable.
+        self.read_only = read_only
 
     @classmethod
     def open(cls, path: str | Path | None = None) -> RunStore:
@@ -210,7 +244,24 @@ class RunStore:
                 db.close()
             if isinstance(exc, StoreError):
                 raise
+            if _no_room(exc) and p.is_file():
+                return cls._open_read_only(p, str(exc))
             raise StoreError(f"{p}: cannot open run store: {exc}") from exc
+        return store
+
+    @classmethod
+    def _open_read_only(cls, p: Path, why: str) -> RunStore:
+        """The store as it is on disk, for reading only: WAL mode needs to create files to open
+        at all, which fails on a full disk. ``stop`` and ``bench`` still work from it; every
+        write raises a StoreError naming the file and the reason."""
+        try:
+            uri = f"{p.resolve().as_uri()}?mode=ro&immutable=1"
+            db = sqlite3.connect(uri, uri=True, isolation_level=None)
+            db.row_factory = sqlite3.Row
+            store = cls(db, p, read_only=why)
+            store._check_schema()
+        except sqlite3.Error as exc:
+            raise StoreError(f"{p}: cannot open run store: {why}; read-only: {exc}") from exc
         return store
 
     def _check_schema(self) -> None:
@@ -243,6 +294,8 @@ class RunStore:
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, taking the write lock up front (no upgrade deadlocks)."""
+        if self.read_only:
+            raise StoreError(f"{self.path}: run store is read-only now ({self.read_only})")
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield self.db
@@ -283,9 +336,40 @@ class RunStore:
             d[k] = json.dumps(d[k], default=str)
         cols = ", ".join(d)
         marks = ", ".join("?" for _ in d)
-        with self._write() as db:
-            db.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", tuple(d.values()))
+        try:
+            with self._write() as db:
+                db.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", tuple(d.values()))
+        except sqlite3.IntegrityError as exc:
+            if not run.port_claim or "port" not in str(exc):
+                raise
+            holder = self.port_holder(run.host, run.port)
+            raise PortClaimed(
+                f"port {run.port} on {run.host} is claimed by run {holder or '?'} (launching or "
+                f"live); see `glmserve status {holder or ''}`".rstrip(),
+                holder,
+            ) from exc
         return run
+
+    @_db_errors
+    def port_holder(self, host: str, port: int) -> str | None:
+        """The run holding the claim on host:port, if any."""
+        row = self.db.execute(
+            "SELECT run_id FROM runs WHERE host = ? AND port = ? AND port_claim IS NOT NULL",
+            (host, port),
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    @_db_errors
+    def check(self) -> None:
+        """Refuse a damaged file before anything is started on its behalf (a launch must be
+        able to record what it starts): SQLite's own structural check, first problem only."""
+        row = self.db.execute("PRAGMA quick_check(1)").fetchone()
+        if row is None or row[0] != "ok":
+            why = row[0] if row is not None else "no answer"
+            raise StoreError(
+                f"{self.path}: run store is damaged ({why}); move it aside and glmserve "
+                "starts a new one"
+            )
 
     @_db_errors
     def update_run(self, run_id: str, **fields: Any) -> None:
@@ -294,6 +378,8 @@ class RunStore:
         if bad:
             raise GlmserveError(f"unknown run fields: {sorted(bad)}")
         fields["updated_at"] = time.time()
+        if fields.get("ended_at") is not None or fields.get("state") in _RELEASING_STATES:
+            fields.setdefault("port_claim", None)  # the run is over: its port is free to claim
         for k in _JSON_COLS & set(fields):
             fields[k] = json.dumps(fields[k], default=str)
         sets = ", ".join(f"{k} = ?" for k in fields)

@@ -50,6 +50,7 @@ class BenchOutcome:
     result: BenchResult
     result_id: int | None
     interrupted: bool
+    store_error: str | None = None  # why the result could not be stored (a full disk)
 
 
 def git_sha() -> str | None:
@@ -259,10 +260,13 @@ def run_bench(
     res.gates = evaluate_gates(
         res, gates.min_decode_tok_s, gates.max_ttft_ms, gates.min_output_tok_s
     )
-    result_id = None
+    result_id, store_error = None, None
     if store_result:
-        from glmserve.store import RunStore
+        from glmserve.store import RunStore, StoreError
 
-        with RunStore.open() as store:
-            result_id = store.add_bench_result(run_id, res.to_dict(), meta)
-    return BenchOutcome(res, result_id, interrupted)
+        try:  # a store that cannot take it must not lose the measurement: the CLI keeps it
+            with RunStore.open() as store:
+                result_id = store.add_bench_result(run_id, res.to_dict(), meta)
+        except StoreError as exc:
+            store_error = str(exc)
+    return BenchOutcome(res, result_id, interrupted, store_error)

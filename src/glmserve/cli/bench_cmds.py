@@ -14,6 +14,7 @@ from glmserve.bench.runner import BenchSettings, LevelRun, Progress
 from glmserve.bench.session import BenchInterrupted, Gates, run_bench
 from glmserve.cli._app import app, emit_json, err, is_interactive, out
 from glmserve.errors import BenchmarkGateFailed, ConfigError, TransportError
+from glmserve.store import StoreError
 
 
 class _PlainProgress(Progress):
@@ -179,19 +180,26 @@ def bench(
             markup=False,
         )
     data = {"id": outcome.result_id, **res.to_dict()}
+    output_error = None
     if output is not None:
         try:
             output.write_text(json.dumps(data, indent=2, default=str) + "\n")
         except OSError as exc:
-            raise ConfigError(f"--output {output}: {exc.strerror or exc}") from exc
-    if as_json:
+            output_error = ConfigError(f"--output {output}: {exc.strerror or exc}")
+    kept = output is not None and output_error is None
+    if as_json or (outcome.store_error and not kept):  # stored nowhere else: print it
         emit_json(data)
-    else:
+    if not as_json:
         out.print(render_table(res))
         for line in render_plain(res):
             out.print(line, highlight=False)
         if outcome.result_id is not None:
             out.print(f"stored as bench result {outcome.result_id}", highlight=False)
+    if outcome.store_error:
+        where = f"written to {output}" if kept else "printed above as JSON"
+        raise StoreError(f"bench result not stored ({outcome.store_error}); it was {where}")
+    if output_error is not None:
+        raise output_error
     if outcome.interrupted:
         where = f" as bench result {outcome.result_id}" if outcome.result_id is not None else ""
         raise BenchInterrupted(f"interrupted: partial results stored{where}, marked incomplete")

@@ -439,6 +439,7 @@ def status(
 
     Example: glmserve status --json
     """
+    from glmserve.lifecycle import launch_in_progress
     from glmserve.multinode import resolve_runs
     from glmserve.store import RunStore
     from glmserve.watch import assess_run
@@ -450,8 +451,8 @@ def status(
         runs = store.list_runs() if all_runs else store.list_runs(live_only=True)
     rows = []
     for r in runs:
-        if r.ended_at is not None and not run_id:
-            rows.append(_stored_row(r))
+        if (r.ended_at is not None and not run_id) or launch_in_progress(r):
+            rows.append(_stored_row(r))  # a run being launched has no process to check yet
             continue
         try:
             rows.append(assess_run(r, store))
@@ -560,7 +561,7 @@ def logs(
     Example: glmserve logs 3f2a -f -n 50
     Example (a group): glmserve logs g1a2b3c4 -n 20 -f
     """
-    from glmserve.lifecycle import read_log_bytes, run_ownership, transport_for_run
+    from glmserve.lifecycle import read_log_bytes, read_log_tail, run_ownership, transport_for_run
     from glmserve.multinode import group_runs
     from glmserve.store import RunStore
 
@@ -573,10 +574,11 @@ def logs(
         return
     run = store.get_run(run_id)
     t = transport_for_run(run)
-    data, offset = read_log_bytes(t, run.log_path)
+    if lines is not None:  # only the tail is read, however big the log
+        data, offset = read_log_tail(t, run.log_path, lines)
+    else:
+        data, offset = read_log_bytes(t, run.log_path)
     text = data.decode("utf-8", "replace")
-    if lines is not None:
-        text = "\n".join(text.splitlines()[-lines:]) + ("\n" if text else "") if lines else ""
     sys.stdout.write(text)
     sys.stdout.flush()
     if not follow:
@@ -641,35 +643,61 @@ def stop(
 
     Example: glmserve stop 3f2a
     """
-    from glmserve.lifecycle import stop_run
-    from glmserve.multinode import resolve_runs, stop_group
+    from glmserve.lifecycle import stop_failure, stop_run, stop_runs
+    from glmserve.multinode import resolve_runs
     from glmserve.store import RunStore
 
     store = RunStore.open()
     if all_runs == bool(run_id):
         raise ConfigError("give a RUN id or --all (not both)")
-    if all_runs:
-        targets = [r.run_id for r in store.list_runs(live_only=True)]
-        reports = [stop_run(rid, timeout=timeout, store=store) for rid in targets]
-    else:
-        runs = resolve_runs(store, run_id)
-        if len(runs) == 1 and "group_id" not in runs[0].meta:
-            reports = [stop_run(runs[0].run_id, timeout=timeout, store=store)]
-        else:
-            reports = stop_group(runs, timeout=timeout, store=store)
+    runs = store.list_runs(live_only=True) if all_runs else resolve_runs(store, run_id)
+    if not all_runs and len(runs) == 1 and "group_id" not in runs[0].meta:
+        reports = [{**stop_run(runs[0].run_id, timeout=timeout, store=store), "ok": True}]
+    else:  # every run is tried; the table says what happened to each
+        reports = stop_runs(runs, timeout=timeout, store=store)
     if json_out:
         emit_json(reports)
-        return
+    elif all_runs or len(reports) > 1:
+        _stop_table(reports)
+    else:
+        err.print(_stop_line(reports[0]), highlight=False, markup=False)
     for rep in reports:
-        what = (
-            f"signalled {rep['signalled']}"
-            + (f", killed {rep['killed']}" if "killed" in rep else "")
-            if rep["signalled"]
-            else rep.get("note", "not running")
-        )
-        node = f" (group {rep['group_id']} node {rep['node_rank']})" if rep.get("group_id") else ""
-        err.print(
-            f"{rep['run_id']}{node} on {rep['host']}: {what}; nothing left",
-            highlight=False,
-            markup=False,
-        )
+        if rep["ok"] and not rep.get("recorded", True):
+            err.print(
+                f"warning: {rep['run_id']} stopped but not recorded: {rep['store_error']}",
+                highlight=False,
+                markup=False,
+            )
+    error = stop_failure(reports)
+    if error is not None:
+        raise error
+
+
+def _stop_outcome(rep: dict[str, Any]) -> str:
+    if not rep["ok"]:
+        return f"FAILED: {rep['error']}"
+    if not rep["signalled"]:
+        return f"{rep.get('note', 'not running')}; nothing left"
+    killed = f", killed {rep['killed']}" if "killed" in rep else ""
+    return f"stopped: signalled {rep['signalled']}{killed}; nothing left"
+
+
+def _stop_line(rep: dict[str, Any]) -> str:
+    node = f" (group {rep['group_id']} node {rep['node_rank']})" if rep.get("group_id") else ""
+    return f"{rep['run_id']}{node} on {rep['host']}: {_stop_outcome(rep)}"
+
+
+def _stop_table(reports: list[dict[str, Any]]) -> None:
+    """One row per run tried by ``stop --all`` / a group stop (on stderr, like the lines)."""
+    if not reports:
+        err.print("no live runs to stop")
+        return
+    table = Table(title=Text(f"stop: {sum(r['ok'] for r in reports)}/{len(reports)} stopped"))
+    for c in ("run", "host", "node", "outcome"):
+        table.add_column(c)
+    for rep in reports:
+        node = f"{rep['group_id']}:{rep['node_rank']}" if rep.get("group_id") else ""
+        style = "red" if not rep["ok"] else ""
+        cells = (rep["run_id"], rep["host"], node, _stop_outcome(rep))
+        table.add_row(*(Text(str(c), style=style) for c in cells))  # data, never markup
+    err.print(table)
