@@ -68,8 +68,11 @@ def parse_stall_budgets(items: list[str], flag: str = "--stall-budget") -> dict[
         try:
             if not eq:
                 raise ValueError("want PHASE=SECONDS")
-            seconds = float(value)
-            if not seconds > 0 or seconds == float("inf"):
+            try:
+                seconds = float(value)
+            except ValueError:
+                seconds = math.nan
+            if not 0 < seconds < math.inf:
                 raise ValueError(f"seconds must be a positive number, got {value!r}")
             out[stall_phase(name)] = seconds
         except ValueError as exc:
