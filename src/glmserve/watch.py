@@ -560,7 +560,9 @@ def assess_run(run: RunRecord, store: RunStore, t: Transport | None = None) -> d
     A worker that dies after READY is not noticed by SGLang (``/health`` only turns 503), so
     the processes alive at READY (``meta.ready_pids``) are checked one by one. As in the
     watcher, READY needs the port's listener to be the run's where the host shows it: another
-    server on the port answers ``/health`` too.
+    server on the port answers ``/health`` too. A multi-node follower (node rank > 0) serves
+    only SGLang's dummy ``/health`` (``engine._launch_subprocesses``), which says no more than
+    its processes being alive, so its READY rests on its processes alone.
     """
     from glmserve.lifecycle import read_log_bytes, transport_for_run
 
@@ -577,8 +579,9 @@ def assess_run(run: RunRecord, store: RunStore, t: Transport | None = None) -> d
     if own.alive:
         missing = [p for p in run.meta.get("ready_pids", []) if p not in own.pids]
         was_ready = run.ready_at is not None
-        port = port_view(t, run, own.pids)
-        if port.state != "foreign":  # else the answer would be another server's
+        follower = int(run.meta.get("node_rank") or 0) > 0
+        port = PortView("unknown") if follower else port_view(t, run, own.pids)
+        if not follower and port.state != "foreign":  # else it is another server's answer
             healthy, code = _run_health(t, run, was_ready)
         hint = (
             "SGLang does not notice a dead worker (/health only turns 503): read "
@@ -601,7 +604,11 @@ def assess_run(run: RunRecord, store: RunStore, t: Transport | None = None) -> d
                 "server process is up: a worker likely died",
                 "hint": hint,
             }
-        elif healthy or (d.state is State.READY and port.state in ("ours", "unknown")):
+        elif (
+            healthy
+            or (follower and was_ready)
+            or (d.state is State.READY and port.state in ("ours", "unknown"))
+        ):
             state = "READY"
         elif run.state == "STALLED":
             state = "STALLED"  # the watcher's verdict holds until the log moves on to READY
