@@ -91,13 +91,19 @@ def test_overall_timeout_hint_names_the_deadline_not_a_stall_budget(stop_runs):
     assert "no log progress for 0s" not in hint
 
 
-def test_bad_stall_budget_is_one_line_exit_2():
-    res = run_glmserve("launch", "--profile", "flashinfer", "--simulate", "--stall-budget", "x=1")
+@pytest.mark.parametrize("verb", ["launch", "sweep"])
+def test_bad_stall_budget_is_one_line_exit_2_before_anything_starts(verb):
+    target = ["--profile"] if verb == "launch" else ["--profiles"]
+    res = run_glmserve(verb, *target, "flashinfer", "--simulate", "--stall-budget", "x=1")
     assert res.returncode == 2
-    assert res.stderr.strip().splitlines() == [
+    assert res.stderr.strip().splitlines()[-1] == (
         "error: --stall-budget x=1: unknown start-up phase 'x' (one of starting, load, "
         "weights, kv, graphs, warmup)"
-    ]
+    )
+    from glmserve.store import RunStore
+
+    with RunStore.open() as store:
+        assert store.list_runs() == []
 
 
 def test_launch_without_timeout_gets_the_default_deadline(monkeypatch, stop_runs):

@@ -427,15 +427,17 @@ class SimServer:
         """uvicorn could not bind ``--port``: what SGLang 0.5.9 really does next.
 
         uvicorn runs the app's lifespan startup before binding (uvicorn/server.py
-        ``startup``), and SGLang's lifespan starts the warmup thread there
-        (srt/entrypoints/http_server.py ``lifespan``: ``warmup_thread.start()``). The bind
-        fails: ``logger.error(exc)``, ``await self.lifespan.shutdown()``, ``sys.exit(1)``; but
-        the lifespan's ``finally: warmup_thread.join()`` first waits for the warmup, which
-        polls ``--port`` (``_execute_server_warmup``: ``/model_info`` once a second, 120
-        times). Another SGLang holding the port answers, takes the warmup request and this
-        process logs "The server is fired up and ready to roll!" (``_wait_and_warmup``)
-        before it exits with status 1. When nobody answers, the thread logs "Initialization
-        failed" and ``kill_process_tree(os.getpid())`` SIGKILLs the process (status 137).
+        ``startup``), and SGLang's lifespan starts the warmup thread there (sglang 0.5.9
+        srt/entrypoints/http_server.py:348-352 ``warmup_thread.start()``; uvicorn.run at
+        :1966). The bind fails: ``logger.error(exc)``, ``await self.lifespan.shutdown()``,
+        ``sys.exit(1)``; but the lifespan's ``finally: warmup_thread.join()`` (:358) first
+        waits for the warmup, which polls ``--port`` (``_execute_server_warmup`` :1675-1684:
+        ``/model_info`` once a second, 120 times). Another SGLang holding the port answers,
+        takes the warmup request (:1762) and this process logs "The server is fired up and
+        ready to roll!" (``_wait_and_warmup`` :1836) before it exits with status 1
+        (launch_server.py's ``finally: kill_process_tree(..., include_parent=False)``). When
+        nobody answers, the thread logs "Initialization failed. warmup error" (:1687) and
+        ``kill_process_tree(os.getpid())`` SIGKILLs the process (status 137).
         """
         o = self.opts
         lines = faults.port_in_use_lines(self.pid, o.server.host, o.server.port)
