@@ -237,7 +237,10 @@ def launch(
     no_wait: bool = typer.Option(False, "--no-wait", help="Start and return at once."),
     replace: bool = typer.Option(False, "--replace", help="Stop a live run on that port first."),
     timeout: float = typer.Option(
-        None, "--timeout", help="Seconds to wait for READY (default 7200; 0: no deadline)."
+        None,
+        "--timeout",
+        help="Seconds to wait for READY (default 7200; 0: no deadline).",
+        min=0,
     ),
     stall_timeout: float = typer.Option(
         None,

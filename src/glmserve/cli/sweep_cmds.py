@@ -84,6 +84,7 @@ def sweep(
         None,
         "--timeout",
         help="Seconds to wait for READY per profile (default 7200; 0: no deadline).",
+        min=0,
     ),
     stall_budgets: list[str] = typer.Option(
         [],
