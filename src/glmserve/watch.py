@@ -483,7 +483,9 @@ class Watcher:
                 if d.state is State.CRASHED:
                     return self._finish("CRASHED", d, started)
                 return self._finish("EXITED", d.exited(None), started)
-            now = time.monotonic()
+            # Judged as of this poll's start: the poll then proved the log still quiet, and a
+            # slow round trip does not inflate the silence it reports.
+            now = tick_start
             budget, source = stall_budget(d.phase, self.stall_timeout_s, self.stall_budgets)
             if math.isfinite(budget) and now - last_progress >= budget:
                 return self._finish(
