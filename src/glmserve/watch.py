@@ -119,6 +119,22 @@ class PortView:
     holders: list[int] = field(default_factory=list)  # our pids holding a listener
 
 
+def port_taken(d: Diagnosis, port: int) -> Diagnosis:
+    """The verdict when the log says ready but another process listens on the run's port:
+    the ready line came from SGLang's warmup thread warming up that other server (see
+    diagnose's PORT_IN_USE note); this run is not serving."""
+    return dataclasses.replace(
+        d,
+        state=State.CRASHED,
+        category=Category.PORT_IN_USE,
+        root_cause=f"the log says ready but port {port} is held by a process outside this run",
+        hint=(
+            f"another server owns port {port}: its answers are not this run's. Find it with "
+            f"`ss -ltnp 'sport = :{port}'`, stop it or pick another port (--set server.port=N)"
+        ),
+    )
+
+
 def parse_port_view(text: str, pids: list[int]) -> PortView:
     """Read :func:`port_owner_script` output; only ``pids`` (verified ours) count as ours."""
     listeners: list[int] = []
@@ -342,27 +358,6 @@ class Watcher:
             return False
         return health_ok(self.base_url, timeout=min(1.0, self.poll_s))
 
-    def _not_serving(self, d: Diagnosis) -> Diagnosis:
-        """The log says ready but the run does not hold its port: the ready line came from
-        SGLang's warmup thread warming up another server on the port (see diagnose's
-        PORT_IN_USE note) or the server listens elsewhere; it is not serving."""
-        who = (
-            "is held by a process outside this run"
-            if self.port.state == "foreign"
-            else "has no listener"
-        )
-        return dataclasses.replace(
-            d,
-            state=State.CRASHED,
-            category=Category.PORT_IN_USE,
-            root_cause=f"the log says ready but port {self.run.port} {who}",
-            hint=(
-                f"another server owns port {self.run.port}: its answers are not this run's. "
-                f"Find it with `ss -ltnp 'sport = :{self.run.port}'`, stop it or pick another "
-                "port (--set server.port=N)"
-            ),
-        )
-
     def _timed_out(self, d: Diagnosis, quiet_s: float) -> Diagnosis:
         """The verdict at the overall deadline; the hint names that deadline (the budget that
         fired), then how long the log has been quiet against the phase's stall budget."""
@@ -461,9 +456,12 @@ class Watcher:
                 self.on_tick(self._tick(started, note))
                 time.sleep(min(self.poll_s, 1.0))
                 continue
-            if own.alive and d.state is State.READY and self.port.state in ("foreign", "free"):
-                return self._finish("CRASHED", self._not_serving(d), started)
-            if own.alive and (d.state is State.READY or self._health_ours()):
+            if own.alive and d.state is State.READY and self.port.state == "foreign":
+                return self._finish("CRASHED", port_taken(d, self.run.port), started)
+            # With --skip-server-warmup the ready line can precede uvicorn's bind by a moment:
+            # a free port is "not yet", never READY.
+            log_ready = d.state is State.READY and self.port.state != "free"
+            if own.alive and (log_ready or self._health_ours()):
                 if d.state is not State.READY:
                     # /health said ready first: take the log up to now (patch lines, ...).
                     with contextlib.suppress(TransportError):
@@ -498,6 +496,8 @@ class Watcher:
                     f"port {self.run.port} is held by a process outside this run; "
                     "its answers do not count"
                 )
+            elif d.state is State.READY and self.port.state == "free":
+                note = f"the log says ready but nothing listens on port {self.run.port} yet"
             self.on_tick(self._tick(started, note))
             # Wake at the next poll, or exactly when a budget runs out: a hang is STALLED
             # within its budget plus one poll interval of its last progress line.
@@ -589,6 +589,8 @@ def assess_run(run: RunRecord, store: RunStore, t: Transport | None = None) -> d
             "SGLang does not notice a dead worker (/health only turns 503): read "
             f"`glmserve logs {run.run_id} -n 100`, then `glmserve stop {run.run_id}`"
         )
+        if d.state is State.READY and port.state == "foreign":
+            d = port_taken(d, run.port)
         if d.state is State.CRASHED:
             state = "CRASHED"
         elif missing:
@@ -614,8 +616,9 @@ def assess_run(run: RunRecord, store: RunStore, t: Transport | None = None) -> d
             state = "READY"
         elif run.state == "STALLED":
             state = "STALLED"  # the watcher's verdict holds until the log moves on to READY
-        else:
+        elif d.state is not State.READY:
             state = d.state.value
+        # else: the log says ready, the port shows no listener yet: the stored state holds
     elif run.state not in ("STOPPED", "FAILED"):
         state = "CRASHED" if d.state is State.CRASHED else "EXITED"
         if run.ended_at is None:

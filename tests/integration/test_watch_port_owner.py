@@ -68,7 +68,7 @@ def test_another_server_answering_health_does_not_make_our_run_ready(start_simul
     with 200. Old behaviour: READY within one poll."""
     from glmserve.lifecycle import transport_for_run
     from glmserve.store import RunStore
-    from glmserve.watch import Watcher
+    from glmserve.watch import Watcher, assess_run
 
     port = free_port()
     res = run_glmserve(
@@ -84,9 +84,12 @@ def test_another_server_answering_health_does_not_make_our_run_ready(start_simul
         w = Watcher(run, transport_for_run(run), store, poll_s=0.2, stall_timeout_s=3,
                     on_tick=lambda t: notes.append(t.note))  # fmt: skip
         result = w.watch()
-    assert result.state == "STALLED", result.diagnosis.hint
-    assert result.diagnosis.phase.value == "LOADING_WEIGHTS"
-    assert any(f"port {port} is held by a process outside this run" in n for n in notes)
+        assert result.state == "STALLED", result.diagnosis.hint
+        assert result.diagnosis.phase.value == "LOADING_WEIGHTS"
+        assert any(f"port {port} is held by a process outside this run" in n for n in notes)
+        # status asks the same question: the other server's 200 is not our run's health
+        info = assess_run(store.get_run(run_id), store)
+        assert (info["state"], info["healthy"]) == ("STALLED", None)
 
 
 def test_ready_line_of_a_process_that_is_gone_is_not_ready(tmp_path):

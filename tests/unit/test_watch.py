@@ -311,3 +311,48 @@ def test_ready_line_after_a_lost_bind_stays_crashed_port_in_use():
         "[2026-12-01 08:26:46] The server is fired up and ready to roll!\n"
     )
     assert survived.state is State.READY
+
+
+def test_ready_line_before_the_bind_waits_for_our_listener(tmp_path):
+    """--skip-server-warmup: SGLang's warmup thread logs the ready line as the lifespan starts,
+    a moment before uvicorn binds. READY waits until the run's own process listens."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from glmserve.hosts import HostConfig
+    from glmserve.store import RunStore
+    from glmserve.transport import LocalTransport, free_local_port
+    from glmserve.watch import Watcher
+
+    port = free_local_port()
+    log = tmp_path / "server.log"
+    code = (
+        "import socket, time\n"
+        f"open({str(log)!r}, 'a').write('[2026-12-01 08:00:00] The server is fired up and "
+        "ready to roll!\\n')\n"
+        f"time.sleep(1.0); s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen()\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        with open(f"/proc/{proc.pid}/stat") as fh:
+            start = fh.read().rsplit(")", 1)[1].split()[19]
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            boot = fh.read().strip()
+        notes: list[str] = []
+        with RunStore.open() as store:
+            run = store.add_run(
+                RunRecord(run_id="bind1", host="local", profile="p", port=port,
+                          run_dir=str(tmp_path), pid=proc.pid, pgid=proc.pid, proc_start=start,
+                          boot_id=boot)
+            )  # fmt: skip
+            w = Watcher(run, LocalTransport(HostConfig()), store, poll_s=0.1, timeout_s=20,
+                        on_tick=lambda t: notes.append(t.note))  # fmt: skip
+            result = w.watch()
+        assert result.state == "READY" and result.elapsed_s >= 0.5
+        assert any("nothing listens on port" in n for n in notes)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
