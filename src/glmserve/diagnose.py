@@ -150,15 +150,25 @@ _ORDER = [
 _RANK = {s: i for i, s in enumerate(_ORDER)}
 TERMINAL_STATES = frozenset({State.CRASHED, State.STALLED, State.EXITED})
 
-# Default seconds without progress before a phase counts as stalled. Loading ~400 GB of
-# GLM-5 weights from network storage and capturing graphs for many batch sizes on 8 ranks can
-# take tens of minutes; warmup is one tiny request.
+# Default seconds without progress before a phase counts as stalled (the README's "Stall
+# budgets" table). Loading ~400 GB of GLM-5 weights from network storage and capturing graphs
+# for many batch sizes on 8 ranks can take tens of minutes between log lines; warmup is one
+# tiny request (SGLang itself gives up on it after 600 s), so it may not sit silent as long.
 _STALL_BUDGET_S = {
     State.STARTING: 600.0,
     State.LOADING_WEIGHTS: 2400.0,
     State.KV_ALLOCATED: 900.0,
     State.CAPTURING_GRAPHS: 1800.0,
-    State.WARMUP: 600.0,
+    State.WARMUP: 300.0,
+}
+# Names ``--stall-budget PHASE=SECONDS`` accepts besides the state names themselves.
+STALL_PHASE_NAMES = {
+    "starting": State.STARTING,
+    "load": State.LOADING_WEIGHTS,
+    "weights": State.LOADING_WEIGHTS,
+    "kv": State.KV_ALLOCATED,
+    "graphs": State.CAPTURING_GRAPHS,
+    "warmup": State.WARMUP,
 }
 
 
@@ -183,6 +193,65 @@ class Evidence:
             "category": self.category.value,
             "hint": self.hint,
         }
+
+
+def stall_phase(name: str) -> State:
+    """The start-up phase a ``--stall-budget`` name means (``load``, ``WARMUP``, ...)."""
+    key = name.strip()
+    if key.lower() in STALL_PHASE_NAMES:
+        return STALL_PHASE_NAMES[key.lower()]
+    try:
+        state = State(key.upper())
+    except ValueError:
+        state = None
+    if state is None or state not in _STALL_BUDGET_S:
+        names = ", ".join(STALL_PHASE_NAMES)
+        raise ValueError(f"unknown start-up phase {name!r} (one of {names})")
+    return state
+
+
+def stall_budget(
+    phase: State | str,
+    stall_timeout: float | None = None,
+    per_phase: dict[State, float] | None = None,
+) -> tuple[float, str]:
+    """(seconds, where that number came from) for ``phase``: a ``--stall-budget`` for that
+    phase, else ``--stall-timeout`` (every phase), else the default table. The source is
+    what a STALLED hint names, so the user sees which budget fired."""
+    state = State(phase)
+    if per_phase and state in per_phase:
+        name = next(k for k, v in STALL_PHASE_NAMES.items() if v is state)
+        return per_phase[state], f"--stall-budget {name}={_secs(per_phase[state])}"
+    if stall_timeout is not None and state in _STALL_BUDGET_S:
+        return stall_timeout, f"--stall-timeout {_secs(stall_timeout)}"
+    return phase_stall_budget(state), f"default for {state.value}"
+
+
+def _secs(x: float) -> str:
+    return f"{x:.0f}" if x >= 10 or x == int(x) else f"{x:.1f}"
+
+
+# uvicorn's access log line as SGLang 0.5.9 formats it (srt/utils/common.py
+# set_uvicorn_logging_configs: '[%(asctime)s] %(levelprefix)s %(client_addr)s -
+# "%(request_line)s" %(status_code)s'): a request answered, which says nothing about start-up.
+_ACCESS_LINE = re.compile(r'^(?:[A-Z]+:\s+)?\S+ - "[A-Z]+ \S+ HTTP/[\d.]+" \d{3}\b')
+# Lines the server writes only because a request arrived (glmserve's own /health polls and
+# identity probes): srt/entrypoints/http_server.py health_generate / get_model_info /
+# get_server_info.
+_PROBE_ECHO = re.compile(
+    r"Health check failed\. Server couldn't get a response"
+    r"|Endpoint '/get_(?:model|server)_info' is deprecated"
+)
+
+
+def is_progress_line(line: str) -> bool:
+    """Does this log line show the server itself moving on? HTTP access lines and lines our
+    probes cause never do: a server hung in warmup still answers ``/health`` with 503 and
+    logs each answer, so counting them would hide the hang forever."""
+    body = _split_prefix(_clean(line))[0].strip()
+    if not body:
+        return False
+    return not (_ACCESS_LINE.match(body) or _PROBE_ECHO.search(body))
 
 
 @dataclass
@@ -223,18 +292,24 @@ class Diagnosis:
     def crashed(self) -> bool:
         return self.state is State.CRASHED
 
-    def stalled(self, seconds: float) -> Diagnosis:
-        """The verdict once the watcher saw no progress for ``seconds`` (crashes stay)."""
+    def stalled(
+        self, seconds: float, budget: float | None = None, source: str | None = None
+    ) -> Diagnosis:
+        """The verdict once the watcher saw no progress for ``seconds`` (crashes stay).
+        ``budget``/``source``: the stall budget that fired and where it came from (see
+        :func:`stall_budget`); the hint names both."""
         if self.state in (State.CRASHED, State.EXITED, State.READY):
             return dataclasses.replace(self)
+        if budget is None:
+            budget, source = stall_budget(self.phase)
         where = (
             f"; last progress at line {self.last_progress_line}: {self.last_progress}"
             if self.last_progress_line
             else ""
         )
         hint = (
-            f"no log progress for {seconds:.0f}s in phase {self.phase.value} (budget "
-            f"{phase_stall_budget(self.phase):.0f}s){where}. Check GPU activity (nvidia-smi), "
+            f"no log progress for {_secs(seconds)}s in phase {self.phase.value} (stall budget "
+            f"{_secs(budget)}s, {source}){where}. Check GPU activity (nvidia-smi), "
             "dump the stacks with `py-spy dump --pid <scheduler pid>`; a rank stuck in NCCL "
             "init usually means a peer died (NCCL_DEBUG=INFO shows which)."
         )
@@ -1560,7 +1635,13 @@ class LogDiagnoser:
     def _on_ready(self) -> None:
         """READY proves that exceptions (and tracebacks SGLang merely logged) seen before it
         were not fatal - unless a cascade marker says a child died."""
-        if not self._hard_marker:
+        # uvicorn exits after a failed bind (server.py startup: logger.error(exc); await
+        # lifespan.shutdown(); sys.exit(1)), but SGLang's lifespan first joins its warmup
+        # thread, which polls --port and so may warm up whatever server holds it and log
+        # "fired up and ready to roll" (srt/entrypoints/http_server.py lifespan,
+        # _execute_server_warmup): that READY is another server's, never this one's.
+        port_taken = self._strong is not None and self._strong.category is C.PORT_IN_USE
+        if not self._hard_marker and not port_taken:
             self._crashed = False
             self._strong = self._generic = self._warning = self._marker = None
             self._marker_is_report = False

@@ -289,13 +289,16 @@ def watch_group(
     poll_s: float = 1.0,
     timeout_s: float | None = None,
     stall_timeout_s: float | None = None,
+    stall_budgets: dict[Any, float] | None = None,
     on_tick: Callable[[int, Any], None] | None = None,
 ) -> GroupResult:
     """Watch every node at once (a thread each); the first decisive verdict ends all watches.
 
     Node 0 is watched like a single run (log + ``/health``). The other nodes never log READY
     (they run no HTTP server), so they are watched for crashes, exits and stalls only; their
-    watch ends when node 0's verdict is in. A TransportError from any watch is re-raised.
+    watch ends when node 0's verdict is in. Every node gets the same stall budgets; the
+    overall deadline (``timeout_s``, None: the watcher's default) is node 0's, the others keep
+    the default as a backstop. A TransportError from any watch is re-raised.
     """
     from glmserve.lifecycle import transport_for_run
     from glmserve.watch import Watcher
@@ -314,6 +317,7 @@ def watch_group(
                     poll_s=poll_s,
                     timeout_s=timeout_s if rank == 0 else None,
                     stall_timeout_s=stall_timeout_s,
+                    stall_budgets=stall_budgets,
                     health=rank == 0,
                     cancel=cancel,
                     on_tick=(lambda tick: on_tick(rank, tick)) if on_tick else None,

@@ -335,8 +335,9 @@ class SweepOptions:
     until_first_success: bool = False
     continue_on_error: bool = False
     capture_steps: int = 0  # >0: torch-profiler capture of that many steps after the bench
-    timeout_s: float | None = None  # READY deadline per profile
+    timeout_s: float | None = None  # READY deadline per profile (None: the watcher's default)
     stall_timeout_s: float = 60.0  # bench: a stream silent this long is an error
+    stall_budgets: list[str] = field(default_factory=list)  # start-up: --stall-budget PHASE=S
     sglang_version: str | None = None
 
 
@@ -723,22 +724,35 @@ class LifecycleBackend(SweepBackend):
 
     def watch(self, run_id: str, opts: SweepOptions) -> StepOutcome:
         from glmserve.lifecycle import transport_for_run
-        from glmserve.watch import Watcher
+        from glmserve.watch import Watcher, parse_stall_budgets
 
         poll = 0.2 if self.simulate else 1.0
         runs = self._group(run_id)
         if runs:
             return self._watch_group(runs, poll, opts)
         run = self.store.get_run(run_id)
-        w = Watcher(run, transport_for_run(run), self.store, poll_s=poll, timeout_s=opts.timeout_s)
+        w = Watcher(
+            run,
+            transport_for_run(run),
+            self.store,
+            poll_s=poll,
+            timeout_s=opts.timeout_s,
+            stall_budgets=parse_stall_budgets(opts.stall_budgets),
+        )
         res = w.watch()
         return StepOutcome(res.state, _diagnosis(res.diagnosis))
 
     def _watch_group(self, runs: list[Any], poll: float, opts: SweepOptions) -> StepOutcome:
         """Every node at once; READY marks the other nodes ready, a failure names its node."""
         from glmserve.multinode import mark_followers_ready, watch_group
+        from glmserve.watch import parse_stall_budgets
 
-        res = watch_group(runs, poll_s=poll, timeout_s=opts.timeout_s)
+        res = watch_group(
+            runs,
+            poll_s=poll,
+            timeout_s=opts.timeout_s,
+            stall_budgets=parse_stall_budgets(opts.stall_budgets),
+        )
         diag = _diagnosis(res.decisive.diagnosis)
         if res.state == "READY":
             mark_followers_ready(runs, self.store)

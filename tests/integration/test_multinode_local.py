@@ -77,3 +77,30 @@ def test_local_group_ready_then_stop(local_pair):
     t = LocalTransport(get_host("la"))
     for r in runs:
         assert probe_group(t, int(r.pgid or 0)).live_pids == []
+
+
+def test_local_group_warmup_hang_is_stalled_by_the_phase_budget(local_pair):
+    """Issue 10 #1 on the group path: node 0 hangs in warmup while its /health polls keep
+    writing access lines; the per-phase budget reaches every node's watcher."""
+    from glmserve.diagnose import State
+
+    port = free_local_port()
+    spec = profiles.load_profile(
+        "trtllm_mla",
+        [f"server.port={port}", "sim.gpu-arch=sm100", "sim.speed=20", "sim.hang-at=warmup",
+         "sim.fault-node-rank=0"],
+    )  # fmt: skip
+    spec = replace(profiles.simulate(spec), nodes=local_pair)
+    store = RunStore.open()
+    _gid, runs = launch_group(spec, store=store)
+    try:
+        t0 = time.monotonic()
+        result = watch_group(runs, poll_s=0.2, stall_budgets={State.WARMUP: 3.0})
+        assert (result.state, result.failing_rank) == ("STALLED", 0)
+        assert time.monotonic() - t0 < 30
+        d = result.decisive.diagnosis
+        assert d.phase is State.WARMUP and "stall budget 3s, --stall-budget warmup=3" in d.hint
+        log0 = (Path(runs[0].run_dir) / "server.log").read_text()
+        assert '"GET /health HTTP/1.1" 503' in log0  # the noise was there
+    finally:
+        stop_group(runs, timeout=5, store=store)

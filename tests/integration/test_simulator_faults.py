@@ -102,18 +102,55 @@ def test_bad_args_exit_2_with_argparse_text(start_simulator):
 
 
 def test_real_port_collision_fails_like_uvicorn(start_simulator):
+    """A port held by something that is not an SGLang server: uvicorn's bind error, then the
+    warmup thread polls /model_info 120 times for nothing, logs "Initialization failed" and
+    SIGKILLs its own tree (sglang 0.5.9 http_server.py _execute_server_warmup)."""
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        sim = start_simulator("--port", str(port), *FAST, wait_ready=False)
-        assert sim.wait_exit(20) == 1
+        sim = start_simulator("--port", str(port), "--sim-speed", "100", wait_ready=False)
+        sim.wait_for_log("Waiting for application shutdown.")
+    # the holder is gone now: each /model_info poll is refused, as from a dead holder
+    assert sim.wait_exit(30) == KILLED
     log = sim.log_text()
     assert f"[Errno 98] error while attempting to bind on address ('127.0.0.1', {port})" in log
     assert "Load weight end." in log  # uvicorn binds only after the model is loaded
-    injected = start_simulator("--sim-crash-kind", "port_in_use", *FAST, wait_ready=False)
-    assert injected.wait_exit(20) == 1
+    assert "Initialization failed. warmup error: Traceback" in log
+    assert "fired up and ready" not in log and "Application shutdown complete." not in log
+    injected = start_simulator(
+        "--sim-crash-kind", "port_in_use", "--sim-speed", "100", wait_ready=False
+    )
+    assert injected.wait_exit(30) == KILLED
     assert "address already in use" in injected.log_text()
+
+
+def test_port_held_by_another_sglang_is_warmed_up_then_exit_1(start_simulator):
+    """Issue 10 #4, the real 0.5.9 sequence: uvicorn runs the lifespan (which starts the
+    warmup thread) before it binds; the bind fails; lifespan shutdown joins the warmup thread,
+    which warms up the server that holds the port, so this process logs "The server is fired
+    up and ready to roll!" and then exits 1 (uvicorn server.py startup: sys.exit(1))."""
+    holder = start_simulator("--disable-cuda-graph", *FAST)
+    before = holder.log_text().count('"POST /generate HTTP/1.1" 200')
+    late = start_simulator("--port", str(holder.port), "--disable-cuda-graph", *FAST,
+                           wait_ready=False)  # fmt: skip
+    assert late.wait_exit(30) == 1
+    log = late.log_text()
+    order = [
+        "INFO:     Started server process",
+        "INFO:     Application startup complete.",
+        f"ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', "
+        f"{holder.port}): address already in use",
+        "INFO:     Waiting for application shutdown.",
+        "The server is fired up and ready to roll!",
+        "INFO:     Application shutdown complete.",
+    ]
+    idx = [log.index(n) for n in order]
+    assert idx == sorted(idx), log[-2000:]
+    assert "Uvicorn running on" not in log
+    # the warmup request went to the holder, which logged it and kept serving
+    assert holder.log_text().count('"POST /generate HTTP/1.1" 200') == before + 1
+    assert holder.proc.poll() is None and http_status(holder.url + "/health") == 200
 
 
 @pytest.mark.parametrize("phase", ["load", "kv", "graphs", "warmup"])

@@ -236,9 +236,21 @@ def launch(
     simulate: bool = typer.Option(False, "--simulate", help="Launch the simulator, same flags."),
     no_wait: bool = typer.Option(False, "--no-wait", help="Start and return at once."),
     replace: bool = typer.Option(False, "--replace", help="Stop a live run on that port first."),
-    timeout: float = typer.Option(None, "--timeout", help="Seconds to wait for READY."),
+    timeout: float = typer.Option(
+        None,
+        "--timeout",
+        help="Seconds to wait for READY (default 7200; 0: no deadline).",
+        min=0,
+    ),
     stall_timeout: float = typer.Option(
-        None, "--stall-timeout", help="Seconds without log progress = STALLED (default per phase)."
+        None,
+        "--stall-timeout",
+        help="Seconds without log progress = STALLED, every phase (default per phase).",
+    ),
+    stall_budgets: list[str] = typer.Option(
+        [],
+        "--stall-budget",
+        help="PHASE=SECONDS stall budget for one phase (repeatable; beats --stall-timeout).",
     ),
     poll: float = typer.Option(1.0, "--poll", help="Seconds between polls.", min=0.05),
     json_out: bool = typer.Option(False, "--json", help="Run and verdict as JSON."),
@@ -254,12 +266,23 @@ def launch(
     """
     from glmserve.lifecycle import launch_run, transport_for_run
     from glmserve.store import RunStore
-    from glmserve.watch import Watcher
+    from glmserve.watch import Watcher, parse_stall_budgets
 
+    budgets = parse_stall_budgets(stall_budgets)  # a typo fails before anything starts
     group = _group_of(profile, sets, nodes, host)
     if group:
         _launch_group(
-            profile, sets, simulate, group, replace, timeout, stall_timeout, poll, json_out, no_wait
+            profile,
+            sets,
+            simulate,
+            group,
+            replace,
+            timeout,
+            stall_timeout,
+            poll,
+            json_out,
+            no_wait,
+            budgets,
         )
         return
     h, spec = _spec(profile, sets, simulate, host)
@@ -295,6 +318,7 @@ def launch(
         poll_s=poll,
         timeout_s=timeout,
         stall_timeout_s=stall_timeout,
+        stall_budgets=budgets,
     )
     try:
         with _Progress(run.run_id) as progress:
@@ -340,6 +364,7 @@ def _launch_group(
     poll: float,
     json_out: bool,
     no_wait: bool = False,
+    stall_budgets: dict[Any, float] | None = None,
 ) -> None:
     """``launch`` for a host group: start every node, watch all, stop all if one fails."""
     from dataclasses import replace as dc_replace
@@ -376,7 +401,12 @@ def _launch_group(
     how = f"stop it with `glmserve stop {gid}`"
     try:
         result = watch_group(
-            runs, poll_s=poll, timeout_s=timeout, stall_timeout_s=stall_timeout, on_tick=tick
+            runs,
+            poll_s=poll,
+            timeout_s=timeout,
+            stall_timeout_s=stall_timeout,
+            stall_budgets=stall_budgets,
+            on_tick=tick,
         )
     except KeyboardInterrupt:
         err.print(f"stopped watching: group {gid} keeps running; {how}", markup=False)

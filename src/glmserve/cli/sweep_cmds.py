@@ -80,7 +80,17 @@ def sweep(
     capture_steps: int = typer.Option(
         0, "--profile-steps", help="Also capture a torch-profiler trace of N decode steps."
     ),
-    timeout: float = typer.Option(None, "--timeout", help="Seconds to wait for READY per profile."),
+    timeout: float = typer.Option(
+        None,
+        "--timeout",
+        help="Seconds to wait for READY per profile (default 7200; 0: no deadline).",
+        min=0,
+    ),
+    stall_budgets: list[str] = typer.Option(
+        [],
+        "--stall-budget",
+        help="Start-up: PHASE=SECONDS without log progress = STALLED (repeatable; README).",
+    ),
     stall_timeout: float = typer.Option(
         60.0, "--stall-timeout", help="Bench: seconds a stream may stay silent (then an error)."
     ),
@@ -112,6 +122,7 @@ def sweep(
         start_sweep,
         sweep_dir,
     )
+    from glmserve.watch import parse_stall_budgets
 
     def say(msg: str) -> None:
         err.print(f"sweep: {msg}", highlight=False, markup=False)
@@ -141,7 +152,9 @@ def sweep(
             capture_steps=capture_steps,
             timeout_s=timeout,
             stall_timeout_s=stall_timeout,
+            stall_budgets=list(stall_budgets),
         )
+        parse_stall_budgets(opts.stall_budgets)  # a typo fails before anything starts
         group = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else []
         if group and host:
             raise ConfigError("give --host or --nodes, not both")

@@ -362,7 +362,9 @@ def cascade_lines(
 
 
 def port_in_use_lines(pid: int, host: str, port: int) -> list[str]:
-    """uvicorn's bind failure as SGLang 0.5.9 prints it, then uvicorn exits with status 1."""
+    """uvicorn's bind failure as SGLang 0.5.9 prints it. Between "Waiting for application
+    shutdown." and "Application shutdown complete." SGLang's lifespan joins its warmup thread
+    (see ``SimServer._bind_failed``); then uvicorn exits with status 1."""
     return [
         f"INFO:     Started server process [{pid}]",
         "INFO:     Waiting for application startup.",
@@ -436,6 +438,22 @@ def dead_scheduler_launcher(rank: int) -> tuple[list[str], str]:
         "EOFError\n"
     )  # fmt: skip
     return lines, tb
+
+
+def model_info_unreachable_traceback(host: str, port: int) -> str:
+    """``Initialization failed. warmup error:`` after 120 polls of ``/model_info`` got no 200
+    (``_execute_server_warmup``'s wait loop; the last poll's traceback is logged)."""
+    return (
+        "Traceback (most recent call last):\n"
+        + _frame("entrypoints/http_server.py", 1678, "_execute_server_warmup",
+                 'res = requests.get(url + "/model_info", timeout=5, headers=headers)')
+        + f'  File "{SITE}/requests/adapters.py", line 700, in send\n'
+        "    raise ConnectionError(e, request=request)\n"
+        f"requests.exceptions.ConnectionError: HTTPConnectionPool(host='{host}', port={port}): "
+        "Max retries exceeded with url: /model_info (Caused by NewConnectionError('<urllib3."
+        "connection.HTTPConnection object at 0x7f2c1c3b2d50>: Failed to establish a new "
+        "connection: [Errno 111] Connection refused'))\n"
+    )  # fmt: skip
 
 
 def warmup_timeout_traceback(host: str, port: int) -> str:

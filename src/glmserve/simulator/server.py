@@ -94,7 +94,7 @@ class SimServer:
         if self.node_rank > 0:
             return await self._follow()
         if o.crash_at == "serve" and o.crash_kind == "port_in_use":
-            return self._port_in_use()
+            return await self._bind_failed()
         self._log_scheduler_ready()
         if o.hang_at == "serve":
             await asyncio.Event().wait()
@@ -102,7 +102,7 @@ class SimServer:
         try:
             self.http = await serve(o.server.host, o.server.port, self.dispatch, self._access)
         except OSError:
-            return self._port_in_use()
+            return await self._bind_failed()
         for ln in faults.port_in_use_lines(self.pid, o.server.host, o.server.port)[:3]:
             self.log.line(ln)
         self.log.line(
@@ -422,6 +422,76 @@ class SimServer:
         for ln in faults.port_in_use_lines(self.pid, self.opts.server.host, self.opts.server.port):
             self.log.line(ln)
         return 1
+
+    async def _bind_failed(self) -> int:
+        """uvicorn could not bind ``--port``: what SGLang 0.5.9 really does next.
+
+        uvicorn runs the app's lifespan startup before binding (uvicorn/server.py
+        ``startup``), and SGLang's lifespan starts the warmup thread there (sglang 0.5.9
+        srt/entrypoints/http_server.py:348-352 ``warmup_thread.start()``; uvicorn.run at
+        :1966). The bind fails: ``logger.error(exc)``, ``await self.lifespan.shutdown()``,
+        ``sys.exit(1)``; but the lifespan's ``finally: warmup_thread.join()`` (:358) first
+        waits for the warmup, which polls ``--port`` (``_execute_server_warmup`` :1675-1684:
+        ``/model_info`` once a second, 120 times). Another SGLang holding the port answers,
+        takes the warmup request (:1762) and this process logs "The server is fired up and
+        ready to roll!" (``_wait_and_warmup`` :1836) before it exits with status 1
+        (launch_server.py's ``finally: kill_process_tree(..., include_parent=False)``). When
+        nobody answers, the thread logs "Initialization failed. warmup error" (:1687) and
+        ``kill_process_tree(os.getpid())`` SIGKILLs the process (status 137).
+        """
+        o = self.opts
+        lines = faults.port_in_use_lines(self.pid, o.server.host, o.server.port)
+        for ln in lines[:-1]:  # ... bind error, "Waiting for application shutdown."
+            self.log.line(ln)
+        if not o.server.skip_server_warmup and not await self._warmup_port_holder():
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+        self.log.line("The server is fired up and ready to roll!")
+        self.log.line(lines[-1])  # "Application shutdown complete."
+        return 1
+
+    async def _warmup_port_holder(self) -> bool:
+        """``_execute_server_warmup`` against whatever holds ``--port``: True when it took the
+        warmup request (the ready line follows), False after logging why not."""
+        import urllib.error
+        import urllib.request
+
+        o = self.opts
+        host = f"[{o.server.host}]" if ":" in o.server.host else o.server.host
+        url = f"http://{host}:{o.server.port}"
+
+        def fetch(path: str, body: bytes | None, timeout: float) -> int:
+            req = urllib.request.Request(url + path, data=body, method="POST" if body else "GET")
+            req.add_header("Content-Type", "application/json")
+            try:
+                with urllib.request.urlopen(req, timeout=timeout) as resp:
+                    resp.read()
+                    return resp.status
+            except urllib.error.HTTPError as exc:
+                return exc.code
+            except OSError:
+                return 0
+
+        for _ in range(120):  # for _ in range(120): time.sleep(1); requests.get(...)
+            await asyncio.sleep(self._scaled(1.0))
+            if await asyncio.to_thread(fetch, "/model_info", None, self._scaled(5.0)) == 200:
+                break
+        else:
+            tb = faults.model_info_unreachable_traceback(o.server.host, o.server.port)
+            self.log.line("Initialization failed. warmup error: " + tb.rstrip("\n"))
+            return False
+        body = json.dumps(
+            {
+                "sampling_params": {"temperature": 0, "max_new_tokens": 8},
+                "text": "The capital city of France is",
+            }
+        ).encode()
+        status = await asyncio.to_thread(fetch, "/generate", body, self._scaled(600.0))
+        if status != 200:
+            tb = faults.warmup_timeout_traceback(o.server.host, o.server.port)
+            self.log.line("Initialization failed. warmup error: " + tb.rstrip("\n"))
+            return False
+        return True
 
     def _bad_args(self) -> int:
         from glmserve.simulator.options import sglang_parser
