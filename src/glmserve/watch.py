@@ -394,14 +394,14 @@ def assess_run(run: RunRecord, store: RunStore, t: Transport | None = None) -> d
         state = "CRASHED" if d.state is State.CRASHED else "EXITED"
         if run.ended_at is None:
             fields["ended_at"] = time.time()
-    if state == "CRASHED" and not fields and d.state is State.CRASHED:
+    if state == "CRASHED" and "category" not in fields and d.state is State.CRASHED:
         fields = {"category": _val(d.category), "root_cause": d.root_cause, "hint": d.hint}
     if state != run.state or fields:
         store.update_run(run.run_id, state=state, **fields)
         store.add_event(run.run_id, state, fields.get("root_cause"), {"assessed": True})
         run = store.get_run(run.run_id)
     end = run.ended_at or time.time()
-    patch = d.patch_active if run.patches else None
+    patch = d.patch_active if run.patches and own.alive else None  # a dead rank runs nothing
     if run.patches and patch is None:
         patch = f"0/{run.tp_size}"
     return {
