@@ -333,6 +333,8 @@ class FastTransport(httpx.AsyncBaseTransport):
         """Write the request, wait for the response head; (send time, head).
 
         ``_ClosedBeforeResponse`` when the connection ended before any response byte."""
+        if conn.closed:  # closed by the peer before we could write (its EOF came first)
+            raise _ClosedBeforeResponse("connection closed before the request was sent")
         loop = asyncio.get_running_loop()
         conn.head = loop.create_future()
         conn.mode = "head"
