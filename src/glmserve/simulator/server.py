@@ -32,17 +32,13 @@ from glmserve.simulator.httpserver import (
 )
 from glmserve.simulator.logs import ServerLog, progress_bar
 from glmserve.simulator.options import SimOptions
+from glmserve.simulator.prompts import load_counter
 
 ARCHITECTURE = "GlmMoeDsaForCausalLM"
 MODEL_TYPE = "glm_moe_dsa"
 PATCH_LINE = "glmserve patch {name} active (sglang {version}, pid {pid})"
 WORKER_PID_BASE = 1000  # fake scheduler PIDs: launcher pid + base + rank
 AVAIL_MEM_GIB = 93.42  # free memory SGLang reports on an idle RTX PRO 6000 (96 GB) at start
-
-
-def approx_tokens(text: str) -> int:
-    """Prompt length for text input without a tokenizer: ~4 bytes per token."""
-    return max(1, len(text.encode()) // 4)
 
 
 class SimServer:
@@ -73,6 +69,8 @@ class SimServer:
         ).lower() not in ("0", "false", "no")
         self.last_output = 0.0
         self.weight_load_s = 0.0
+        # text prompts counted with the model's tokenizer when it is a local directory
+        self.prompts = load_counter(opts.server.tokenizer_path, opts.server.model_path)
 
     # ===================================================================== start-up
     async def run(self) -> int:
@@ -605,6 +603,7 @@ class SimServer:
                 "single_stream_step_s": costmodel.decode_step_s(o.model, o.shape, 1, 1024),
                 "single_stream_terms_s": costmodel.step_terms(o.model, o.shape, 1, 1024),
                 "gpu_arch": o.gpu_arch,
+                "prompt_tokens": self.prompts.describe(),
                 "sglang_version": o.sglang_version,
                 "status": self.status,
                 "engine_dead": bool(eng and eng.dead),
