@@ -292,8 +292,10 @@ class Verdict:
     state: str  # CRASHED | EXITED
     reason: str
     diagnosis: Diagnosis | None = None
+    run_id: str = ""  # the run that died (a node of a group, for a group)
 
-    def error(self, run_id: str) -> ServerCrashed:
+    def error(self, run_id: str | None = None) -> ServerCrashed:
+        run_id = self.run_id or run_id
         d = self.diagnosis
         detail = self.reason
         if d is not None and d.root_cause:
@@ -355,6 +357,7 @@ class RunMonitor:
                 if self.verdict is None:
                     self.verdict = self._poll()
                     if self.verdict is not None:
+                        self.verdict.run_id = self.run.run_id
                         self._record()
                 if self.verdict is not None or time.monotonic() >= end:
                     return self.verdict

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from tests.fixtures.cli import GLMSERVE
@@ -182,3 +183,48 @@ def _served(log_path: str) -> int:
     """Streams the server logged as answered (uvicorn access lines for /generate)."""
     with open(log_path, errors="replace") as f:
         return f.read().count('"POST /generate HTTP/1.1" 200')
+
+
+def test_a_group_node_dying_mid_bench_ends_the_bench_naming_it(tmp_path):
+    """Via node 0 the same monitor watches every node: node 1 dying mid-bench (node 0 would
+    still answer HTTP, then hang in the collectives on real GPUs) ends the bench, exit 3."""
+    from dataclasses import replace
+
+    from glmserve import profiles
+    from glmserve.multinode import launch_group, mark_followers_ready, stop_group, watch_group
+
+    cfg_dir = Path(os.environ["GLMSERVE_CONFIG_DIR"])
+    cfg_dir.mkdir(parents=True, exist_ok=True)
+    (cfg_dir / "hosts.yaml").write_text(
+        f"hosts:\n  la:\n    workdir: {tmp_path / 'a'}\n  lb:\n    workdir: {tmp_path / 'b'}\n"
+    )
+    spec = profiles.load_profile("trtllm_mla", [f"server.port={free_port()}",
+                                                "sim.gpu-arch=sm100", "sim.speed=5"])  # fmt: skip
+    spec = replace(profiles.simulate(spec), nodes=["la", "lb"])
+    store = RunStore.open()
+    gid, runs = launch_group(spec, store=store)
+    try:
+        assert watch_group(runs, poll_s=0.2, timeout_s=60).state == "READY"
+        mark_followers_ready(runs, store)
+        cmd = [*GLMSERVE, "bench", gid, "--mode", "concurrency", "--concurrency", "4",
+               "--num-prompts", "2000", "--output-len", "48", "--json"]  # fmt: skip
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while _served(runs[0].log_path) < 8:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.2)
+            os.killpg(int(runs[1].pgid or 0), signal.SIGKILL)  # node 1's recorded group
+            t0 = time.monotonic()
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert time.monotonic() - t0 < 15
+        assert proc.returncode == 3, err
+        assert f"run {runs[1].run_id} EXITED during the measurement" in err
+        data = json.loads(out)
+        assert data["complete"] is False and data["stopped"].startswith("server EXITED")
+        assert 0 < data["levels"][0]["completed"] < 2000
+    finally:
+        stop_group(runs, timeout=5, store=store)

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -178,8 +178,16 @@ class Target:
     """What is benched: the base URL, and for a run its verified identity and a monitor."""
 
     base: str
-    monitor: RunMonitor | None = None
+    monitors: list[RunMonitor] = field(default_factory=list)  # node 0 first, for a group
     identity: dict[str, Any] | None = None
+
+    def verdict(self, settle_s: float = 0.0) -> Any:
+        """Whether a benched run (any node of a group) stopped serving; None while not."""
+        for i, m in enumerate(self.monitors):
+            v = m.check(settle_s=settle_s if i == 0 else 0.0)
+            if v is not None:
+                return v
+        return None
 
 
 @contextlib.contextmanager
@@ -196,11 +204,18 @@ def endpoint(
         raise ConfigError("give a RUN id or --url URL")
     from glmserve.identity import serving_endpoint
     from glmserve.lifecycle import transport_for_run
+    from glmserve.multinode import serving_run
+    from glmserve.store import RunStore
 
-    with serving_endpoint(run_id) as (base, run, ident):
-        stop = abort.set if abort is not None else (lambda: None)
-        with RunMonitor(run, transport_for_run(run), on_dead=stop) as monitor:
-            yield Target(base.rstrip("/"), monitor, ident.to_dict())
+    with RunStore.open() as store:
+        _head, nodes = serving_run(store, run_id)
+    stop = abort.set if abort is not None else (lambda: None)
+    with serving_endpoint(run_id) as (base, run, ident), contextlib.ExitStack() as stack:
+        watched = [run, *nodes[1:]]  # a group: node 0 serves, every node must stay up
+        monitors = [
+            stack.enter_context(RunMonitor(r, transport_for_run(r), on_dead=stop)) for r in watched
+        ]
+        yield Target(base.rstrip("/"), monitors, ident.to_dict())
 
 
 def validate_settings(s: BenchSettings, gates: Gates) -> None:
@@ -282,8 +297,8 @@ def run_bench(
             verdict = _server_verdict(target)
             if verdict is None:
                 raise
-            raise verdict.error(str(run_id)) from exc
-        verdict = target.monitor.verdict if target.monitor is not None else None
+            raise verdict.error() from exc
+        verdict = next((m.verdict for m in target.monitors if m.verdict), None)  # seen so far
     meta.update(
         url=settings.base_url,
         started_at=started,
@@ -313,16 +328,14 @@ def run_bench(
 def _server_verdict(target: Target) -> Any:
     """After failed requests: is the run's server gone? Polls for up to two seconds, since a
     crash's last lines and the exit land a moment after the connections drop."""
-    if target.monitor is None:
-        return None
-    return target.monitor.check(settle_s=2.0)
+    return target.verdict(settle_s=2.0)
 
 
 def _failure(res: BenchResult, verdict: Any, run_id: str | None) -> GlmserveError | None:
     """The error a finished (stored) bench still exits with: the server died (3, diagnosed
     from its log), went unreachable (5), or answered without one request succeeding (5)."""
     if verdict is not None:
-        return verdict.error(str(run_id))
+        return verdict.error()
     if res.stopped and res.stopped.startswith("server unreachable"):
         return TransportError(res.stopped)
     requests = sum(int(lv.get("requests") or 0) for lv in res.levels)
