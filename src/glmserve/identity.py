@@ -53,6 +53,7 @@ IDENTITY_FLAGS = {
     "--tp": "tp_size",
 }
 _GONE_STATES = ("CRASHED", "EXITED", "FAILED")
+HEALTH_TIMEOUT_S = 25.0  # SGLang's own /health gives up after 20 s (SGLANG_HEALTH_CHECK_TIMEOUT)
 
 
 class ServerIdentityError(TransportError):
@@ -311,7 +312,9 @@ class RunMonitor:
     Each poll is one host command: the process-group probe plus the log bytes written since
     the last poll, fed to the same diagnoser ``watch`` uses. A crash line, a vanished process
     group or a process alive at READY that is gone ends the watch with a ``Verdict`` and calls
-    ``on_dead`` (the bench then stops sending and keeps what it measured).
+    ``on_dead`` (the bench then stops sending and keeps what it measured). When the bench
+    reports a failed request (``suspect``) while the processes are up, ``/health`` is asked
+    too: a silently dead scheduler shows only there.
     """
 
     def __init__(
@@ -320,11 +323,16 @@ class RunMonitor:
         t: Transport,
         poll_s: float = 1.0,
         on_dead: Callable[[], None] = lambda: None,
+        suspect: threading.Event | None = None,
+        base_url: str | None = None,
     ) -> None:
         self.run = run
         self.t = t
         self.poll_s = poll_s
         self.on_dead = on_dead
+        # set by the bench when a request failed: then (only) /health is asked as well
+        self.suspect = suspect
+        self.base_url = base_url
         self.verdict: Verdict | None = None
         self.diag = LogDiagnoser()
         self.offset = 0
@@ -344,9 +352,17 @@ class RunMonitor:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.poll_s):
-            if self.check() is not None:
+            if self.check() is None and self._suspect():
+                self.check_health(str(self.base_url))
+            if self.verdict is not None:
                 self.on_dead()
                 return
+
+    def _suspect(self) -> bool:
+        if self.suspect is None or self.base_url is None or not self.suspect.is_set():
+            return False
+        self.suspect.clear()
+        return True
 
     def check(self, settle_s: float = 0.0) -> Verdict | None:
         """One poll (thread-safe); with ``settle_s``, poll again for that long while the
@@ -381,6 +397,29 @@ class RunMonitor:
         if missing:
             return Verdict("CRASHED", f"process(es) {missing} of the run died after READY")
         return None
+
+    def check_health(self, base_url: str, timeout: float = HEALTH_TIMEOUT_S) -> Verdict | None:
+        """After requests failed with the processes up: ask ``/health``. A scheduler that
+        died silently is not noticed by SGLang; its ``/health`` answers 503 once its own
+        health check times out (``SGLANG_HEALTH_CHECK_TIMEOUT``, 20 s in 0.5.9). Only then,
+        never during a measurement: a health check is a generate request of its own."""
+        from glmserve.lifecycle import health_status
+
+        if self.verdict is not None:
+            return self.verdict
+        code = health_status(base_url, timeout=timeout)
+        if code == 200:
+            return None
+        with self._lock:
+            if self.verdict is None:
+                self.verdict = Verdict(
+                    "CRASHED",
+                    f"GET /health -> {code or 'no answer'} after requests failed while the "
+                    "server process is up: a worker likely died (SGLang does not notice)",
+                    run_id=self.run.run_id,
+                )
+                self._record()
+        return self.verdict
 
     def _record(self) -> None:
         """Store what the run became (state, diagnosis), as ``status`` would."""

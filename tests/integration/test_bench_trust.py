@@ -228,3 +228,16 @@ def test_a_group_node_dying_mid_bench_ends_the_bench_naming_it(tmp_path):
         assert 0 < data["levels"][0]["completed"] < 2000
     finally:
         stop_group(runs, timeout=5, store=store)
+
+
+def test_a_worker_dying_mid_bench_is_diagnosed_not_reported_complete(launch):
+    """A scheduler that dies silently (SGLang does not notice, /health turns 503): its
+    streams stall; the bench asks /health then and reports the crash (exit 3)."""
+    run = launch("flashinfer", f"server.port={free_port()}", "sim.worker-death-after=2")
+    res = cli("bench", run, "--mode", "concurrency", "--concurrency", "2", "--num-prompts",
+              "2000", "--output-len", "48", "--stall-timeout", "2", "--json")  # fmt: skip
+    assert res.returncode == 3, res.stderr
+    assert "a worker likely died" in res.stderr.strip().splitlines()[-1]
+    data = json.loads(res.stdout)
+    assert data["complete"] is False and data["levels"][0]["errors"] >= 1
+    assert status(run)["state"] == "CRASHED"

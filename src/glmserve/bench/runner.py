@@ -60,6 +60,8 @@ class BenchSettings:
     # Set (by the run monitor) when the server died: the level stops at once, keeping what
     # it measured; in-flight requests are recorded as failed.
     abort: threading.Event | None = None
+    # Set by the runner whenever a request fails, so the run monitor takes a closer look.
+    failed: threading.Event | None = None
 
     def prompts_for(self, concurrency: int) -> int | None:
         if self.duration is not None:
@@ -75,7 +77,7 @@ class BenchSettings:
         return max(1, min(want, os.cpu_count() or 1, concurrency))
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "abort"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("abort", "failed")}
 
     @property
     def aborted(self) -> bool:
@@ -421,6 +423,8 @@ def _run_inprocess(
         done["n"] += 1
         done["err"] += 0 if rec.ok else 1
         done["tok"] += rec.n_tokens
+        if not rec.ok and settings.failed is not None:
+            settings.failed.set()
 
     async def main() -> str | None:
         start = time.perf_counter()
@@ -509,6 +513,8 @@ def _run_processes(
                 run.records.append(payload)
                 counts["n"] += 1
                 counts["err"] += 0 if payload.ok else 1
+                if not payload.ok and settings.failed is not None:
+                    settings.failed.set()
                 counts["tok"] += payload.n_tokens
                 if payload.error and payload.error.startswith(CONNECT_FAILED):
                     stop.set()  # the server is gone: no new requests anywhere

@@ -192,7 +192,10 @@ class Target:
 
 @contextlib.contextmanager
 def endpoint(
-    run_id: str | None, url: str | None, abort: threading.Event | None = None
+    run_id: str | None,
+    url: str | None,
+    abort: threading.Event | None = None,
+    failed: threading.Event | None = None,
 ) -> Iterator[Target]:
     """The server to bench: ``--url`` as given, or the run's (via ssh forward if remote),
     verified to be that run's live server and watched while it is measured (the monitor sets
@@ -213,7 +216,12 @@ def endpoint(
     with serving_endpoint(run_id) as (base, run, ident), contextlib.ExitStack() as stack:
         watched = [run, *nodes[1:]]  # a group: node 0 serves, every node must stay up
         monitors = [
-            stack.enter_context(RunMonitor(r, transport_for_run(r), on_dead=stop)) for r in watched
+            stack.enter_context(
+                RunMonitor(r, transport_for_run(r), on_dead=stop, suspect=failed, base_url=base)
+                if i == 0  # node 0 serves HTTP: only its /health says anything
+                else RunMonitor(r, transport_for_run(r), on_dead=stop)
+            )
+            for i, r in enumerate(watched)
         ]
         yield Target(base.rstrip("/"), monitors, ident.to_dict())
 
@@ -260,8 +268,8 @@ def run_bench(
     stopped: str | None = None
     interrupted = False
     server: dict[str, Any] = {}
-    settings.abort = threading.Event()
-    with endpoint(run_id, settings.base_url or None, settings.abort) as target:
+    settings.abort, settings.failed = threading.Event(), threading.Event()
+    with endpoint(run_id, settings.base_url or None, settings.abort, settings.failed) as target:
         settings.base_url = target.base
         if target.identity is not None:
             meta["identity"] = target.identity
@@ -328,7 +336,10 @@ def run_bench(
 def _server_verdict(target: Target) -> Any:
     """After failed requests: is the run's server gone? Polls for up to two seconds, since a
     crash's last lines and the exit land a moment after the connections drop."""
-    return target.verdict(settle_s=2.0)
+    verdict = target.verdict(settle_s=2.0)
+    if verdict is None and target.monitors:  # processes up: is the server healthy?
+        verdict = target.monitors[0].check_health(target.base)
+    return verdict
 
 
 def _failure(res: BenchResult, verdict: Any, run_id: str | None) -> GlmserveError | None:
