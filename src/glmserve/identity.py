@@ -17,8 +17,9 @@ used to measure B and store the figure under A. Every verb that talks to a run's
 
 A mismatch in 2 or 3 raises ``ServerIdentityError`` (exit 5: the run's server is not what
 answers there). ``RunMonitor`` keeps asking question 1 while a measurement runs, once per
-poll, so a server that dies mid-bench is seen within a poll interval and diagnosed from its
-log instead of being reported as "connection refused".
+poll (processes and new log lines; ``/health`` too once a request failed), so a server that
+dies mid-bench is seen within a poll interval and diagnosed from its log instead of being
+reported as "connection refused".
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from glmserve.bench.runner import (
     run_warmup,
 )
 from glmserve.errors import EXIT_INTERRUPTED, ConfigError, GlmserveError, TransportError
-from glmserve.identity import RunMonitor
+from glmserve.identity import RunMonitor, Verdict
 
 
 class BenchInterrupted(GlmserveError):
@@ -181,7 +181,7 @@ class Target:
     monitors: list[RunMonitor] = field(default_factory=list)  # node 0 first, for a group
     identity: dict[str, Any] | None = None
 
-    def verdict(self, settle_s: float = 0.0) -> Any:
+    def verdict(self, settle_s: float = 0.0) -> Verdict | None:
         """Whether a benched run (any node of a group) stopped serving; None while not."""
         for i, m in enumerate(self.monitors):
             v = m.check(settle_s=settle_s if i == 0 else 0.0)
@@ -329,11 +329,11 @@ def run_bench(
 
         with RunStore.open() as store:
             result_id = store.add_bench_result(run_id, res.to_dict(), meta)
-    failure = None if interrupted else _failure(res, verdict, run_id)
+    failure = None if interrupted else _failure(res, verdict)
     return BenchOutcome(res, result_id, interrupted, failure)
 
 
-def _server_verdict(target: Target) -> Any:
+def _server_verdict(target: Target) -> Verdict | None:
     """After failed requests: is the run's server gone? Polls for up to two seconds, since a
     crash's last lines and the exit land a moment after the connections drop."""
     verdict = target.verdict(settle_s=2.0)
@@ -342,7 +342,7 @@ def _server_verdict(target: Target) -> Any:
     return verdict
 
 
-def _failure(res: BenchResult, verdict: Any, run_id: str | None) -> GlmserveError | None:
+def _failure(res: BenchResult, verdict: Verdict | None) -> GlmserveError | None:
     """The error a finished (stored) bench still exits with: the server died (3, diagnosed
     from its log), went unreachable (5), or answered without one request succeeding (5)."""
     if verdict is not None:
