@@ -5,7 +5,6 @@ same, and the bench transport's pooled connections survive it."""
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 import time
 
@@ -99,12 +98,3 @@ def test_fresh_connection_closed_before_any_response_is_a_connect_failure():
                 await fut
 
         asyncio.run(main())
-
-
-def test_simulator_server_info_reports_what_identity_compares(simulator):
-    """SGLang's /server_info is ``dataclasses.asdict(server_args)`` + scheduler info +
-    ``version``: the fields `glmserve bench` checks a run's identity with are there."""
-    info = json.loads(httpx.get(simulator.url + "/server_info", timeout=10).text)
-    port = int(simulator.url.rsplit(":", 1)[1])
-    assert info["model_path"] == "glm-5-sim" and info["port"] == port
-    assert info["tp_size"] == 2 and info["attention_backend"] and info["version"]

@@ -519,12 +519,20 @@ class SimServer:
         s["context_length"] = s.get("context_length") or self.opts.model.context_len
         return s
 
-    async def h_server_info(self, req: HttpRequest, conn: Connection) -> Response:
+    async def h_server_info(self, req: HttpRequest, conn: Connection) -> Response | None:
         if req.path == "/get_server_info":
             self.log.line(
                 "Endpoint '/get_server_info' is deprecated and will be removed in a future "
                 "version. Please use '/server_info' instead."
             )
+        if self.engine is not None and self.engine.dead:
+            # 0.5.9 asks the schedulers (tokenizer_manager.get_internal_state through a
+            # _Communicator, tokenizer_communicator_mixin.py) and waits with no timeout: a
+            # dead scheduler never answers, so neither does the request.
+            gone = asyncio.get_running_loop().create_future()
+            conn.on_close.append(lambda: gone.done() or gone.set_result(None))
+            await gone
+            return None
         o = self.opts
         args = self.server_args()
         eng = self.engine
