@@ -1467,7 +1467,8 @@ def capture_profile(
     import httpx
 
     from glmserve.errors import ServerNotReady, TransportError
-    from glmserve.lifecycle import open_endpoint, read_log_bytes, transport_for_run
+    from glmserve.identity import RunMonitor, serving_endpoint
+    from glmserve.lifecycle import read_log_bytes, transport_for_run
     from glmserve.paths import glmserve_home
     from glmserve.store import RunStore
     from glmserve.transport import shell_path
@@ -1484,7 +1485,8 @@ def capture_profile(
     t.run(f"mkdir -p -- {shell_path(remote_dir)}", check=True, what="create profile dir")
     want = max(int(run.tp_size or 1), 1)
     stop = threading.Event()
-    with open_endpoint(run.run_id) as base:
+    # the run's own live server, watched meanwhile: a crash ends the wait with its diagnosis
+    with serving_endpoint(run.run_id) as (base, run, _ident), RunMonitor(run, t) as monitor:
         body = {
             "output_dir": remote_dir,
             "num_steps": steps,
@@ -1502,7 +1504,10 @@ def capture_profile(
         say(f"profiling {steps} steps on {want} rank(s) under {load} load")
         errors = _drive_load(base, concurrency, stop, output_len)
         try:
-            files = _wait_for_traces(t, remote_dir, want, time.monotonic() + timeout_s)
+            gone = lambda: monitor.verdict is not None  # noqa: E731
+            files = _wait_for_traces(t, remote_dir, want, time.monotonic() + timeout_s, gone)
+            if monitor.verdict is not None:
+                raise monitor.verdict.error(run.run_id)
             if len(files) < want:
                 httpx.post(f"{base}/stop_profile", timeout=30)
                 files = _wait_for_traces(t, remote_dir, want, time.monotonic() + 30)
@@ -1528,8 +1533,11 @@ def capture_profile(
     return analysis
 
 
-def _wait_for_traces(t: Any, remote_dir: str, want: int, deadline: float) -> list[str]:
-    """Trace file names once ``want`` exist and their sizes held still for one poll."""
+def _wait_for_traces(
+    t: Any, remote_dir: str, want: int, deadline: float, gone: Any = lambda: False
+) -> list[str]:
+    """Trace file names once ``want`` exist and their sizes held still for one poll (what
+    there is as soon as ``gone()``: the server died and will write no more)."""
     import time
 
     from glmserve.transport import shell_path
@@ -1547,7 +1555,7 @@ def _wait_for_traces(t: Any, remote_dir: str, want: int, deadline: float) -> lis
                 sizes[name] = int(size)
         if len(sizes) >= want and sizes == last:
             return sorted(sizes)
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline or gone():
             return sorted(sizes) if sizes == last else []
         last = sizes
         time.sleep(0.5)

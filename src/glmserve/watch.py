@@ -632,7 +632,7 @@ def assess_run(run: RunRecord, store: RunStore, t: Transport | None = None) -> d
         store.add_event(run.run_id, state, fields.get("root_cause"), {"assessed": True})
         run = store.get_run(run.run_id)
     end = run.ended_at or time.time()
-    patch = d.patch_active if run.patches else None
+    patch = d.patch_active if run.patches and own.alive else None  # a dead rank runs nothing
     if run.patches and patch is None:
         patch = f"0/{run.tp_size}"
     return {

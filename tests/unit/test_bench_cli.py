@@ -90,13 +90,15 @@ def test_unreachable_server_exits_5_naming_the_url(capsys):
 def test_request_errors_are_counted_and_saved(capsys, fake, tmp_path):
     fake.behaviour = "http500"
     dest = tmp_path / "r.json"
-    code, data, _ = bench_json(capsys, fake, "--output", str(dest))
-    assert code == 0
+    code, data, err = bench_json(capsys, fake, "--output", str(dest))
+    assert code == 5 and "no request succeeded" in err  # none ok: an error, not a result
     assert data["levels"][0]["errors"] == 3 and data["errors"] == 3
+    assert data["complete"] is False and data["stopped"] == "3 of 3 requests failed"
     assert data["levels"][0]["error_samples"][0].startswith("HTTP 500")
-    assert json.loads(dest.read_text())["id"] == data["id"]
-    code, _, err = bench_json(capsys, fake, "--min-decode-tok-s", "1")
-    assert code == 1 and "no measurement" in err
+    assert json.loads(dest.read_text())["id"] == data["id"]  # still printed, saved, stored
+    code, data, err = bench_json(capsys, fake, "--min-decode-tok-s", "1")
+    assert code == 5 and "no request succeeded" in err
+    assert data["gates"][0]["reason"].endswith("no measurement (all requests failed?)")
 
 
 def test_table_output_without_json(capsys, fake):

@@ -61,6 +61,8 @@ def summarize_level(
     srv = {k: v for k, v in server.items() if k != "last_gen_throughput_samples"}
     srv["last_gen_throughput"] = percentile(samples, 50)
     srv["last_gen_throughput_max"] = max(samples) if samples else None
+    if not lm["completed"]:
+        lm["output_tok_s"] = None  # no stream finished: no window to measure throughput over
     lm.update(
         workers=workers,
         tokens_estimated=any(getattr(r, "tokens_estimated", False) for r in records),
@@ -78,7 +80,15 @@ def build_result(
     meta: dict[str, Any],
     stopped: str | None,
 ) -> BenchResult:
-    """Assemble the result; the decode headline comes from the single level of decode mode."""
+    """Assemble the result; the decode headline comes from the single level of decode mode.
+
+    A result with a failed request is never complete: ``stopped`` then says how many failed
+    (unless the bench stopped early for another reason, which it names).
+    """
+    requests = sum(int(lv.get("requests") or 0) for lv in levels)
+    errors = sum(int(lv.get("errors") or 0) for lv in levels)
+    if stopped is None and errors:
+        stopped = f"{errors} of {requests} requests failed"
     res = BenchResult(
         mode=mode,
         complete=stopped is None,

@@ -37,6 +37,7 @@ from glmserve.metrics import StreamRecord
 
 SLOTS_PER_PROCESS = 128
 CONNECT_FAILED = "connect failed"
+ABORTED = "aborted: the server stopped serving"
 
 
 @dataclass
@@ -56,6 +57,11 @@ class BenchSettings:
     stall_timeout: float = 120.0
     workers: int | None = None  # client processes per level; None = auto
     model: str | None = None  # OpenAI "model" field; None = first of /v1/models
+    # Set (by the run monitor) when the server died: the level stops at once, keeping what
+    # it measured; in-flight requests are recorded as failed.
+    abort: threading.Event | None = None
+    # Set by the runner whenever a request fails, so the run monitor takes a closer look.
+    failed: threading.Event | None = None
 
     def prompts_for(self, concurrency: int) -> int | None:
         if self.duration is not None:
@@ -71,7 +77,11 @@ class BenchSettings:
         return max(1, min(want, os.cpu_count() or 1, concurrency))
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k not in ("abort", "failed")}
+
+    @property
+    def aborted(self) -> bool:
+        return self.abort is not None and self.abort.is_set()
 
 
 @dataclass
@@ -413,6 +423,8 @@ def _run_inprocess(
         done["n"] += 1
         done["err"] += 0 if rec.ok else 1
         done["tok"] += rec.n_tokens
+        if not rec.ok and settings.failed is not None:
+            settings.failed.set()
 
     async def main() -> str | None:
         start = time.perf_counter()
@@ -429,9 +441,14 @@ def _run_inprocess(
         )
         loop_task = asyncio.create_task(_closed_loop(spec, run.records, on_record, inflight))
         while not loop_task.done():
+            if settings.aborted:
+                loop_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loop_task
+                return ABORTED
             live = sum(r.chunk_tokens[-1] for r in inflight.values() if r.chunk_tokens)
             progress.update(done["n"], done["err"], done["tok"] + live, time.perf_counter() - t0)
-            await asyncio.wait({loop_task}, timeout=0.5)
+            await asyncio.wait({loop_task}, timeout=0.25)
         return await loop_task
 
     try:
@@ -484,8 +501,10 @@ def _run_processes(
     reasons: list[str] = []
     try:
         while pending:
+            if settings.aborted and not stop.is_set():
+                stop.set()  # the server died: every worker stops and reports what it has
             try:
-                kind, payload = q.get(timeout=0.5)
+                kind, payload = q.get(timeout=0.25)
             except queue_mod.Empty:
                 if not any(p.is_alive() for p in procs):
                     break
@@ -494,6 +513,8 @@ def _run_processes(
                 run.records.append(payload)
                 counts["n"] += 1
                 counts["err"] += 0 if payload.ok else 1
+                if not payload.ok and settings.failed is not None:
+                    settings.failed.set()
                 counts["tok"] += payload.n_tokens
                 if payload.error and payload.error.startswith(CONNECT_FAILED):
                     stop.set()  # the server is gone: no new requests anywhere
@@ -522,6 +543,8 @@ def _run_processes(
                 p.join(timeout=1.0)
         if interrupted:
             run.stopped = "interrupted"
+        elif settings.aborted:
+            run.stopped = ABORTED
         elif reasons:
             run.stopped = next((r for r in reasons if r != "stopped"), reasons[0])
 

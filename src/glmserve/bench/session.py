@@ -10,9 +10,10 @@ import contextlib
 import platform
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,8 @@ from glmserve.bench.runner import (
     run_level,
     run_warmup,
 )
-from glmserve.errors import EXIT_INTERRUPTED, ConfigError, GlmserveError
+from glmserve.errors import EXIT_INTERRUPTED, ConfigError, GlmserveError, TransportError
+from glmserve.identity import RunMonitor, Verdict
 
 
 class BenchInterrupted(GlmserveError):
@@ -45,12 +47,19 @@ class Gates:
     min_output_tok_s: list[tuple[int, float]] | None = None
 
 
+class NoRequestSucceeded(TransportError):
+    """The server answered, but not one request of the bench succeeded (exit 5)."""
+
+
 @dataclass
 class BenchOutcome:
     result: BenchResult
     result_id: int | None
     interrupted: bool
     store_error: str | None = None  # why the result could not be stored (a full disk)
+    # Why the bench is an error although a (partial) result was stored: the server died
+    # (ServerCrashed, with the log's diagnosis), became unreachable, or no request succeeded.
+    failure: GlmserveError | None = None
 
 
 def git_sha() -> str | None:
@@ -165,18 +174,57 @@ def server_summary(info: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@dataclass
+class Target:
+    """What is benched: the base URL, and for a run its verified identity and a monitor."""
+
+    base: str
+    monitors: list[RunMonitor] = field(default_factory=list)  # node 0 first, for a group
+    identity: dict[str, Any] | None = None
+
+    def verdict(self, settle_s: float = 0.0) -> Verdict | None:
+        """Whether a benched run (any node of a group) stopped serving; None while not."""
+        for i, m in enumerate(self.monitors):
+            v = m.check(settle_s=settle_s if i == 0 else 0.0)
+            if v is not None:
+                return v
+        return None
+
+
 @contextlib.contextmanager
-def endpoint(run_id: str | None, url: str | None) -> Iterator[str]:
-    """The base URL to bench: ``--url`` as given, or the run's (via ssh forward if remote)."""
+def endpoint(
+    run_id: str | None,
+    url: str | None,
+    abort: threading.Event | None = None,
+    failed: threading.Event | None = None,
+) -> Iterator[Target]:
+    """The server to bench: ``--url`` as given, or the run's (via ssh forward if remote),
+    verified to be that run's live server and watched while it is measured (the monitor sets
+    ``abort`` when it dies)."""
     if url:
-        yield url.rstrip("/")
+        yield Target(url.rstrip("/"))
         return
     if run_id is None:
         raise ConfigError("give a RUN id or --url URL")
-    from glmserve.lifecycle import open_endpoint
+    from glmserve.identity import serving_endpoint
+    from glmserve.lifecycle import transport_for_run
+    from glmserve.multinode import serving_run
+    from glmserve.store import RunStore
 
-    with open_endpoint(run_id) as base:
-        yield str(base).rstrip("/")
+    with RunStore.open() as store:
+        _head, nodes = serving_run(store, run_id)
+    stop = abort.set if abort is not None else (lambda: None)
+    with serving_endpoint(run_id) as (base, run, ident), contextlib.ExitStack() as stack:
+        watched = [run, *nodes[1:]]  # a group: node 0 serves, every node must stay up
+        monitors = [
+            stack.enter_context(
+                RunMonitor(r, transport_for_run(r), on_dead=stop, suspect=failed, base_url=base)
+                if i == 0  # node 0 serves HTTP: only its /health says anything
+                else RunMonitor(r, transport_for_run(r), on_dead=stop)
+            )
+            for i, r in enumerate(watched)
+        ]
+        yield Target(base.rstrip("/"), monitors, ident.to_dict())
 
 
 def validate_settings(s: BenchSettings, gates: Gates) -> None:
@@ -221,11 +269,16 @@ def run_bench(
     stopped: str | None = None
     interrupted = False
     server: dict[str, Any] = {}
-    with endpoint(run_id, settings.base_url or None) as base:
-        settings.base_url = base
-        info = probe_server(base)
+    settings.abort, settings.failed = threading.Event(), threading.Event()
+    with endpoint(run_id, settings.base_url or None, settings.abort, settings.failed) as target:
+        settings.base_url = target.base
+        if target.identity is not None:
+            meta["identity"] = target.identity
+        info = probe_server(target.base)
         server = server_summary(info)
-        model = settings.model or (resolve_model(base) if settings.api != "native" else "default")
+        model = settings.model or (
+            resolve_model(target.base) if settings.api != "native" else "default"
+        )
         settings.model = model
         requests = prepare_requests(settings, model)
         try:
@@ -238,12 +291,23 @@ def run_bench(
                     levels.append(
                         summarize_level(run.records, c, run.workers, run.server, run.stopped)
                     )
+                if run.stopped or any(not r.ok for r in run.records):
+                    verdict = _server_verdict(target)
+                    if verdict is not None:
+                        stopped = f"server {verdict.state}: {verdict.reason}"
+                        break
                 if run.stopped:
                     stopped = run.stopped
                     break
         except KeyboardInterrupt:
             interrupted = True
             stopped = "interrupted (Ctrl-C)"
+        except TransportError as exc:  # the warmup found no server: a dead run says why
+            verdict = _server_verdict(target)
+            if verdict is None:
+                raise
+            raise verdict.error() from exc
+        verdict = next((m.verdict for m in target.monitors if m.verdict), None)  # seen so far
     meta.update(
         url=settings.base_url,
         started_at=started,
@@ -269,4 +333,32 @@ def run_bench(
                 result_id = store.add_bench_result(run_id, res.to_dict(), meta)
         except StoreError as exc:
             store_error = str(exc)
-    return BenchOutcome(res, result_id, interrupted, store_error)
+    failure = None if interrupted else _failure(res, verdict)
+    return BenchOutcome(res, result_id, interrupted, store_error, failure)
+
+
+def _server_verdict(target: Target) -> Verdict | None:
+    """After failed requests: is the run's server gone? Polls for up to two seconds, since a
+    crash's last lines and the exit land a moment after the connections drop."""
+    verdict = target.verdict(settle_s=2.0)
+    if verdict is None and target.monitors:  # processes up: is the server healthy?
+        verdict = target.monitors[0].check_health(target.base)
+    return verdict
+
+
+def _failure(res: BenchResult, verdict: Verdict | None) -> GlmserveError | None:
+    """The error a finished (stored) bench still exits with: the server died (3, diagnosed
+    from its log), went unreachable (5), or answered without one request succeeding (5)."""
+    if verdict is not None:
+        return verdict.error()
+    if res.stopped and res.stopped.startswith("server unreachable"):
+        return TransportError(res.stopped)
+    requests = sum(int(lv.get("requests") or 0) for lv in res.levels)
+    completed = sum(int(lv.get("completed") or 0) for lv in res.levels)
+    if requests and not completed:
+        first = next((e for lv in res.levels for e in lv.get("error_samples") or []), "?")
+        return NoRequestSucceeded(
+            f"no request succeeded ({requests} of {requests} failed at {res.meta.get('url')}); "
+            f"first error: {first}"
+        )
+    return None

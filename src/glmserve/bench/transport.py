@@ -8,6 +8,17 @@ by hand inside ``data_received`` and hands body bytes to the reader with one fut
 a few microseconds per chunk. Plain ``http://`` only (the bench talks to a local port or an
 ssh forward); other schemes fall back to httpx's default transport.
 
+Idle keep-alive: SGLang runs uvicorn with ``timeout_keep_alive=5`` (0.5.9
+``srt/entrypoints/http_server.py``, both ``uvicorn.run`` calls; also uvicorn's own default,
+``uvicorn/config.py`` ``Config.__init__``), so a pooled connection idle for 5 s is closed by the
+server, and the close can cross a request written to it. Like httpcore's ``keepalive_expiry``,
+a connection idle longer than ``KEEPALIVE_EXPIRY_S`` is not reused; a reused connection that
+the server closes before any byte of the response is retried once on a fresh connection (the
+server never read that request: uvicorn only closes a connection with no request in flight). A
+fresh connection closed before any byte of the response (what an ssh ``-L`` forward does when
+nothing listens on the far side any more) is reported as ``httpx.ConnectError``: the server is
+gone, not a stream cut short.
+
 The time the request bytes were handed to the socket is returned in
 ``response.extensions["glmserve.sent_at"]`` (``time.perf_counter``), so TTFT starts at the
 send, and waiting for a connection counts as client queue time. The arrival time of each body
@@ -42,6 +53,7 @@ class ArrivalClock:
 
 
 _MAX_HEAD = 64 * 1024
+KEEPALIVE_EXPIRY_S = 4.0  # below uvicorn's 5 s timeout_keep_alive, so it closes nothing we use
 
 
 class _Conn(asyncio.Protocol):
@@ -60,6 +72,9 @@ class _Conn(asyncio.Protocol):
         self.lost: Exception | None = None
         self.closed = False
         self.keep_alive = True
+        self.idle_since = time.monotonic()
+        self.used = False  # carried a request before: the server may close it when idle
+        self.got_bytes = False  # any byte of the current response arrived
 
     # -- protocol callbacks --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -67,6 +82,7 @@ class _Conn(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.t_recv = time.perf_counter()
+        self.got_bytes = True
         self.buf += data
         self._parse()
 
@@ -228,6 +244,10 @@ class _Conn(asyncio.Protocol):
 _TIMED_OUT = object()
 
 
+class _ClosedBeforeResponse(Exception):
+    """The connection ended before the first byte of the response."""
+
+
 def _expire(waiter: asyncio.Future) -> None:
     if not waiter.done():
         waiter.set_result(_TIMED_OUT)
@@ -274,28 +294,32 @@ class FastTransport(httpx.AsyncBaseTransport):
             return await self.fallback.handle_async_request(request)
         timeouts: dict[str, Any] = request.extensions.get("timeout") or {}
         key = (url.host, url.port or 80)
-        conn = await self._acquire(key, timeouts.get("connect"))
         body = await request.aread()
         target = url.raw_path or b"/"
         head = [request.method.encode() + b" " + target + b" HTTP/1.1"]
         head += [k + b": " + v for k, v in request.headers.raw]
         payload = b"\r\n".join(head) + b"\r\n\r\n" + body
-        loop = asyncio.get_running_loop()
-        conn.head = loop.create_future()
-        conn.mode = "head"
-        sent_at = time.perf_counter()
-        assert conn.transport is not None
-        conn.transport.write(payload)
+        conn = await self._acquire(key, timeouts.get("connect"))
         try:
-            status, reason, headers = await asyncio.wait_for(conn.head, timeouts.get("read"))
+            sent_at, (status, reason, headers) = await self._exchange(conn, payload, timeouts)
+        except _ClosedBeforeResponse as exc:
+            if not conn.used:
+                raise httpx.ConnectError(
+                    f"{key[0]}:{key[1]} closed the connection before answering: {exc}",
+                    request=request,
+                ) from exc
+            # an idle keep-alive connection the server closed as we wrote: once, afresh
+            conn = await self._connect(key, timeouts.get("connect"))
+            try:
+                sent_at, (status, reason, headers) = await self._exchange(conn, payload, timeouts)
+            except _ClosedBeforeResponse as exc2:
+                raise httpx.ConnectError(
+                    f"{key[0]}:{key[1]} closed the connection before answering: {exc2}",
+                    request=request,
+                ) from exc2
         except asyncio.TimeoutError as exc:
-            conn.close()
             raise httpx.ReadTimeout("no response within the read timeout", request=request) from exc
-        except httpx.HTTPError:
-            conn.close()
-            raise
-        finally:
-            conn.head = None
+        conn.used = True
         stream = _Body(self, key, conn, timeouts.get("read"))
         ext = {"http_version": b"HTTP/1.1", "reason_phrase": reason, SENT_AT: sent_at,
                ARRIVAL: stream.clock}  # fmt: skip
@@ -303,14 +327,51 @@ class FastTransport(httpx.AsyncBaseTransport):
             status, headers=headers, stream=stream, extensions=ext, request=request
         )
 
+    async def _exchange(
+        self, conn: _Conn, payload: bytes, timeouts: dict[str, Any]
+    ) -> tuple[float, tuple[int, bytes, list[tuple[bytes, bytes]]]]:
+        """Write the request, wait for the response head; (send time, head).
+
+        ``_ClosedBeforeResponse`` when the connection ended before any response byte."""
+        if conn.closed:  # closed by the peer before we could write (its EOF came first)
+            raise _ClosedBeforeResponse("connection closed before the request was sent")
+        loop = asyncio.get_running_loop()
+        conn.head = loop.create_future()
+        conn.mode = "head"
+        conn.got_bytes = False
+        sent_at = time.perf_counter()
+        assert conn.transport is not None
+        conn.transport.write(payload)
+        try:
+            head = await asyncio.wait_for(conn.head, timeouts.get("read"))
+        except httpx.HTTPError as exc:
+            conn.close()
+            if not conn.got_bytes:
+                raise _ClosedBeforeResponse(str(exc)) from exc
+            raise
+        except asyncio.TimeoutError:
+            conn.close()
+            raise
+        finally:
+            conn.head = None
+        return sent_at, head
+
     async def _acquire(self, key: tuple, connect_timeout: float | None) -> _Conn:
         idle = self.idle.get(key)
+        now = time.monotonic()
         while idle:
             conn = idle.pop()
-            if not conn.closed:
-                conn.mode = "idle"
-                conn.pieces.clear()
-                return conn
+            if conn.closed:
+                continue
+            if now - conn.idle_since >= KEEPALIVE_EXPIRY_S:
+                conn.close()  # the server may be closing it right now: do not race it
+                continue
+            conn.mode = "idle"
+            conn.pieces.clear()
+            return conn
+        return await self._connect(key, connect_timeout)
+
+    async def _connect(self, key: tuple, connect_timeout: float | None) -> _Conn:
         loop = asyncio.get_running_loop()
         try:
             _, conn = await asyncio.wait_for(
@@ -326,6 +387,7 @@ class FastTransport(httpx.AsyncBaseTransport):
         idle = self.idle.setdefault(key, [])
         if conn.reusable() and len(idle) < self.max_keepalive:
             conn.mode = "idle"
+            conn.idle_since = time.monotonic()
             idle.append(conn)
         else:
             conn.close()

@@ -13,7 +13,7 @@ from glmserve.bench.results import parse_output_gate, render_plain, render_table
 from glmserve.bench.runner import BenchSettings, LevelRun, Progress
 from glmserve.bench.session import BenchInterrupted, Gates, run_bench
 from glmserve.cli._app import app, emit_json, err, is_interactive, out
-from glmserve.errors import BenchmarkGateFailed, ConfigError, TransportError
+from glmserve.errors import BenchmarkGateFailed, ConfigError
 from glmserve.store import StoreError
 
 
@@ -144,8 +144,14 @@ def bench(
     A multi-node group (its g... id or any node's run id) is benched through node 0, the only
     node serving HTTP; the result is stored against node 0's run and lists every node.
 
-    Exit codes: 0 ok, 1 a gate missed, 2 bad options, 5 server unreachable, 130 Ctrl-C
-    (partial results are stored and marked incomplete).
+    A run is measured only if the server on its port is that run's, alive and READY (else
+    exit 2 stopped, 3 crashed/exited, 4 not ready, 5 another server answers; nothing stored).
+    While it runs the run's processes and log are polled every second: a server that dies is
+    reported with the log's diagnosis (exit 3), the partial result stored as incomplete.
+
+    Exit codes: 0 ok, 1 a gate missed, 2 bad options or a stopped run, 3 the server crashed,
+    4 not ready, 5 server unreachable or no request succeeded, 130 Ctrl-C (partial results are
+    stored and marked incomplete; so is any result with a failed request).
     """
     levels = [1] if mode == "decode" else _levels(concurrency)
     settings = BenchSettings(
@@ -203,8 +209,8 @@ def bench(
     if outcome.interrupted:
         where = f" as bench result {outcome.result_id}" if outcome.result_id is not None else ""
         raise BenchInterrupted(f"interrupted: partial results stored{where}, marked incomplete")
-    if res.stopped and res.stopped.startswith("server unreachable"):
-        raise TransportError(res.stopped)
+    if outcome.failure is not None:
+        raise outcome.failure
     failed = [g for g in res.gates if not g["ok"]]
     if failed:
         raise BenchmarkGateFailed(failed[0]["reason"])

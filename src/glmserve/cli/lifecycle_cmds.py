@@ -469,6 +469,7 @@ def status(
 
     Example: glmserve status --json
     """
+    from glmserve.identity import identity_problems
     from glmserve.lifecycle import launch_in_progress
     from glmserve.multinode import resolve_runs
     from glmserve.store import RunStore
@@ -486,6 +487,7 @@ def status(
             continue
         try:
             rows.append(assess_run(r, store))
+            rows[-1]["identity_problems"] = identity_problems(r, rows[-1])
         except TransportError as exc:
             row = _stored_row(r)
             row["state"] = f"{r.state}?"
@@ -505,6 +507,8 @@ def status(
         table.add_column(c)
     for row in rows:
         note = row.get("error") or ""
+        if row.get("identity_problems"):  # READY, but another server answers on its port
+            note = "NOT THIS RUN'S SERVER: " + "; ".join(row["identity_problems"]) + " " + note
         if row.get("group_id"):
             note = f"group {row['group_id']} node {row['node_rank']} " + note
         if row.get("patch_active"):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from glmserve.simulator.engine import Request
 from glmserve.simulator.httpserver import Connection, HttpRequest, Response
+from glmserve.simulator.prompts import PromptCounter
 
 if TYPE_CHECKING:
     from glmserve.simulator.server import SimServer
@@ -131,7 +132,7 @@ class CollectSink:
             self.group.finish_one()
 
 
-def _prompts(body: dict[str, Any]) -> list[int] | None:
+def _prompts(body: dict[str, Any], counter: PromptCounter) -> list[int] | None:
     """Prompt lengths of a /generate body (one per request), or None if there is no input."""
     if body.get("input_ids") is not None:
         ids = body["input_ids"]
@@ -140,11 +141,9 @@ def _prompts(body: dict[str, Any]) -> list[int] | None:
         return [max(1, len(ids))]
     text = body.get("text")
     if text is not None:
-        from glmserve.simulator.server import approx_tokens
-
         if isinstance(text, list):
-            return [approx_tokens(t) for t in text]
-        return [approx_tokens(text)]
+            return [counter.text(str(t)) for t in text]
+        return [counter.text(str(text))]
     return None
 
 
@@ -179,7 +178,7 @@ async def generate(server: SimServer, req: HttpRequest, conn: Connection) -> Res
     body = _json_object(req)
     if isinstance(body, Response):
         return body
-    lens = _prompts(body)
+    lens = _prompts(body, server.prompts)
     if lens is None:
         return _err("Either text, input_ids or input_embeds should be provided.")
     sps = _sampling(body, len(lens))
@@ -227,18 +226,6 @@ async def generate(server: SimServer, req: HttpRequest, conn: Connection) -> Res
 
 
 # ----------------------------------------------------------------------------- OpenAI
-def _messages_tokens(messages: Any) -> int:
-    from glmserve.simulator.server import approx_tokens
-
-    total = 0
-    for m in messages or []:
-        content = m.get("content") if isinstance(m, dict) else m
-        if isinstance(content, list):
-            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-        total += approx_tokens(str(content or "")) + 4  # role / template tokens
-    return max(1, total + 2)
-
-
 def _delta(role: str | None = None, content: str | None = None) -> dict[str, Any]:
     """DeltaMessage as pydantic dumps it (every field, None included)."""
     return {
@@ -349,12 +336,10 @@ async def openai(
     body = _json_object(req)
     if isinstance(body, Response):
         return body
-    from glmserve.simulator.server import approx_tokens
-
     if chat:
         if not body.get("messages"):
             return _openai_error("messages is required")
-        plen = _messages_tokens(body["messages"])
+        plen = server.prompts.messages(body["messages"])
     else:
         prompt = body.get("prompt")
         if prompt is None:
@@ -362,9 +347,9 @@ async def openai(
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
             plen = len(prompt)
         elif isinstance(prompt, list):
-            plen = sum(approx_tokens(str(p)) for p in prompt)
+            plen = sum(server.prompts.text(str(p)) for p in prompt)
         else:
-            plen = approx_tokens(str(prompt))
+            plen = server.prompts.text(str(prompt))
     max_new = body.get("max_completion_tokens") or body.get("max_tokens")
     max_new = int(max_new) if max_new else (DEFAULT_MAX_NEW_TOKENS if not chat else 4096)
     stream = bool(body.get("stream"))

@@ -34,6 +34,13 @@ REASONS = {
     503: "Service Unavailable",
 }
 MAX_BODY = 64 << 20
+# SGLang 0.5.9 starts uvicorn with ``timeout_keep_alive=5`` (srt/entrypoints/http_server.py,
+# both ``uvicorn.run`` calls; 5 is also uvicorn's default, uvicorn/config.py Config.__init__):
+# once a response is complete, uvicorn's ``on_response_complete`` arms
+# ``loop.call_later(timeout_keep_alive, timeout_keep_alive_handler)``, which closes the
+# connection unless a new request arrives first (``data_received`` cancels it). Wall-clock
+# seconds: HTTP idling is not GPU time, so --sim-speed does not scale it.
+KEEP_ALIVE_S = 5.0
 
 
 @dataclass
@@ -85,6 +92,7 @@ class Connection(asyncio.Protocol):
         self.sock: socket.socket | None = None
         self.slow = False  # set once the kernel refused bytes: the rest goes via the loop
         self.lane = 0
+        self.idle_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -99,12 +107,18 @@ class Connection(asyncio.Protocol):
             self.peer = f"{peer[0]}:{peer[1]}"
 
     def data_received(self, data: bytes) -> None:
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
         self.buf += data
         if not self.busy:
             self._next_request()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
         callbacks, self.on_close = self.on_close, []
         for cb in callbacks:
             cb()
@@ -192,6 +206,15 @@ class Connection(asyncio.Protocol):
             self.transport.close()
         elif self.buf:
             self._next_request()
+        else:
+            loop = asyncio.get_running_loop()
+            self.idle_timer = loop.call_later(KEEP_ALIVE_S, self._close_idle)
+
+    def _close_idle(self) -> None:
+        """uvicorn's ``timeout_keep_alive_handler``: close a connection left idle."""
+        self.idle_timer = None
+        if self.transport is not None and not self.closed and not self.busy:
+            self.transport.close()
 
     def _fail(self, status: int) -> None:
         if self.transport is not None:

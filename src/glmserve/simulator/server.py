@@ -32,17 +32,13 @@ from glmserve.simulator.httpserver import (
 )
 from glmserve.simulator.logs import ServerLog, progress_bar
 from glmserve.simulator.options import SimOptions
+from glmserve.simulator.prompts import load_counter
 
 ARCHITECTURE = "GlmMoeDsaForCausalLM"
 MODEL_TYPE = "glm_moe_dsa"
 PATCH_LINE = "glmserve patch {name} active (sglang {version}, pid {pid})"
 WORKER_PID_BASE = 1000  # fake scheduler PIDs: launcher pid + base + rank
 AVAIL_MEM_GIB = 93.42  # free memory SGLang reports on an idle RTX PRO 6000 (96 GB) at start
-
-
-def approx_tokens(text: str) -> int:
-    """Prompt length for text input without a tokenizer: ~4 bytes per token."""
-    return max(1, len(text.encode()) // 4)
 
 
 class SimServer:
@@ -73,6 +69,8 @@ class SimServer:
         ).lower() not in ("0", "false", "no")
         self.last_output = 0.0
         self.weight_load_s = 0.0
+        # text prompts counted with the model's tokenizer when it is a local directory
+        self.prompts = load_counter(opts.server.tokenizer_path, opts.server.model_path)
 
     # ===================================================================== start-up
     async def run(self) -> int:
@@ -591,12 +589,20 @@ class SimServer:
         s["context_length"] = s.get("context_length") or self.opts.model.context_len
         return s
 
-    async def h_server_info(self, req: HttpRequest, conn: Connection) -> Response:
+    async def h_server_info(self, req: HttpRequest, conn: Connection) -> Response | None:
         if req.path == "/get_server_info":
             self.log.line(
                 "Endpoint '/get_server_info' is deprecated and will be removed in a future "
                 "version. Please use '/server_info' instead."
             )
+        if self.engine is not None and self.engine.dead:
+            # 0.5.9 asks the schedulers (tokenizer_manager.get_internal_state through a
+            # _Communicator, tokenizer_communicator_mixin.py) and waits with no timeout: a
+            # dead scheduler never answers, so neither does the request.
+            gone = asyncio.get_running_loop().create_future()
+            conn.on_close.append(lambda: gone.done() or gone.set_result(None))
+            await gone
+            return None
         o = self.opts
         args = self.server_args()
         eng = self.engine
@@ -675,6 +681,7 @@ class SimServer:
                 "single_stream_step_s": costmodel.decode_step_s(o.model, o.shape, 1, 1024),
                 "single_stream_terms_s": costmodel.step_terms(o.model, o.shape, 1, 1024),
                 "gpu_arch": o.gpu_arch,
+                "prompt_tokens": self.prompts.describe(),
                 "sglang_version": o.sglang_version,
                 "status": self.status,
                 "engine_dead": bool(eng and eng.dead),
