@@ -348,3 +348,22 @@ def test_cli_fix_needs_a_script(capsys):
         capsys, "validate", "--fix", "--sglang-version", "0.5.23", "--", "--model", "m"
     )
     assert code == 2 and "one launch script" in err
+
+
+def test_render_for_the_simulator_keeps_the_flags_unless_a_release_is_named(capsys):
+    code, out, err = _cli(capsys, "render", "--profile", "trtllm_mla", "--simulate", "-f", "argv")
+    assert code == 0, err
+    assert "--nsa-decode-backend trtllm" in out and "note:" not in err
+    code, out, err = _cli(
+        capsys,
+        "render",
+        "-p",
+        "trtllm_mla",
+        "--simulate",
+        "-f",
+        "argv",
+        "--sglang-version",
+        "0.5.23",
+    )
+    assert code == 0, err
+    assert "--dsa-decode-backend trtllm" in out

@@ -85,7 +85,11 @@ def render_cmd(
     from glmserve.render import render_json, render_script
 
     spec = load_profile(profile, overrides)
-    target, why = render_target(spec, sglang_version)
+    # The simulator takes any release's flags, as `launch --simulate` passes them: only an
+    # explicit --sglang-version re-spells them there.
+    target, why = (
+        render_target(spec, sglang_version) if sglang_version or not simulate else (None, "")
+    )
     warnings: list[str] = []
     if target is not None:
         ported = for_release(spec, target)
