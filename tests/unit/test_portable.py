@@ -412,3 +412,12 @@ def test_render_for_the_simulator_keeps_the_flags_unless_a_release_is_named(caps
     )
     assert code == 0, err
     assert "--dsa-decode-backend trtllm" in out
+
+
+def test_cli_validate_hints_at_fix_when_it_would_help(tmp_path, capsys):
+    path = _seed_copy(tmp_path)
+    code, _, err = _cli(capsys, "validate", "--sglang-version", "0.5.23", str(path))
+    assert code == 2
+    assert f"hint: glmserve validate --fix [--diff] --sglang-version 0.5.23 {path}" in err
+    code, _, err = _cli(capsys, "validate", "--sglang-version", "0.5.9", str(path))
+    assert code == 0 and "hint:" not in err

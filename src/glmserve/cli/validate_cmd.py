@@ -113,6 +113,9 @@ def validate(
     else:
         for line in located.lines():
             out.print(line, highlight=False, markup=False)  # findings quote script text
+    if not report.ok and invocation is not None:
+        target = f"--sglang-version {sglang_version}" if sglang_version else f"--spec {spec_file}"
+        _hint_fix(invocation, spec, target)
     if not report.ok:
         n_err, n_warn = len(report.errors), len(report.warnings)
         where = located.source or "argv"
@@ -138,6 +141,20 @@ def _script_invocation(items: list[str]) -> LaunchInvocation | None:
             raise ConfigError(f"{items[0]}: no such script")
         return None
     return find_launch(read_script(path), str(path))
+
+
+def _hint_fix(invocation: LaunchInvocation, spec: ArgSpec, target: str) -> None:
+    """Say when ``--fix`` would migrate some of the rejected flags (renames, successors)."""
+    from glmserve.portable import translate_argv
+
+    changes = translate_argv(invocation.argv, spec).changes
+    if changes:
+        err.print(
+            f"hint: glmserve validate --fix [--diff] {target} {invocation.source} rewrites "
+            f"{len(changes)} flag(s) the way sglang {spec.version} spells them",
+            highlight=False,
+            markup=False,
+        )
 
 
 def _fix_script(items: list[str], spec: ArgSpec, diff_only: bool) -> None:
