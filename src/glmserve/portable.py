@@ -16,7 +16,10 @@ newest shipped release inside the profile's ``sglang:`` range (:func:`range_targ
 
 from __future__ import annotations
 
+import difflib
 import json
+import re
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -360,8 +363,6 @@ class ScriptFix:
 
     def diff(self) -> str:
         """Unified diff old -> new, as ``diff -u`` would print it."""
-        import difflib
-
         return "".join(
             difflib.unified_diff(
                 self.old_text.splitlines(keepends=True),
@@ -375,8 +376,6 @@ class ScriptFix:
 def _word_at(line: str, word: str, nth: int) -> tuple[int, int] | None:
     """Span of the ``nth`` occurrence of ``word`` written as a plain or quoted shell word on
     ``line`` (a flag is rewritten where it is typed, never inside another word)."""
-    import re
-
     pattern = re.compile(
         r"""(?:(?<=^)|(?<=[\s'"]))""" + re.escape(word) + r"""(?=$|[\s'"=\\;&|)])"""
     )
@@ -392,8 +391,6 @@ def fix_script(text: str, source: str, spec: ArgSpec) -> ScriptFix:
     other byte (comments, layout, other flags, values) stays as it was. ConfigError naming
     ``source:line`` when a flag to change is not written literally (it comes from a
     variable), or when the release refuses a choice (nothing is guessed)."""
-    import shlex
-
     from glmserve.scriptparse import find_launch
 
     inv = find_launch(text, source)
