@@ -286,16 +286,23 @@ if __name__ == "__main__":
 
 Severity = Literal["error", "warning"]
 
-# Flags renamed upstream that the spec diff cannot pair on its own (old -> new).
-KNOWN_RENAMES: dict[str, str] = {
-    "--nsa-decode-backend": "--dsa-decode-backend",
-    "--nsa-prefill-backend": "--dsa-prefill-backend",
-}
 
-# Attention backends that SGLang dropped, with what to use instead.
-KNOWN_CHOICE_REPLACEMENTS: dict[tuple[str, str], list[str]] = {
-    ("--attention-backend", "cutlass_mla"): ["trtllm_mla", "cutedsl_mla"],
-}
+def known_renames() -> dict[str, str]:
+    """Flags renamed upstream (old -> new), from the cited table ``argspecs/translations.json``
+    (the spec diff cannot pair every rename on its own)."""
+    from glmserve.portable import load_table
+
+    return {r.old: r.new for r in load_table().renames}
+
+
+def known_choice_replacements() -> dict[tuple[str, str], list[str]]:
+    """(flag, dropped choice) -> what to use instead, from the same table."""
+    from glmserve.portable import load_table
+
+    return {
+        (flag, c.value): list(c.instead) for c in load_table().removed_choices for flag in c.flags
+    }
+
 
 _ZERO_ARG_ACTIONS = {
     "_StoreTrueAction",
@@ -939,14 +946,14 @@ def _jaccard(a: tuple[Any, ...] | None, b: tuple[Any, ...] | None) -> float:
 
 @lru_cache(maxsize=1)
 def derived_renames() -> dict[str, str]:
-    """old flag -> newer flag, from consecutive shipped specs plus ``KNOWN_RENAMES``."""
+    """old flag -> newer flag, from consecutive shipped specs plus ``known_renames()``."""
     specs = _distinct_shipped_specs()
     renames: dict[str, str] = {}
     for old, new in pairwise(specs):
         renames.update(_pair_renames(old, new))
     for spec in specs:
         renames.update(_deprecated_aliases(spec))
-    renames.update(KNOWN_RENAMES)
+    renames.update(known_renames())
     return renames
 
 
@@ -1027,8 +1034,9 @@ def _choice_suggestion(act: ArgAction, raw: str, spec: ArgSpec) -> str:
     ]
     if had:
         parts.append(f"{raw!r} is a choice in sglang {_span(had)} but not in {spec.version}")
+    known = known_choice_replacements()
     for opt in act.option_strings:
-        replacements = KNOWN_CHOICE_REPLACEMENTS.get((opt, raw))
+        replacements = known.get((opt, raw))
         if replacements:
             present = [r for r in replacements if act.choices and r in act.choices]
             if present:

@@ -370,6 +370,9 @@ def launch_run(
     store = store or RunStore.open()
     store.check()
     t = transport_for(host)
+    from glmserve.portable import port_for_host
+
+    spec = port_for_host(spec, t, say)  # the flags as the host's SGLang release spells them
     port = spec.port
     for old in find_alive_runs(store, t, host.name, port):
         if not replace_existing:

@@ -16,6 +16,7 @@ import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from glmserve.errors import GlmserveError, TransportError
@@ -101,6 +102,11 @@ def check_python(t: Transport, spec: LaunchSpec) -> tuple[CheckRow, CheckRow, st
     return prow, CheckRow("sglang", status, detail), sgl
 
 
+def argspec_cache_path(version: str) -> Path:
+    """Where ``check`` keeps a host's live argparse spec for SGLang ``version``."""
+    return glmserve_home() / "argspecs" / f"sglang-{re.sub(r'[^0-9A-Za-z.+-]', '_', version)}.json"
+
+
 def check_argspec(t: Transport, spec: LaunchSpec, version: str | None) -> CheckRow:
     """Dump the host's live argparse spec (cached by version) and validate the argv with it."""
     if version is None:
@@ -109,7 +115,7 @@ def check_argspec(t: Transport, spec: LaunchSpec, version: str | None) -> CheckR
         from glmserve import argspec
     except ImportError:
         return CheckRow("flags", "skip", "glmserve.argspec not available")
-    cache = glmserve_home() / "argspecs" / f"sglang-{re.sub(r'[^0-9A-Za-z.+-]', '_', version)}.json"
+    cache = argspec_cache_path(version)
     if not cache.exists():
         res = t.run(_py(spec, argspec.DUMP_SNIPPET), timeout=180)
         if not res.ok:
@@ -126,7 +132,13 @@ def check_argspec(t: Transport, spec: LaunchSpec, version: str | None) -> CheckR
         tmp.write_text(body)  # nodes of a group check in parallel: never read half a file
         os.replace(tmp, cache)
     try:
+        from glmserve.portable import port_spec, refusals
+
         live = argspec.load_argspec(str(cache))
+        spec, changes = port_spec(spec, live)  # spelled for the release the host runs
+        refused = refusals(spec.argv, live)
+        if refused:
+            return CheckRow("flags", "fail", "; ".join(f.format() for f in refused))
         report = argspec.validate_argv(spec.argv, live, patches=spec.patches)
     except GlmserveError as exc:
         return CheckRow("flags", "fail", str(exc))
@@ -134,6 +146,8 @@ def check_argspec(t: Transport, spec: LaunchSpec, version: str | None) -> CheckR
         return CheckRow("flags", "fail", "; ".join(f.format() for f in report.errors))
     warn = report.warnings
     detail = f"argv valid for sglang {version} (live argparse spec)"
+    if changes:
+        detail += "; spelled for it: " + ", ".join(f"{c.old} -> {' '.join(c.new)}" for c in changes)
     if warn:
         detail += f"; {len(warn)} warning(s): " + "; ".join(f.format() for f in warn)
     return CheckRow("flags", "warn" if warn else "ok", detail)

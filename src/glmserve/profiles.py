@@ -479,13 +479,14 @@ def load_profile(
     overrides: list[str] | tuple[str, ...] = (),
     sglang_version: str | None = None,
 ) -> LaunchSpec:
-    """Profile name -> LaunchSpec; with ``sglang_version`` the argv is validated against that
-    release's argparse spec (FlagValidationError naming file:line and key on failure)."""
+    """Profile name -> LaunchSpec; with ``sglang_version`` the argv is spelled for that
+    release (glmserve.portable) and validated against its argparse spec
+    (FlagValidationError naming file:line and key on failure)."""
     spec = build_launch_spec(resolve_profile(name, overrides), overrides)
     if sglang_version:
-        from glmserve.validation import validate_spec
+        from glmserve.portable import for_release
 
-        validate_spec(spec, sglang_version)
+        spec = for_release(spec, sglang_version).spec
     return spec
 
 

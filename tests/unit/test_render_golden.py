@@ -1,5 +1,5 @@
-"""Golden: the trtllm_mla profile renders the seed's run_tp8_trtllm_mla.sh, and render's
-version validation gives the verdicts the issue names for 0.5.8 / 0.5.9 / newest."""
+"""Golden: the trtllm_mla profile renders the seed's run_tp8_trtllm_mla.sh for 0.5.9, is
+refused for 0.5.8 (no `trtllm` choice) and is spelled the newest release's way there."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def test_render_argv_cli_equals_the_seed(capsys):
     from glmserve.cli import main
 
     with pytest.raises(SystemExit) as info:
-        main(["render", "--profile", "trtllm_mla", "--format", "argv"])
+        main(["render", "--profile", "trtllm_mla", "--format", "argv", "--sglang-version", "0.5.9"])
     assert info.value.code == 0
     assert shlex.split(capsys.readouterr().out) == seed_argv()
 
@@ -47,19 +47,20 @@ def test_0_5_8_rejects_the_trtllm_choice_of_nsa_decode_backend():
     assert "glm5-nvfp4-tp8.yaml:" in msg and "server.nsa-decode-backend" in msg
 
 
-def test_newest_release_names_the_nsa_flags_and_their_dsa_replacements():
+def test_newest_release_gets_the_dsa_names_and_the_cuda_graph_successor():
     newest = max(available_versions(), key=version_key)
-    with pytest.raises(FlagValidationError) as info:
-        load_profile("trtllm_mla", sglang_version=newest)
-    msg = str(info.value)
-    for old, new in (
-        ("nsa-decode-backend", "dsa-decode-backend"),
-        ("nsa-prefill-backend", "dsa-prefill-backend"),
-    ):
-        assert f"--{old}" in msg and f"--{new}" in msg
+    argv = load_profile("trtllm_mla", sglang_version=newest).argv
+    joined = " ".join(argv)
+    assert "--dsa-decode-backend trtllm --dsa-prefill-backend trtllm" in joined
+    assert "--nsa-" not in joined and "--disable-cuda-graph" not in joined
+    assert "--cuda-graph-backend-decode disabled --cuda-graph-backend-prefill disabled" in joined
+    # everything else is the seed's, in the seed's order
+    seed = seed_argv()
+    kept = [t for t in seed if not t.startswith(("--nsa-", "--disable-cuda-graph"))]
+    assert [t for t in argv if t in kept] == kept
 
 
-@pytest.mark.parametrize("version, code", [("0.5.9", 0), ("0.5.8", 2), ("0.5.23", 2)])
+@pytest.mark.parametrize("version, code", [("0.5.9", 0), ("0.5.8", 2), ("0.5.23", 0)])
 def test_render_exit_codes_by_version(version, code, capsys):
     from glmserve.cli import main
 

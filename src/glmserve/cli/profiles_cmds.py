@@ -63,7 +63,10 @@ def render_cmd(
     profile: str = typer.Option(..., "--profile", "-p", help="Profile name or YAML path."),
     fmt: RenderFormat = typer.Option(RenderFormat.script, "--format", "-f"),
     sglang_version: str = typer.Option(
-        None, "--sglang-version", help="Validate the flags against this SGLang release."
+        None,
+        "--sglang-version",
+        help="Render for this SGLang release (its flag names) and validate against it; "
+        "default: the newest shipped release in the profile's sglang: range.",
     ),
     overrides: list[str] = typer.Option(
         [], "--set", help="Override a profile key, e.g. --set server.port=8001 (repeatable)."
@@ -73,24 +76,43 @@ def render_cmd(
 ) -> None:
     """Render a profile to the launch script, the argv, or JSON (argv + env + metadata).
 
+    The flags are spelled for the target release (renamed flags take its names, deprecated
+    ones their documented successors; each change is printed as a note on stderr) and
+    checked by its argparse spec. Target: --sglang-version, else the newest shipped release
+    in the profile's sglang: range; with neither, the profile's flags as written.
+
     Examples:
       glmserve render --profile trtllm_mla
       glmserve render --profile trtllm_mla --format argv --sglang-version 0.5.9
+      glmserve render --profile trtllm_mla --format argv --sglang-version 0.5.23
       glmserve render --profile flashinfer_gtc --set server.port=8001 --json
     """
+    from glmserve.portable import for_release, render_target
     from glmserve.profiles import load_profile
     from glmserve.profiles import simulate as to_simulator
     from glmserve.render import render_json, render_script
-    from glmserve.validation import validate_spec
 
     spec = load_profile(profile, overrides)
-    warnings = validate_spec(spec, sglang_version) if sglang_version else []
+    # The simulator takes any release's flags, as `launch --simulate` passes them: only an
+    # explicit --sglang-version re-spells them there.
+    target, why = (
+        render_target(spec, sglang_version) if sglang_version or not simulate else (None, "")
+    )
+    warnings: list[str] = []
+    if target is not None:
+        ported = for_release(spec, target)
+        spec, warnings = ported.spec, ported.warnings
+        for change in ported.changes:
+            err.print(
+                f"note: sglang {ported.version}: {change.format()}", highlight=False, markup=False
+            )
+        err.print(f"note: rendered for sglang {ported.version} ({why})", highlight=False)
     if simulate:
         spec = to_simulator(spec)
     for w in warnings:
         err.print(f"warning: {w}", highlight=False, markup=False)
     if json_out or fmt is RenderFormat.json:
-        emit_json(render_json(spec, warnings))
+        emit_json({**render_json(spec, warnings), "sglang_target": target})
     elif fmt is RenderFormat.argv:
         sys.stdout.write(shlex.join(spec.argv) + "\n")
     else:

@@ -6,12 +6,13 @@ script reading is glmserve.scriptparse.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
 
-from glmserve.argspec import available_versions, load_argspec, load_release_spec
-from glmserve.cli._app import app, emit_json, out
+from glmserve.argspec import ArgSpec, available_versions, load_argspec, load_release_spec
+from glmserve.cli._app import app, emit_json, err, out
 from glmserve.errors import ConfigError, FlagValidationError
 from glmserve.scriptparse import (
     LaunchInvocation,
@@ -50,6 +51,16 @@ Examples:
   glmserve validate --sglang-version 0.5.23 run.sh --json | jq '.findings[].message'
   glmserve validate --sglang-version 0.5.8 -- --model m --nsa-decode-backend trtllm
   glmserve validate --spec host-argspec.json -- --model m --attention-backend trtllm_mla
+
+\b
+Migrating a script to another release:
+  glmserve validate --fix --sglang-version 0.5.23 run_tp8_trtllm_mla.sh
+  glmserve validate --fix --diff --sglang-version 0.5.23 run_tp8_trtllm_mla.sh
+--fix rewrites SCRIPT in place for that release: renamed flags take its names, deprecated
+flags their documented successors (argspecs/translations.json), nothing else changes. It
+refuses (exit 2, writing nothing) when a choice the release dropped is used, or when the
+migrated flags still fail its argparse. --diff prints the change as a unified diff instead
+of writing it.
 """
 )
 
@@ -69,6 +80,12 @@ def validate(
     list_versions: bool = typer.Option(
         False, "--list-versions", help="list releases with a shipped argspec and exit"
     ),
+    fix: bool = typer.Option(
+        False, "--fix", help="rewrite SCRIPT's flags for the release (renames, successors)"
+    ),
+    diff: bool = typer.Option(
+        False, "--diff", help="with --fix: print a unified diff instead of writing SCRIPT"
+    ),
 ) -> None:
     if list_versions:
         out.print("\n".join(available_versions()), highlight=False)
@@ -85,6 +102,9 @@ def validate(
     items = list(target or [])
     if not items:
         raise ConfigError("nothing to check: give a launch script, or -- followed by server flags")
+    if fix or diff:
+        _fix_script(items, spec, diff)
+        return
     invocation = _script_invocation(items)
     located = check_launch(invocation, spec) if invocation else check_argv(items, spec)
     report = located.report
@@ -93,6 +113,9 @@ def validate(
     else:
         for line in located.lines():
             out.print(line, highlight=False, markup=False)  # findings quote script text
+    if not report.ok and invocation is not None:
+        target = f"--sglang-version {sglang_version}" if sglang_version else f"--spec {spec_file}"
+        _hint_fix(invocation, spec, target)
     if not report.ok:
         n_err, n_warn = len(report.errors), len(report.warnings)
         where = located.source or "argv"
@@ -118,3 +141,68 @@ def _script_invocation(items: list[str]) -> LaunchInvocation | None:
             raise ConfigError(f"{items[0]}: no such script")
         return None
     return find_launch(read_script(path), str(path))
+
+
+def _hint_fix(invocation: LaunchInvocation, spec: ArgSpec, target: str) -> None:
+    """Say when ``--fix`` would migrate some of the rejected flags (renames, successors)."""
+    from glmserve.portable import translate_argv
+
+    changes = translate_argv(invocation.argv, spec).changes
+    if changes:
+        err.print(
+            f"hint: glmserve validate --fix [--diff] {target} {invocation.source} rewrites "
+            f"{len(changes)} flag(s) the way sglang {spec.version} spells them",
+            highlight=False,
+            markup=False,
+        )
+
+
+def _fix_script(items: list[str], spec: ArgSpec, diff_only: bool) -> None:
+    """``--fix``: migrate the script for ``spec``'s release; write it (or print the diff)
+    only when the migrated launch command passes that release's argparse."""
+    from glmserve.portable import fix_script
+
+    if len(items) != 1 or items[0].startswith("-"):
+        raise ConfigError("--fix/--diff take one launch script, not raw flags")
+    path = Path(items[0])
+    fixed = fix_script(read_script(path), str(path), spec)
+    located = check_launch(find_launch(fixed.new_text, str(path)), spec)
+    if not located.report.ok:
+        for line in located.lines():
+            err.print(line, highlight=False, markup=False)
+        raise FlagValidationError(
+            f"{path}: still rejected by sglang {spec.version} after migrating "
+            f"({len(located.report.errors)} error(s)); nothing written",
+            located.report.errors,
+        )
+    for line_no, change in fixed.changes:
+        err.print(f"{path}:{line_no}: {change.format()}", highlight=False, markup=False)
+    if diff_only:
+        sys.stdout.write(fixed.diff())
+        return
+    if not fixed.changes:
+        err.print(f"{path}: already spelled for sglang {spec.version}; unchanged", highlight=False)
+        return
+    _write_in_place(path, fixed.new_text)
+    err.print(
+        f"{path}: migrated for sglang {spec.version} ({len(fixed.changes)} change(s))",
+        highlight=False,
+        markup=False,
+    )
+
+
+def _write_in_place(path: Path, text: str) -> None:
+    """Replace ``path`` atomically, keeping its permission bits (a script stays executable)."""
+    import os
+    import tempfile
+
+    mode = path.stat().st_mode & 0o7777
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
