@@ -25,6 +25,8 @@ import pytest
 from tests.fixtures.cli import GLMSERVE
 from tests.fixtures.sshd import SshdServer, start_sshd
 
+from glmserve.transport import free_local_port
+
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,8 +52,21 @@ _USED: list[tuple[str, Path | None, dict[str, str], tuple[str, ...]]] = []
 def check(host: str, *, cwd: Path | None = None, env: dict[str, str] | None = None, pre=()):  # type: ignore[no-untyped-def]
     """``glmserve check`` over ssh: connects, runs commands, opens a forward."""
     _USED.append((host, cwd, env or {}, tuple(pre)))
+    # A free port: the profile's own (8000) may be held by anything else on this machine,
+    # and check would then block on it, which is not what these tests are about.
+    port = f"server.port={free_local_port()}"
     return glmserve(
-        *pre, "check", "--profile", "trtllm_mla", "--host", host, "--simulate", cwd=cwd, env=env
+        *pre,
+        "check",
+        "--profile",
+        "trtllm_mla",
+        "--host",
+        host,
+        "--simulate",
+        "--set",
+        port,
+        cwd=cwd,
+        env=env,
     )
 
 
