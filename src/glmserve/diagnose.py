@@ -1723,10 +1723,26 @@ def iter_line_blocks(
         yield [head]
 
 
-def diagnose_stream(chunks: Iterable[bytes]) -> Diagnosis:
+def diagnose_stream(chunks: Iterable[bytes], evidence_within: int | None = None) -> Diagnosis:
     """Diagnose a log read as byte chunks (a file, stdin) in memory bounded by the chunk size,
-    whatever the log's size (``glmserve diagnose`` of a file or stdin)."""
+    whatever the log's size (``glmserve diagnose`` of a file or stdin).
+
+    With ``evidence_within``, stop reading once that many bytes have gone by without one SGLang
+    line (``sglang_log`` stays False): a server prints its ``server_args`` line first, so input
+    whose first megabytes hold none is no server log, and reading the rest (200 MB of random
+    bytes takes ~24 s on a small box) only delays the refusal."""
     d = LogDiagnoser()
-    for block in iter_line_blocks(chunks):
+
+    def counted() -> Iterator[bytes]:
+        """The chunks, until the limit passes without evidence (checked per chunk, not per
+        line: junk may hold no newline at all)."""
+        read = 0
+        for chunk in chunks:
+            if evidence_within is not None and read >= evidence_within and not d._evidence:
+                return
+            read += len(chunk)
+            yield chunk
+
+    for block in iter_line_blocks(counted()):
         d.feed_block(block)
     return d.diagnosis
