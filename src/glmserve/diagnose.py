@@ -1736,9 +1736,10 @@ def diagnose_stream(chunks: Iterable[bytes], evidence_within: int | None = None)
     def counted() -> Iterator[bytes]:
         """The chunks, until the limit passes without evidence (checked per chunk, not per
         line: junk may hold no newline at all)."""
-        read = 0
-        for chunk in chunks:
-            if evidence_within is not None and read >= evidence_within and not d._evidence:
+        read, it = 0, iter(chunks)
+        while evidence_within is None or read < evidence_within or d._evidence:
+            chunk = next(it, None)
+            if chunk is None:
                 return
             read += len(chunk)
             yield chunk
