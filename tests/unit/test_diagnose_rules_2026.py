@@ -109,3 +109,17 @@ def test_the_multi_layer_eagle_constraint_is_a_flag_combination() -> None:
     d = diagnose_text(MULTI_LAYER_EAGLE)
     assert (d.state, d.category, d.line) == (State.CRASHED, Category.BAD_ARGS, 1)
     assert "--speculative-num-draft-tokens" in d.hint and "got 8 and 5" in d.hint
+
+
+# sgl-project/sglang#5602 (Neo9061, 2025-04-21, two nodes): gloo's monitored barrier on a rank
+# whose peer (rank 0) failed first.
+GLOO_BARRIER = (
+    "[rank3]:[E421 04:13:43.426633564 ProcessGroupGloo.cpp:143] Rank 3 successfully reached "
+    "monitoredBarrier, but received errors while waiting for send/recv from rank 0. Please "
+    "check rank 0 logs for faulty rank."
+)
+
+
+def test_gloo_monitored_barrier_errors_are_a_collective_failure() -> None:
+    d = diagnose_text(GLOO_BARRIER)
+    assert (d.state, d.category, d.line) == (State.CRASHED, Category.NCCL, 1)
