@@ -1082,11 +1082,13 @@ RULES: list[Rule] = [
     # c10_cuda_check_implementation, c10/cuda/CUDAException.cpp:43 in torch 2.5's logs; "HIP
     # error: ..." on ROCm builds). The rules above name the known ones (out of memory, illegal
     # memory access, no kernel image); any other is still a crash of the process that hit it.
+    # After READY a request's error may be logged while the server lives: a cascade proves it.
     _r(
         r"^(?:[\w.:]+(?:Error|Exception): )?(?P<api>CUDA|HIP) error: (?P<msg>.+)",
         C.CRASH,
         _cuda_runtime_hint,
         1,
+        before_ready=True,
     ),
 ]
 
@@ -1333,6 +1335,7 @@ class _Candidate:
     category: Category
     hint: str
     priority: int
+    dooms: bool = False  # a warning-only rule of priority 3: it explains any crash after it
 
 
 def _clean(raw: str) -> str:
@@ -1514,9 +1517,10 @@ class LogDiagnoser:
 
     def _root(self) -> _Candidate | None:
         warn = self._warning
-        if warn is not None and warn.priority >= 3:
+        if warn is not None and warn.dooms:
             # A warning that dooms the start-up (a negative KV budget, a GPU this torch was not
-            # built for) explains a later crash better than the crash's own lower-rank symptom.
+            # built for) explains a later crash better than the crash's own lower-rank symptom;
+            # a fatal rule's match on a WARNING-level line does not.
             strong = self._strong
             if strong is None or strong.priority < warn.priority:
                 return warn
@@ -1599,6 +1603,7 @@ class LogDiagnoser:
             soft = bool(_SOFT_LEVEL.match(stripped)) and r.category is not C.PATCH_FAILED
             errorish = is_exc or bool(_ERROR_LEVEL.search(stripped))
             if not r.fatal or soft or (r.needs_error and not errorish):
+                cand.dooms = not r.fatal and r.priority >= 3
                 if self._stale(self._warning, n):
                     self._warning = cand
                 self._maybe_crash(fatal=False)

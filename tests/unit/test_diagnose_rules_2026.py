@@ -123,3 +123,17 @@ GLOO_BARRIER = (
 def test_gloo_monitored_barrier_errors_are_a_collective_failure() -> None:
     d = diagnose_text(GLOO_BARRIER)
     assert (d.state, d.category, d.line) == (State.CRASHED, Category.NCCL, 1)
+
+
+# sgl-project/sglang#23598 (Gs1997XX, 2026-05-08): the ready line of a server that then served.
+READY = "[2026-05-08 15:55:20] The server is fired up and ready to roll!"
+
+
+def test_a_runtime_error_after_ready_needs_a_dead_process_to_be_a_crash() -> None:
+    """After READY a request's error may be logged while the server keeps serving (the rule is
+    fatal only during start-up); the scheduler's death report proves it, and the runtime error
+    stays the root cause."""
+    d = diagnose_lines([READY, WATCHDOG_EXIT_HIP[1]])
+    assert d.state is State.READY
+    d = diagnose_lines([READY, WATCHDOG_EXIT_HIP[1], SCHEDULER_REPORT])
+    assert (d.state, d.category, d.line) == (State.CRASHED, Category.CRASH, 2)
