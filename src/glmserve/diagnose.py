@@ -528,10 +528,27 @@ def _ima_hint(_m: re.Match[str], _f: Facts) -> str:
 
 
 def _nccl_hint(m: re.Match[str], _f: Facts) -> str:
-    if re.search(r"timeout|timed out|Watchdog", m.string, re.I):
+    # torch's watchdog names the collective: "WorkNCCL(SeqNum=5, OpType=ALLREDUCE, ...,
+    # Timeout(ms)=600000) ran for 600001 milliseconds" (ProcessGroupNCCL.cpp, checkTimeout).
+    work = re.search(r"SeqNum=(\d+), OpType=(\w+).*?Timeout\(ms\)=(\d+)", m.string)
+    if work:
+        seq, op, ms = int(work.group(1)), work.group(2), int(work.group(3))
+        lead = f"collective {op} #{seq} hung past its {ms // 1000} s timeout: "
+        if seq <= 8:  # one of the first collectives: the ranks never got to talk at all
+            lead += (
+                "it is among the first collectives, so the ranks never connected: check that "
+                "every node was launched with the same --dist-init-addr/--nnodes, "
+                "NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME and the firewall between nodes; "
+            )
+        else:
+            lead += "usually another rank died or hung first (look for its error above); "
+        lead += (
+            "a slow start-up step on one rank (weight load, JIT) needs a larger --dist-timeout; "
+        )
+    elif re.search(r"timeout|timed out|[Ww]atchdog", m.string, re.I):
         lead = (
-            "a collective timed out: usually another rank died or hung first (look for its "
-            "error above); otherwise "
+            "a collective failed or timed out (torch's process-group watchdog): usually another "
+            "rank died or hung first (look for its error above); otherwise "
         )
     else:
         lead = "NCCL failed: "
@@ -681,6 +698,22 @@ def _crash_hint(line: str, f: Facts) -> str:
     )
 
 
+def _cuda_runtime_hint(m: re.Match[str], _f: Facts) -> str:
+    what = m.group("msg").strip().rstrip(".")[:120]
+    if re.search(r"captur", what, re.I):
+        return (
+            f"a {m.group('api')} runtime error during CUDA graph capture ({what}): retry with "
+            "--disable-cuda-graph to confirm, then update the driver/runtime (ROCm <= 7.2.0 has "
+            "such a capture bug) or the kernel that allocates or syncs inside the capture."
+        )
+    return (
+        f"a {m.group('api')} runtime error ({what}): it may be reported by a later call than "
+        "the one that failed; rerun with CUDA_LAUNCH_BLOCKING=1 (AMD_SERIALIZE_KERNEL=3 on "
+        "ROCm) and --disable-cuda-graph to find the kernel, and check the driver matches the "
+        "torch/sgl-kernel build."
+    )
+
+
 def _host_oom_hint(_m: re.Match[str], _f: Facts) -> str:
     return (
         "host (CPU) memory ran out, not GPU memory: check free RAM and container limits "
@@ -807,6 +840,21 @@ RULES: list[Rule] = [
         C.OOM,
         _not_enough_memory_hint,
     ),
+    # A negative token budget: the memory left after the weights is below the reserve that
+    # --mem-fraction-static keeps back, and SGLang only warns ("max_total_tokens=131072 is larger
+    # than the profiled value -561981. Use the profiled value instead.", sglang 0.5.15
+    # srt/model_executor/model_runner_kv_cache_mixin.py:1208-1209, 0.5.23
+    # srt/mem_cache/kv_cache_configurator.py:3102-3103) or logs the budget itself
+    # (max_total_num_tokens=-N), then fails later with a misleading error (sglang#7691: a GPU
+    # memory access fault). A warning while the process lives (the fitted corpus's 7691 excerpt
+    # ends there: still loading); priority 3, so it is the root cause of whatever crash follows.
+    _r(
+        r"is larger than the profiled value -\d|max_total_num_tokens=-\d",
+        C.OOM,
+        _not_enough_memory_hint,
+        3,
+        fatal=False,
+    ),
     _r(r"memory capacity is unbalanced", C.OOM, _unbalanced_hint),
     _r(r"Cannot allocate memory", C.OOM, _host_oom_hint),
     _r(
@@ -861,7 +909,17 @@ RULES: list[Rule] = [
     _r(
         r"Watchdog caught collective operation timeout|ProcessGroupNCCL.{0,80}(?:timeout|Timeout|"
         r"timed out)|NCCL communicator was aborted|DistBackendError|DistNetworkError|DistStoreError"
-        r"|collective operation timeout",
+        r"|collective operation timeout"
+        # torch's watchdog on any failed collective (torch/csrc/distributed/c10d/
+        # ProcessGroupNCCL.cpp, Watchdog::runLoop: "<pg prefix> failure detected by watchdog at
+        # work sequence id: N PG status: ..." - ProcessGroupNCCL.cpp:2168-2395 in the logs of
+        # torch 2.6-2.9; before 2.6 "Exception (either an error or timeout) detected by watchdog
+        # at work: N"), and the watchdog thread's exit (Watchdog::run: "Process group watchdog
+        # thread terminated with exception: <what>"). When <what> is a CUDA error on the same
+        # line, the rules above name it; alone, the line only says a collective's rank failed.
+        r"|detected by watchdog at work|Process group watchdog thread terminated with exception"
+        # Gloo's monitored barrier (ProcessGroupGloo.cpp:143): a peer failed to reach it.
+        r"|successfully reached monitoredBarrier, but received errors",
         C.NCCL,
         _nccl_hint,
         weak=True,
@@ -1003,6 +1061,34 @@ RULES: list[Rule] = [
         C.CRASH,
         lambda m, f: _crash_hint("device-side assert", f),
         1,
+    ),
+    # The speculative workers check the flags that server_args auto-fills (sglang 0.5.18
+    # srt/speculative/multi_layer_eagle_worker_v2.py:140-144 "multi-layer EAGLE requires
+    # speculative_num_draft_tokens == speculative_num_steps + 1, got 8 and 5";
+    # srt/speculative/base_spec_worker.py:120-123, the same for topk=1): a flag combination.
+    _r(
+        r"requires speculative_num_draft_tokens == speculative_num_steps \+ 1"
+        r"(?:, got (?P<tokens>\d+) and (?P<steps>\d+))?",
+        C.BAD_ARGS,
+        lambda m, _f: (
+            "the speculative flags do not fit this algorithm: set --speculative-num-draft-tokens "
+            "to --speculative-num-steps + 1"
+            + (f" (got {m.group('tokens')} and {m.group('steps')})" if m.group("tokens") else "")
+            + ", with --speculative-eagle-topk 1, explicitly in the profile instead of relying "
+            "on the auto-filled values."
+        ),
+    ),
+    # torch's CUDA/HIP runtime errors ("CUDA error: <cudaGetErrorString>", raised by
+    # c10_cuda_check_implementation, c10/cuda/CUDAException.cpp:43 in torch 2.5's logs; "HIP
+    # error: ..." on ROCm builds). The rules above name the known ones (out of memory, illegal
+    # memory access, no kernel image); any other is still a crash of the process that hit it.
+    # After READY a request's error may be logged while the server lives: a cascade proves it.
+    _r(
+        r"^(?:[\w.:]+(?:Error|Exception): )?(?P<api>CUDA|HIP) error: (?P<msg>.+)",
+        C.CRASH,
+        _cuda_runtime_hint,
+        1,
+        before_ready=True,
     ),
 ]
 
@@ -1171,7 +1257,7 @@ _KEYWORDS = (
     "not available", "eaddrinuse", "unsupported", "not supported", "only support", "requires sm",
     "capability", "architecture", "kernel image", "static_assert", "not implemented", "must be",
     "too small", "negative", "divisible", "safetensor", "does not appear", "huggingface",
-    "not found in",
+    "not found in", "profiled value", "max_total_num_tokens=-", "requires speculative",
     "could finish", "can't load", "cannot find", "local folder", "incomplete metadata",
     "unexpected eof", "unexpected keyword", "is not defined for option", "ninja", "nvcc",
     "ptxas", "compil", "out of resource", "toolchain", "glmserve patch", "usage:", 'file \\"',
@@ -1249,6 +1335,7 @@ class _Candidate:
     category: Category
     hint: str
     priority: int
+    dooms: bool = False  # a warning-only rule of priority 3: it explains any crash after it
 
 
 def _clean(raw: str) -> str:
@@ -1429,6 +1516,14 @@ class LogDiagnoser:
         return Facts(args=self._args, phase=self._phase, frame_ctx=self._frame_ctx)
 
     def _root(self) -> _Candidate | None:
+        warn = self._warning
+        if warn is not None and warn.dooms:
+            # A warning that dooms the start-up (a negative KV budget, a GPU this torch was not
+            # built for) explains a later crash better than the crash's own lower-rank symptom;
+            # a fatal rule's match on a WARNING-level line does not.
+            strong = self._strong
+            if strong is None or strong.priority < warn.priority:
+                return warn
         return self._strong or self._generic or self._warning or self._marker
 
     def _consume(self, raw: str) -> None:
@@ -1508,6 +1603,7 @@ class LogDiagnoser:
             soft = bool(_SOFT_LEVEL.match(stripped)) and r.category is not C.PATCH_FAILED
             errorish = is_exc or bool(_ERROR_LEVEL.search(stripped))
             if not r.fatal or soft or (r.needs_error and not errorish):
+                cand.dooms = not r.fatal and r.priority >= 3
                 if self._stale(self._warning, n):
                     self._warning = cand
                 self._maybe_crash(fatal=False)
@@ -1723,10 +1819,27 @@ def iter_line_blocks(
         yield [head]
 
 
-def diagnose_stream(chunks: Iterable[bytes]) -> Diagnosis:
+def diagnose_stream(chunks: Iterable[bytes], evidence_within: int | None = None) -> Diagnosis:
     """Diagnose a log read as byte chunks (a file, stdin) in memory bounded by the chunk size,
-    whatever the log's size (``glmserve diagnose`` of a file or stdin)."""
+    whatever the log's size (``glmserve diagnose`` of a file or stdin).
+
+    With ``evidence_within``, stop reading once that many bytes have gone by without one SGLang
+    line (``sglang_log`` stays False): a server prints its ``server_args`` line first, so input
+    whose first megabytes hold none is no server log, and reading the rest (200 MB of random
+    bytes takes ~24 s on a small box) only delays the refusal."""
     d = LogDiagnoser()
-    for block in iter_line_blocks(chunks):
+
+    def counted() -> Iterator[bytes]:
+        """The chunks, until the limit passes without evidence (checked per chunk, not per
+        line: junk may hold no newline at all)."""
+        read, it = 0, iter(chunks)
+        while evidence_within is None or read < evidence_within or d._evidence:
+            chunk = next(it, None)
+            if chunk is None:
+                return
+            read += len(chunk)
+            yield chunk
+
+    for block in iter_line_blocks(counted()):
         d.feed_block(block)
     return d.diagnosis

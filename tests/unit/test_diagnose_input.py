@@ -196,3 +196,45 @@ def test_a_runs_log_is_streamed_too(tmp_path: Path) -> None:
     assert b"OOM" in proc.stdout
     peak_kib = int(proc.stderr.rsplit(b"PEAK_RSS_KB ", 1)[1].split()[0])
     assert peak_kib < 100 * 1024
+
+
+class _EndlessJunk:
+    """stdin that never ends: binary junk lines for ever, counting what was read."""
+
+    def __init__(self) -> None:
+        self.read_bytes = 0
+        self._chunk = bytes(random.Random(5).randrange(256) for _ in range(4096)) * 256
+
+    def read(self, n: int = -1) -> bytes:
+        if self.read_bytes > 256 << 20:  # the old reader would go on for ever: fail, not hang
+            raise AssertionError("diagnose kept reading input that holds no SGLang line")
+        self.read_bytes += len(self._chunk)
+        return self._chunk
+
+
+def test_junk_is_refused_after_the_first_mebibytes_not_read_to_the_end(monkeypatch, capsys) -> None:
+    """Issue 11 #9: 200 MB of random bytes took 24 s to refuse; input whose first
+    EVIDENCE_WITHIN bytes hold no SGLang line is refused without reading the rest."""
+    from glmserve.cli import diagnose_cmd
+
+    junk = _EndlessJunk()
+    monkeypatch.setattr(sys, "stdin", type("S", (), {"buffer": junk})())
+    assert run(["diagnose", "-"]) == 6
+    err = capsys.readouterr().err
+    assert "holds no SGLang log line in its first" in err and err.count("\n") == 1
+    assert junk.read_bytes < diagnose_cmd.EVIDENCE_WITHIN + (4 << 20)
+
+
+def test_a_log_whose_first_line_comes_late_within_the_limit_is_still_diagnosed(
+    tmp_path: Path,
+) -> None:
+    """Non-SGLang chatter (a wrapper's output) before the first SGLang line is fine as long as
+    that line comes within the limit: the verdict is the one of the whole file."""
+    from glmserve.diagnose import diagnose_stream
+
+    chatter = b"wrapper: waiting for the GPU lock\n" * ((8 << 20) // 34)
+    ready = b"[2026-03-02 10:09:17] The server is fired up and ready to roll!\n"
+    log = chatter + ready + OOM.encode()
+    chunks = (log[i : i + (1 << 20)] for i in range(0, len(log), 1 << 20))
+    d = diagnose_stream(chunks, evidence_within=16 << 20)
+    assert d.sglang_log and d.state.value == "CRASHED" and d.category.value == "OOM"

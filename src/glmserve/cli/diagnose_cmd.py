@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from glmserve.transport import Transport
 
 READ_CHUNK = 1 << 20  # bytes per read of a file or stdin
+# A file or stdin whose first EVIDENCE_WITHIN bytes hold no SGLang line is refused without
+# reading the rest (a server's first line is its server_args; even NCCL_DEBUG=INFO chatter
+# comes after it): keeps `diagnose` of 200 MB of junk well under 10 s.
+EVIDENCE_WITHIN = 32 << 20
 
 _HELP = """Classify an SGLang server log: start-up phase, or crash category, root-cause line and
 a hint.
@@ -79,9 +83,14 @@ class _Chunks:
 def _diagnose_stream(stream: BinaryIO, label: str) -> Diagnosis:
     """Stream a file or stdin through the diagnoser; refuse input that is no SGLang log."""
     chunks = _Chunks(stream, label)
-    diag = diagnose_stream(chunks)
+    diag = diagnose_stream(chunks, evidence_within=EVIDENCE_WITHIN)
     if not diag.sglang_log:
-        what = "is empty" if chunks.size == 0 else f"holds no SGLang log line ({chunks.size} bytes)"
+        if chunks.size == 0:
+            what = "is empty"
+        elif chunks.size >= EVIDENCE_WITHIN:
+            what = f"holds no SGLang log line in its first {chunks.size >> 20} MiB"
+        else:
+            what = f"holds no SGLang log line ({chunks.size} bytes)"
         raise NotAServerLog(f"{label} {what}: not an SGLang server log", diag)
     return diag
 
