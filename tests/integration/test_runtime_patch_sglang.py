@@ -129,7 +129,10 @@ def _drive(out_path: str) -> None:
     result: dict = {
         "pid": os.getpid(),
         "patched_class": bool(getattr(mod.FlashInferMLAAttnBackend, "_glmserve_patched", False)),
-        "forward_decode_module": mod.FlashInferMLAAttnBackend.forward_decode.__module__,
+        "forward_decode_rewritten": bool(
+            getattr(mod.FlashInferMLAAttnBackend.forward_decode, "_glmserve_rewritten", False)
+        ),
+        "forward_decode_file": mod.FlashInferMLAAttnBackend.forward_decode.__code__.co_filename,
     }
     mod.BatchMLAPagedAttentionWrapper = RecordingWrapper
     mod.BatchPrefillWithRaggedKVCacheWrapper = RecordingWrapper
@@ -334,7 +337,10 @@ def _bits(t):
 def test_the_hook_patches_the_real_backend_class_in_a_spawned_worker(patched, unpatched):
     res, stderr = patched
     assert res["patched_class"] is True
-    assert res["forward_decode_module"].endswith("patches.flashinfer_mla_gather_cast")
+    # forward_decode is the release's own method, recompiled from its own file with the one
+    # cast rewritten (no copy of the body lives in glmserve).
+    assert res["forward_decode_rewritten"] is True
+    assert res["forward_decode_file"].endswith("flashinfer_mla_backend.py")
     # sitecustomize armed the spawned child, and the child logged the activation line.
     assert f"glmserve runtime: patches armed: {PATCH} (pid {res['pid']})" in stderr
     assert f"glmserve patch {PATCH} active (sglang 0.5.9, pid {res['pid']})" in stderr
