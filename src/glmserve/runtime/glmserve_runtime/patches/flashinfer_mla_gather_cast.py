@@ -103,6 +103,106 @@ MAX_ROWS_ENV = "GLMSERVE_GTC_MAX_ROWS"
 ALLOW_VERSION_ENV = "GLMSERVE_PATCH_ALLOW_UNTESTED_VERSION"
 
 
+# ---------------------------------------------------------------------------------------------
+# The patch's requirements: one source for the worker (which refuses with these exact reasons)
+# and for glmserve's render/check validation and simulator (which predict the refusal).
+
+CUDA_GRAPH_REASON = (
+    "CUDA graphs are on; the gather-then-cast patch supports only "
+    "--disable-cuda-graph (the flashinfer_gtc profile sets it)"
+)
+# --kv-cache-dtype value -> the torch dtype the pool gets ("auto" = the model dtype)
+KV_CACHE_TORCH_DTYPES = {
+    "fp8_e4m3": "torch.float8_e4m3fn",
+    "fp8_e5m2": "torch.float8_e5m2",
+    "fp4_e2m1": "torch.float4_e2m1fn_x2",
+    "bf16": "torch.bfloat16",
+    "bfloat16": "torch.bfloat16",
+}
+# --dtype value -> torch dtype ("auto": GLM-5 / DeepSeek checkpoints are bfloat16)
+MODEL_TORCH_DTYPES = {
+    "auto": "torch.bfloat16",
+    "bfloat16": "torch.bfloat16",
+    "half": "torch.float16",
+    "float16": "torch.float16",
+    "float": "torch.float32",
+    "float32": "torch.float32",
+}
+
+
+def unsupported_version_reason(version: str) -> str:
+    return (
+        f"unsupported sglang {version} (supported: {SUPPORTED_VERSIONS[0]} to "
+        f"{SUPPORTED_VERSIONS[-1]}, {len(SUPPORTED_VERSIONS)} releases); "
+        "run a supported release (or, on SM100 GPUs, the trtllm_mla profile)"
+    )
+
+
+def kv_dtype_reason(kv_dtype: str) -> str:
+    return (
+        f"KV cache dtype is {kv_dtype}, not torch.float8_e4m3fn: there is no "
+        "whole-pool cast to avoid (drop the patch or use --kv-cache-dtype fp8_e4m3)"
+    )
+
+
+def model_dtype_reason(dtype: str) -> str:
+    return f"model dtype {dtype} is not bfloat16"
+
+
+def row_width_reason(width: int, kv_lora_rank: int, rope: int) -> str:
+    return (
+        f"KV row width {width} is not kv_lora_rank {kv_lora_rank} + qk_rope_head_dim {rope}: "
+        "not an MLA latent cache"
+    )
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One requirement a launch breaks: the SGLang flag to change, the worker's exact
+    refusal reason, and when the worker refuses (import, backend init, CUDA-graph init)."""
+
+    flag: str
+    want: str
+    reason: str
+    phase: str  # "import" | "init" | "cuda_graph"
+
+
+def launch_requirement_failures(
+    args: dict[str, Any],
+    version: str | None,
+    kv_row: tuple[int, int, int] | None = None,
+) -> list[Requirement]:
+    """The requirements a launch with SGLang ``args`` (dest -> value: disable_cuda_graph,
+    cuda_graph_max_bs, cuda_graph_backend_decode, kv_cache_dtype, dtype) on ``version`` breaks.
+
+    ``kv_row`` is ``(row width, kv_lora_rank, qk_rope_head_dim)`` when the model is known.
+    Pure: no torch, no sglang, so validation and the simulator can call it.
+    """
+    out: list[Requirement] = []
+    if version is not None and version not in SUPPORTED_VERSIONS:
+        want = f"sglang {SUPPORTED_VERSIONS[0]}..{SUPPORTED_VERSIONS[-1]}"
+        out.append(Requirement("sglang", want, unsupported_version_reason(version), "import"))
+    kv = str(args.get("kv_cache_dtype") or "auto")
+    model = MODEL_TORCH_DTYPES.get(str(args.get("dtype") or "auto"), str(args.get("dtype")))
+    # "auto" follows the checkpoint (FP8 for GLM-5 NVFP4): only a caller that knows the
+    # checkpoint (the simulator) passes the resolved value; an argv alone cannot tell.
+    kv_torch = None if kv == "auto" else KV_CACHE_TORCH_DTYPES.get(kv, kv)
+    if kv_torch is not None and kv_torch != "torch.float8_e4m3fn":
+        out.append(Requirement("--kv-cache-dtype", "fp8_e4m3", kv_dtype_reason(kv_torch), "init"))
+    elif model != "torch.bfloat16":
+        out.append(Requirement("--dtype", "bfloat16", model_dtype_reason(model), "init"))
+    if kv_row is not None and kv_row[0] != kv_row[1] + kv_row[2]:
+        out.append(Requirement("--model-path", "an MLA model", row_width_reason(*kv_row), "init"))
+    graphs_off = (
+        bool(args.get("disable_cuda_graph"))
+        or args.get("cuda_graph_max_bs") == 0
+        or str(args.get("cuda_graph_backend_decode") or "").lower() in ("disabled", "none")
+    )
+    if not graphs_off:
+        out.append(Requirement("--disable-cuda-graph", "true", CUDA_GRAPH_REASON, "cuda_graph"))
+    return out
+
+
 def sglang_version() -> str:
     try:
         return importlib.metadata.version("sglang")
@@ -124,12 +224,7 @@ def check_supported(module: ModuleType) -> str:
     """Refuse unless this is a tested release shipping a tested backend source."""
     version = sglang_version()
     if version not in SUPPORTED_VERSIONS and os.environ.get(ALLOW_VERSION_ENV) != "1":
-        raise fail(
-            PATCH,
-            f"unsupported sglang {version} (supported: {SUPPORTED_VERSIONS[0]} to "
-            f"{SUPPORTED_VERSIONS[-1]}, {len(SUPPORTED_VERSIONS)} releases); "
-            "run a supported release (or, on SM100 GPUs, the trtllm_mla profile)",
-        )
+        raise fail(PATCH, unsupported_version_reason(version))
     digest = source_sha256(module)
     releases = TESTED_SOURCES.get(digest)
     if releases is None:
@@ -216,13 +311,9 @@ class GatherState:
 
         kv_dtype = getattr(model_runner, "kv_cache_dtype", None)
         if kv_dtype != FP8_DTYPE:
-            raise fail(
-                PATCH,
-                f"KV cache dtype is {kv_dtype}, not torch.float8_e4m3fn: there is no "
-                "whole-pool cast to avoid (drop the patch or use --kv-cache-dtype fp8_e4m3)",
-            )
+            raise fail(PATCH, kv_dtype_reason(str(kv_dtype)))
         if model_runner.dtype != torch.bfloat16:
-            raise fail(PATCH, f"model dtype {model_runner.dtype} is not bfloat16")
+            raise fail(PATCH, model_dtype_reason(str(model_runner.dtype)))
         cfg = model_runner.model_config
         self.width = int(cfg.kv_lora_rank) + int(cfg.qk_rope_head_dim)
         pool = model_runner.token_to_kv_pool
@@ -533,11 +624,7 @@ def apply(module: ModuleType) -> str:
         self._glmserve_gtc = GatherState(model_runner)
 
     def init_cuda_graph_state(self, *args, **kwargs):
-        raise fail(
-            PATCH,
-            "CUDA graphs are on; the gather-then-cast patch supports only "
-            "--disable-cuda-graph (the flashinfer_gtc profile sets it)",
-        )
+        raise fail(PATCH, CUDA_GRAPH_REASON)
 
     def decode_call_begin_forward(self, *args, **kwargs):
         wrapper = _bound_arg(orig_decode_cbf, "wrapper", (self, *args), kwargs)
