@@ -121,18 +121,3 @@ def patch_requirement_errors(spec: LaunchSpec, version: str) -> list[str]:
             f"refuse to start: glmserve patch {gtc.PATCH} FAILED: {req.reason}"
         )
     return out
-
-
-def patch_version_warnings(spec: LaunchSpec, version: str) -> list[str]:
-    """Runtime patches that will refuse this SGLang release when the workers start (the
-    patch checks the release and its source hash there; this says so before launch)."""
-    from glmserve.runtime.glmserve_runtime.patches import flashinfer_mla_gather_cast as gtc
-
-    out = []
-    if gtc.PATCH in spec.patches and version not in gtc.SUPPORTED_VERSIONS:
-        out.append(
-            f"profile {spec.profile}: patch {gtc.PATCH} supports sglang "
-            f"{gtc.SUPPORTED_VERSIONS[0]}..{gtc.SUPPORTED_VERSIONS[-1]}; on {version} it will "
-            "refuse to start (PATCH_FAILED)"
-        )
-    return out

@@ -165,3 +165,16 @@ def test_compact_rows_are_the_pool_rows_cast(monkeypatch):
             SimpleNamespace(_glmserve_selection=sel), raw[:, :, :512], 5, torch.bfloat16
         )
     p._BUFFERS.clear()
+
+
+def test_decode_context_parallel_is_detected_the_way_each_release_asks():
+    """0.5.15 exports dcp_enabled(); 0.5.16+ asks get_parallel().dcp_enabled. The patch
+    refuses a backend built with DCP on (its attention reads a DCP-local buffer)."""
+    old = ModuleType(p.TARGET)
+    old.dcp_enabled = lambda: True
+    new = ModuleType(p.TARGET)
+    new.get_parallel = lambda: SimpleNamespace(dcp_enabled=True)
+    off = ModuleType(p.TARGET)
+    off.get_parallel = lambda: SimpleNamespace(dcp_enabled=False)
+    assert p.dcp_enabled(old) and p.dcp_enabled(new)
+    assert not p.dcp_enabled(off) and not p.dcp_enabled(ModuleType(p.TARGET))
