@@ -74,3 +74,21 @@ def test_requirement_list_matches_what_the_worker_checks():
     # any of the three ways SGLang turns graphs off satisfies the requirement
     for off in ({"cuda_graph_max_bs": 0}, {"cuda_graph_backend_decode": "disabled"}):
         assert not gtc.launch_requirement_failures({**off, "kv_cache_dtype": "fp8_e4m3"}, None)
+
+
+def test_check_flags_row_fails_for_a_patch_requirement(tmp_path, monkeypatch):
+    """``glmserve check`` validates against the host's live spec: same requirement list."""
+    from glmserve import argspec, preflight
+
+    monkeypatch.setenv("GLMSERVE_HOME", str(tmp_path / "home"))
+    cache = tmp_path / "home" / "argspecs" / "sglang-0.5.9.json"
+    cache.parent.mkdir(parents=True)
+    cache.write_text("{}")  # the host's dump, cached: stands for the 0.5.9 spec below
+    shipped = argspec.load_argspec("0.5.9")
+    monkeypatch.setattr(argspec, "load_argspec", lambda path: shipped)
+    spec = load_profile(_profile(tmp_path, GRAPHS_ON))
+    row = preflight.check_argspec(None, spec, "0.5.9")  # type: ignore[arg-type]
+    assert row.status == "fail"
+    assert f"FAILED: {gtc.CUDA_GRAPH_REASON}" in row.detail
+    ok = preflight.check_argspec(None, load_profile("flashinfer_gtc"), "0.5.9")  # type: ignore[arg-type]
+    assert ok.status != "fail", ok.detail
