@@ -204,8 +204,80 @@ def _plan_decode(mod, backend, req_to_token, seq_slots):
     backend.forward_metadata = mod.DecodeMetadata(backend.decode_wrapper)
 
 
+def _backend_forward_only(mod, pool_rows: int, page: int, max_reqs: int, max_ctx: int):
+    """For releases whose backend constructor needs SGLang's runtime context (0.5.2x:
+    ``get_buffer``/``get_parallel``, a ``kv_index_translator``, a ``KVLocPlan`` per batch):
+    the release's own ``forward_decode`` (rewritten when patched) on a backend object that
+    holds what that method reads, planned with the arguments its decode updater passes."""
+    import torch
+
+    if hasattr(mod, "get_parallel"):
+        mod.get_parallel = lambda: SimpleNamespace(
+            dcp_enabled=False, attn_tp_size=1, attn_dcp_size=1
+        )
+    gen = torch.Generator().manual_seed(1234 + page)
+    vals = (torch.randn((pool_rows + page, 1, 576), generator=gen) * 0.7).to(torch.float8_e4m3fn)
+    buf = vals.to("cuda")
+    pool = SimpleNamespace(get_key_buffer=lambda layer_id: buf, size=pool_rows)
+    cls = mod.FlashInferMLAAttnBackend
+    backend = cls.__new__(cls)
+    backend.token_to_kv_pool = pool
+    workspace = torch.empty(384 << 20, dtype=torch.uint8, device="cuda")
+    backend.decode_wrapper = mod.BatchMLAPagedAttentionWrapper(workspace, backend="auto")
+    if getattr(cls, "_glmserve_patched", False):
+        from glmserve_runtime.patches import flashinfer_mla_gather_cast as gtc
+
+        runner = SimpleNamespace(
+            kv_cache_dtype=torch.float8_e4m3fn,
+            dtype=torch.bfloat16,
+            device="cuda",
+            page_size=page,
+            model_config=SimpleNamespace(kv_lora_rank=512, qk_rope_head_dim=64),
+            token_to_kv_pool=pool,
+        )
+        backend._glmserve_gtc = gtc.GatherState(runner)
+    layer = SimpleNamespace(
+        layer_id=0,
+        tp_q_head_num=HEADS,
+        tp_k_head_num=1,
+        v_head_dim=512,
+        head_dim=576,
+        logit_cap=0.0,
+        scaling=576**-0.5,
+    )
+    return backend, pool, None, layer
+
+
+def _plan_forward_only(mod, backend, seq_slots):
+    import contextlib
+
+    import torch
+
+    bs = len(seq_slots)
+    lens = torch.tensor([len(s) for s in seq_slots], dtype=torch.int32, device="cuda")
+    kv_indptr = torch.zeros(bs + 1, dtype=torch.int32, device="cuda")
+    kv_indptr[1:] = torch.cumsum(lens, 0)
+    args = (torch.arange(bs + 1, dtype=torch.int32, device="cuda"), kv_indptr,
+            torch.cat(seq_slots).to("cuda"), lens, HEADS, 512, 64, 1, False, 576**-0.5,
+            torch.bfloat16, torch.bfloat16)  # fmt: skip
+    wrapper = backend.decode_wrapper
+    state = getattr(backend, "_glmserve_gtc", None)
+    ctx = contextlib.nullcontext()
+    if state is not None:
+        from glmserve_runtime.patches import flashinfer_mla_gather_cast as gtc
+
+        ctx = gtc.intercept_plan(wrapper, state)
+    with ctx:
+        wrapper.plan(*args)
+    backend.forward_metadata = mod.DecodeMetadata(wrapper)
+
+
 def _decode(backend, pool, layer, q):
-    fb = SimpleNamespace(token_to_kv_pool=pool, out_cache_loc=None)
+    fb = SimpleNamespace(
+        token_to_kv_pool=pool,
+        out_cache_loc=None,
+        forward_mode=SimpleNamespace(is_decode=lambda: True),
+    )
     return backend.forward_decode(q, None, None, layer, fb, save_kv_cache=False)
 
 
@@ -215,11 +287,18 @@ def child(args) -> None:
     mod = _import_backend()
     patched = bool(getattr(mod.FlashInferMLAAttnBackend, "_glmserve_patched", False))
     result: dict = {"patched": patched, "pid": os.getpid(), "check": {}, "bench": []}
+    make = _backend_forward_only if args.forward_only else _backend
+
+    def plan(mod, backend, r2t, slots):
+        if args.forward_only:
+            return _plan_forward_only(mod, backend, slots)
+        return _plan_decode(mod, backend, r2t, slots)
+
     for page, lens in CHECK_CASES:
-        backend, pool, r2t, layer = _backend(mod, CHECK_POOL, page, 8, 8192)
+        backend, pool, r2t, layer = make(mod, CHECK_POOL, page, 8, 8192)
         gen = torch.Generator().manual_seed(99 + page)
         slots = _slots(lens, CHECK_POOL, page, gen)
-        _plan_decode(mod, backend, r2t, slots)
+        plan(mod, backend, r2t, slots)
         q = torch.randn((len(lens), HEADS * 576), generator=gen).to(torch.bfloat16).to("cuda")
         out = _decode(backend, pool, layer, q)
         torch.cuda.synchronize()
@@ -232,7 +311,7 @@ def child(args) -> None:
         del backend, pool
         torch.cuda.empty_cache()
     if args.bench:
-        backend, pool, r2t, layer = _backend(mod, BENCH_POOL, 1, 256, max(BENCH_CONTEXTS))
+        backend, pool, r2t, layer = make(mod, BENCH_POOL, 1, 256, max(BENCH_CONTEXTS))
         for bs in BENCH_BATCHES:
             ctxs = [c for c in BENCH_CONTEXTS if bs * c <= BENCH_POOL]
             if bs * BENCH_CONTEXTS[0] > BENCH_POOL:
@@ -240,7 +319,7 @@ def child(args) -> None:
             for ctx in ctxs:
                 gen = torch.Generator().manual_seed(bs * 100003 + ctx)
                 slots = _slots([ctx] * bs, BENCH_POOL, 1, gen)
-                _plan_decode(mod, backend, r2t, slots)
+                plan(mod, backend, r2t, slots)
                 q = torch.randn((bs, HEADS * 576), generator=gen).to(torch.bfloat16).to("cuda")
                 for _ in range(3):
                     _decode(backend, pool, layer, q)
@@ -286,6 +365,7 @@ def parent(args) -> int:
         out = out_dir / f"{args.tag}_{mode}.pt"
         cmd = [sys.executable, __file__, "--child", "--out", str(out), "--iters", str(args.iters)]
         cmd += ["--bench"] if args.bench else []
+        cmd += ["--forward-only"] if args.forward_only else []
         t0 = time.time()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         log = out_dir / f"{args.tag}_{mode}.log"
@@ -338,6 +418,7 @@ def main() -> int:
     ap.add_argument("--sglang-root", default="")
     ap.add_argument("--tag", default="run")
     ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--forward-only", action="store_true")
     ap.add_argument("--iters", type=int, default=30)
     args = ap.parse_args()
     if args.child:
