@@ -10,8 +10,9 @@ one representative each; the table in the patch module says which releases share
 
 Each representative's wheel is downloaded once into the test cache
 (``tests/fixtures/sglang_releases.py``). Static part (all ten): the file's hash is in the
-table and the AST rewrite finds its one cast and plan calls. Dynamic part (0.5.13 and the
-newest, 0.5.23; 0.5.9 is driven through its real updaters in test_runtime_patch_sglang.py):
+table and the AST rewrite finds its one cast and plan calls. Dynamic part (0.5.13, 0.5.14,
+0.5.15 and the newest, 0.5.23; 0.5.9 is driven through its real updaters in
+test_runtime_patch_sglang.py; 0.5.16-0.5.20 need xgrammar to import, see DRIVEN):
 a spawned worker imports the real module under the hook, and the release's own rewritten
 ``forward_decode`` runs over an FP8 pool; a modified backend file is refused.
 
@@ -51,7 +52,9 @@ REPRESENTATIVES = (
     "0.5.20",
     "0.5.23",
 )
-DRIVEN = ("0.5.13", "0.5.23")
+# 0.5.16-0.5.20 import xgrammar (a compiled package, not among the CPU light deps) on the way
+# to the backend module: they are checked statically above only.
+DRIVEN = ("0.5.13", "0.5.14", "0.5.15", "0.5.23")
 POOL_ROWS = 500
 HEADS = 4
 SEQ_LENS = [5, 40, 17]
