@@ -156,6 +156,16 @@ def _drive(out_path: str) -> None:
         "rewritten": bool(getattr(cls.forward_decode, "_glmserve_rewritten", False)),
         "file": cls.forward_decode.__code__.co_filename,
     }
+    if patched and (hasattr(mod, "get_parallel") or hasattr(mod, "dcp_enabled")):
+        # decode context parallelism on: the patched constructor refuses before building
+        mod.get_parallel = lambda: SimpleNamespace(dcp_enabled=True)
+        mod.dcp_enabled = lambda: True
+        try:
+            cls(SimpleNamespace())
+            result["dcp_refusal"] = None
+        except Exception as exc:
+            result["dcp_refusal"] = f"{type(exc).__name__}: {exc}"
+        mod.dcp_enabled = lambda: False
     if hasattr(mod, "get_parallel"):
         mod.get_parallel = lambda: SimpleNamespace(
             dcp_enabled=False, attn_tp_size=1, attn_dcp_size=1
@@ -328,6 +338,10 @@ def test_real_module_is_patched_in_a_spawned_worker_and_decodes_on_the_compact_b
     assert f"glmserve runtime: patches armed: {PATCH} (pid {res['pid']})" in proc.stderr
     assert f"glmserve patch {PATCH} active (sglang {version}, pid {res['pid']})" in proc.stderr
     assert res["patched_class"] and res["rewritten"]
+    if version in ("0.5.15", "0.5.23"):  # releases with decode context parallelism
+        assert res["dcp_refusal"].startswith(
+            f"PatchError: glmserve patch {PATCH} FAILED: decode context parallelism is on"
+        )
     assert res["file"] == str(source / BACKEND_FILE)
     nnz = sum(SEQ_LENS)
     assert torch.equal(res["plan"]["kv_indices"], torch.arange(nnz, dtype=torch.int32))

@@ -614,13 +614,13 @@ def apply(module: ModuleType) -> str:
     orig_prefill_cbf = prefill_updater.call_begin_forward
 
     def __init__(self, model_runner, *args, **kwargs):
-        orig_init(self, model_runner, *args, **kwargs)
-        if dcp_enabled(module):
+        if dcp_enabled(module):  # before the release's own __init__ allocates anything
             raise fail(
                 PATCH,
                 "decode context parallelism is on: its attention reads a DCP-local KV "
                 "buffer the patch does not gather (drop --dcp-size or the patch)",
             )
+        orig_init(self, model_runner, *args, **kwargs)
         self._glmserve_gtc = GatherState(model_runner)
 
     def init_cuda_graph_state(self, *args, **kwargs):
