@@ -142,8 +142,11 @@ def check_argspec(t: Transport, spec: LaunchSpec, version: str | None) -> CheckR
         report = argspec.validate_argv(spec.argv, live, patches=spec.patches)
     except GlmserveError as exc:
         return CheckRow("flags", "fail", str(exc))
-    if report.errors:
-        return CheckRow("flags", "fail", "; ".join(f.format() for f in report.errors))
+    from glmserve.validation import patch_requirement_errors
+
+    errors = [f.format() for f in report.errors] + patch_requirement_errors(spec, version)
+    if errors:
+        return CheckRow("flags", "fail", "; ".join(errors))
     warn = report.warnings
     detail = f"argv valid for sglang {version} (live argparse spec)"
     if changes:

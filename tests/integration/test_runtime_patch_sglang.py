@@ -129,7 +129,10 @@ def _drive(out_path: str) -> None:
     result: dict = {
         "pid": os.getpid(),
         "patched_class": bool(getattr(mod.FlashInferMLAAttnBackend, "_glmserve_patched", False)),
-        "forward_decode_module": mod.FlashInferMLAAttnBackend.forward_decode.__module__,
+        "forward_decode_rewritten": bool(
+            getattr(mod.FlashInferMLAAttnBackend.forward_decode, "_glmserve_rewritten", False)
+        ),
+        "forward_decode_file": mod.FlashInferMLAAttnBackend.forward_decode.__code__.co_filename,
     }
     mod.BatchMLAPagedAttentionWrapper = RecordingWrapper
     mod.BatchPrefillWithRaggedKVCacheWrapper = RecordingWrapper
@@ -237,6 +240,41 @@ def _drive(out_path: str) -> None:
     result["extend_plan"] = backend.prefill_wrapper_paged.plans[-1]
     result["extend_run"] = backend.prefill_wrapper_paged.runs[-1]
 
+    # Target verify (speculative decoding): the prefill updater's spec_info path plans the
+    # draft tokens (here 2 per request) over the same KV rows; forward_extend's paged branch.
+    from sglang.srt.speculative.spec_info import SpecInput, SpecInputType
+
+    draft = 2
+    qo_verify = torch.arange(0, (len(SEQ_LENS) + 1) * draft, draft, dtype=torch.int32)
+
+    class VerifyInput(SpecInput):
+        def get_spec_adjust_token_coefficient(self):
+            return draft, draft
+
+        def generate_attn_arg_prefill(self, req_pool_indices, lens, lens_sum, req_to_token):
+            return slots.clone(), kv_indptr.clone(), qo_verify.clone(), None
+
+    backend.indices_updater_prefill.update(
+        req_pool_indices,
+        seq_lens,
+        int(seq_lens.sum()),
+        prefix_lens=None,
+        prefill_wrapper_paged=backend.prefill_wrapper_paged,
+        use_ragged=False,
+        spec_info=VerifyInput(SpecInputType.EAGLE_VERIFY),
+    )
+    backend.forward_metadata = mod.PrefillMetadata(backend.prefill_wrapper_paged, False)
+    q_ver = torch.randn((len(SEQ_LENS) * draft, HEADS * 576), generator=gen).to(torch.bfloat16)
+    fb_ver = SimpleNamespace(
+        token_to_kv_pool=pool,
+        out_cache_loc=None,
+        attn_attend_prefix_cache=None,
+        extend_prefix_lens_cpu=[0] * len(SEQ_LENS),
+    )
+    result["verify_out"] = backend.forward_extend(q_ver, None, None, layer, fb_ver, False)
+    result["verify_plan"] = backend.prefill_wrapper_paged.plans[-1]
+    result["verify_run"] = backend.prefill_wrapper_paged.runs[-1]
+
     if result["patched_class"]:
         try:
             backend.init_cuda_graph_state(8, 8)
@@ -334,7 +372,10 @@ def _bits(t):
 def test_the_hook_patches_the_real_backend_class_in_a_spawned_worker(patched, unpatched):
     res, stderr = patched
     assert res["patched_class"] is True
-    assert res["forward_decode_module"].endswith("patches.flashinfer_mla_gather_cast")
+    # forward_decode is the release's own method, recompiled from its own file with the one
+    # cast rewritten (no copy of the body lives in glmserve).
+    assert res["forward_decode_rewritten"] is True
+    assert res["forward_decode_file"].endswith("flashinfer_mla_backend.py")
     # sitecustomize armed the spawned child, and the child logged the activation line.
     assert f"glmserve runtime: patches armed: {PATCH} (pid {res['pid']})" in stderr
     assert f"glmserve patch {PATCH} active (sglang 0.5.9, pid {res['pid']})" in stderr
@@ -391,6 +432,22 @@ def test_patched_paged_extend_matches_unpatched(patched, unpatched):
     want = res["layer_pool_bf16"][res["slots"].long()]
     assert torch.equal(_bits(compact), _bits(want))
     assert torch.equal(_bits(res["extend_out"]), _bits(base["extend_out"]))
+
+
+def test_target_verify_plans_through_the_same_updater_and_matches_unpatched(patched, unpatched):
+    import torch
+
+    res, _ = patched
+    base, _ = unpatched
+    nnz = sum(SEQ_LENS)
+    assert torch.equal(base["verify_plan"]["kv_indices"], base["slots"])
+    assert torch.equal(res["verify_plan"]["kv_indices"], torch.arange(nnz, dtype=torch.int32))
+    assert torch.equal(res["verify_plan"]["qo_indptr"], base["verify_plan"]["qo_indptr"])
+    compact = torch.cat([res["verify_run"]["ckv"], res["verify_run"]["kpe"]], dim=-1)
+    assert torch.equal(_bits(compact), _bits(res["layer_pool_bf16"][res["slots"].long()]))
+    whole = torch.cat([base["verify_run"]["ckv"], base["verify_run"]["kpe"]], dim=-1)
+    assert whole.shape == (POOL_ROWS + 1, 1, 576)
+    assert torch.equal(_bits(res["verify_out"]), _bits(base["verify_out"]))
 
 
 def test_over_the_cap_falls_back_to_the_whole_pool_with_one_warning(tmp_path, unpatched):

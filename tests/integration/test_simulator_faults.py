@@ -201,7 +201,8 @@ def test_patch_env_logs_activation_per_rank_and_drops_cast(start_simulator):
     import httpx
 
     sim = start_simulator(
-        "--tp-size", "8", *FAST, env={"GLMSERVE_PATCHES": "flashinfer_mla_gather_cast"}
+        "--tp-size", "8", "--disable-cuda-graph", *FAST,
+        env={"GLMSERVE_PATCHES": "flashinfer_mla_gather_cast"},
     )  # fmt: skip
     log = sim.log_text()
     lines = [
@@ -216,3 +217,51 @@ def test_patch_env_logs_activation_per_rank_and_drops_cast(start_simulator):
     cfg0 = httpx.get(plain.url + "/sim/config").json()
     assert cfg0["shape"]["cast_mode"] == "whole_pool"
     assert cfg0["single_stream_terms_s"]["cast"] > 0.05 > cfg["single_stream_terms_s"]["cast"]
+
+
+# The real patch's refusals (issue 10 #3): the simulator asks the patch module's own
+# requirement list, so a launch the real worker refuses dies here too, at the same point
+# (init_cuda_graph_state for graphs, the backend's __init__ for dtypes), with the same line.
+GTC = "glmserve patch flashinfer_mla_gather_cast"
+PATCH_CASES = {
+    "cuda_graphs_on": (
+        (),
+        "FAILED: CUDA graphs are on; the gather-then-cast patch supports only "
+        "--disable-cuda-graph (the flashinfer_gtc profile sets it)",
+        "KV Cache is allocated",  # the refusal comes after the pool, at graph init
+    ),
+    "bf16_kv": (
+        ("--disable-cuda-graph", "--kv-cache-dtype", "bf16"),
+        "FAILED: KV cache dtype is torch.bfloat16, not torch.float8_e4m3fn",
+        "KV Cache is allocated",
+    ),
+    "unsupported_release": (
+        ("--disable-cuda-graph", "--sim-sglang-version", "0.5.24"),
+        "FAILED: unsupported sglang 0.5.24 (supported: 0.5.8 to 0.5.23",
+        "Load weight end.",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PATCH_CASES))
+def test_patch_refusal_kills_workers_with_the_real_failed_line(start_simulator, case):
+    from glmserve.diagnose import Category, diagnose_text
+
+    args, needle, before = PATCH_CASES[case]
+    sim = start_simulator(
+        "--tp-size", "8", *args, *FAST, env={"GLMSERVE_PATCHES": "flashinfer_mla_gather_cast"},
+        wait_ready=False,
+    )  # fmt: skip
+    assert sim.wait_exit(30) == KILLED
+    log = sim.log_text()
+    failed = [ln for ln in log.splitlines() if f"{GTC} {needle}" in ln]
+    assert len(failed) >= 8, log[-3000:]  # every rank's worker logs it
+    assert log.index(before) < log.index(f"{GTC} FAILED")
+    assert "Capture cuda graph begin" not in log
+    assert "The server is fired up and ready to roll!" not in log
+    if case == "unsupported_release":
+        assert f"{GTC} active" not in log  # refused at import: never active
+    else:
+        assert log.count(f"{GTC} active") == 8
+    diag = diagnose_text(log)
+    assert diag.category is Category.PATCH_FAILED, diag

@@ -28,24 +28,31 @@ def _module_from(tmp_path: Path, text: str) -> ModuleType:
     return mod
 
 
-def test_unsupported_release_is_refused_naming_the_supported_ones(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(p, "sglang_version", lambda: "0.5.23")
+def test_unsupported_release_is_refused_naming_the_supported_range(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(p, "sglang_version", lambda: "0.5.24")
     monkeypatch.delenv(p.ALLOW_VERSION_ENV, raising=False)
     with pytest.raises(PatchError) as info:
         p.check_supported(_module_from(tmp_path, "x = 1\n"))
     assert str(info.value) == (
-        FAILED + "unsupported sglang 0.5.23 (supported: 0.5.8, 0.5.8.post1, 0.5.9, 0.5.10, "
-        "0.5.10.post1, 0.5.11, 0.5.12, 0.5.12.post1); "
+        FAILED + "unsupported sglang 0.5.24 (supported: 0.5.8 to 0.5.23, 21 releases); "
         "run a supported release (or, on SM100 GPUs, the trtllm_mla profile)"
     )
-    assert capsys.readouterr().err.startswith(FAILED + "unsupported sglang 0.5.23")
+    assert capsys.readouterr().err.startswith(FAILED + "unsupported sglang 0.5.24")
+
+
+def test_every_release_from_0_5_8_to_0_5_23_is_in_the_table():
+    """Issue 13 #2: no release that still has the whole-pool cast is refused by version."""
+    assert "0.5.13" in p.SUPPORTED_VERSIONS and "0.5.23" in p.SUPPORTED_VERSIONS
+    assert "0.5.15.post1" in p.SUPPORTED_VERSIONS and "0.5.12.post1" in p.SUPPORTED_VERSIONS
+    assert len(p.SUPPORTED_VERSIONS) == len(set(p.SUPPORTED_VERSIONS)) == 21
+    assert len(p.TESTED_SOURCES) == 10
 
 
 def test_changed_backend_source_is_refused_even_on_a_supported_version(tmp_path, monkeypatch):
     monkeypatch.setattr(p, "sglang_version", lambda: "0.5.9")
     text = "class FlashInferMLAAttnBackend:\n    def forward_decode(self): ...\n"
     digest = hashlib.sha256(text.encode()).hexdigest()
-    with pytest.raises(PatchError, match=r"differs from the 0\.5\.8-0\.5\.12 source") as info:
+    with pytest.raises(PatchError, match=r"not a tested source .*modified or unknown") as info:
         p.check_supported(_module_from(tmp_path, text))
     assert digest[:12] in str(info.value)
 
@@ -53,7 +60,7 @@ def test_changed_backend_source_is_refused_even_on_a_supported_version(tmp_path,
 def test_an_untested_version_may_be_allowed_but_the_source_must_still_match(tmp_path, monkeypatch):
     monkeypatch.setattr(p, "sglang_version", lambda: "0.5.9.post1")
     monkeypatch.setenv(p.ALLOW_VERSION_ENV, "1")
-    with pytest.raises(PatchError, match=r"differs from the 0\.5\.8-0\.5\.12 source"):
+    with pytest.raises(PatchError, match=r"not a tested source"):
         p.check_supported(_module_from(tmp_path, "x = 2\n"))
 
 
@@ -158,3 +165,16 @@ def test_compact_rows_are_the_pool_rows_cast(monkeypatch):
             SimpleNamespace(_glmserve_selection=sel), raw[:, :, :512], 5, torch.bfloat16
         )
     p._BUFFERS.clear()
+
+
+def test_decode_context_parallel_is_detected_the_way_each_release_asks():
+    """0.5.15 exports dcp_enabled(); 0.5.16+ asks get_parallel().dcp_enabled. The patch
+    refuses a backend built with DCP on (its attention reads a DCP-local buffer)."""
+    old = ModuleType(p.TARGET)
+    old.dcp_enabled = lambda: True
+    new = ModuleType(p.TARGET)
+    new.get_parallel = lambda: SimpleNamespace(dcp_enabled=True)
+    off = ModuleType(p.TARGET)
+    off.get_parallel = lambda: SimpleNamespace(dcp_enabled=False)
+    assert p.dcp_enabled(old) and p.dcp_enabled(new)
+    assert not p.dcp_enabled(off) and not p.dcp_enabled(ModuleType(p.TARGET))

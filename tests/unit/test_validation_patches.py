@@ -4,6 +4,9 @@ at start is warned about before launch."""
 
 from __future__ import annotations
 
+import pytest
+
+from glmserve.errors import FlagValidationError
 from glmserve.profiles import load_profile
 from glmserve.validation import validate_spec
 
@@ -17,12 +20,26 @@ def test_whole_pool_cast_warning_only_without_the_patch():
     assert not any(w.count("warning:") for w in plain + patched)
 
 
-def test_patch_refusing_the_release_is_warned_before_launch():
-    assert not any(
-        "PATCH_FAILED" in w for w in validate_spec(load_profile("flashinfer_gtc"), "0.5.12")
+def test_patch_refusing_the_release_is_an_error_before_launch():
+    """0.5.13..0.5.23 are supported since the AST rewrite (issue 13 #2); 0.5.7 is refused
+    by the patch, so validation refuses it too (issue 10 #3: one source of truth)."""
+    for version in ("0.5.12", "0.5.13", "0.5.23"):
+        spec = load_profile("flashinfer_gtc", overrides=_nsa_names(version))
+        assert not any("PATCH_FAILED" in w for w in validate_spec(spec, version))
+    with pytest.raises(FlagValidationError) as info:
+        validate_spec(load_profile("flashinfer_gtc"), "0.5.7")
+    assert "glmserve patch flashinfer_mla_gather_cast FAILED: unsupported sglang 0.5.7" in str(
+        info.value
     )
-    warned = [
-        w for w in validate_spec(load_profile("flashinfer_gtc"), "0.5.13") if "PATCH_FAILED" in w
+
+
+def _nsa_names(version: str) -> list[str]:
+    """0.5.23 renamed --nsa-*-backend (the base profile's keys) to --dsa-*-backend."""
+    if version != "0.5.23":
+        return []
+    return [
+        "server.nsa-decode-backend=null",
+        "server.nsa-prefill-backend=null",
+        "server.dsa-decode-backend=trtllm",
+        "server.dsa-prefill-backend=trtllm",
     ]
-    assert len(warned) == 1 and "0.5.8..0.5.12.post1" in warned[0]
-    assert not any("PATCH_FAILED" in w for w in validate_spec(load_profile("flashinfer"), "0.5.13"))

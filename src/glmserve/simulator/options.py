@@ -94,6 +94,7 @@ def sglang_parser() -> argparse.ArgumentParser:
     p.add_argument("--mem-fraction-static", type=float, default=None)
     p.add_argument("--attention-backend", type=str, choices=ATTENTION_BACKEND_CHOICES, default=None)
     p.add_argument("--kv-cache-dtype", type=str, choices=KV_CACHE_DTYPE_CHOICES, default="auto")
+    p.add_argument("--dtype", type=str, default="auto")
     p.add_argument("--disable-cuda-graph", action="store_true")
     p.add_argument("--cuda-graph-max-bs", type=int, default=None)
     # newer releases (0.5.2x): --disable-cuda-graph deprecated for per-phase graph backends

@@ -220,7 +220,9 @@ class SimServer:
             await asyncio.sleep(dur)
             await self._maybe_fault("kv")
             self._log_kv()
+            self._maybe_patch_fails("init")  # the attention backend is built after the pool
         elif phase == "graphs":
+            self._maybe_patch_fails("cuda_graph")
             await self._capture_graphs(dur)
         elif phase == "warmup":
             await self._warmup(dur)
@@ -267,13 +269,14 @@ class SimServer:
                 f"mem usage={o.model.weight_mem_gib:.2f} GB.",
                 r,
             )
-            if costmodel.GATHER_CAST_PATCH in o.patches:
+            if costmodel.GATHER_CAST_PATCH in o.patches and not self._patch_refusal("import"):
                 self.log.line(
                     PATCH_LINE.format(
                         name=costmodel.GATHER_CAST_PATCH, version=o.sglang_version, pid=pid
                     ),
                     r,
                 )
+        self._maybe_patch_fails("import")
 
     def _log_kv(self) -> None:
         o = self.opts
@@ -374,6 +377,52 @@ class SimServer:
         self.log.line('INFO:     127.0.0.1:51236 - "POST /generate HTTP/1.1" 200 OK')
 
     # ===================================================================== faults
+    def _patch_refusal(self, phase: str) -> str | None:
+        """The reason the real gather-cast patch refuses this launch at ``phase`` (import,
+        init, cuda_graph), from the patch module's own requirement list, or None."""
+        from glmserve.runtime.glmserve_runtime.patches import flashinfer_mla_gather_cast as gtc
+
+        o = self.opts
+        if costmodel.GATHER_CAST_PATCH not in o.patches:
+            return None
+        args = {
+            "disable_cuda_graph": not o.shape.cuda_graph,
+            "kv_cache_dtype": o.shape.kv_cache_dtype,
+            "dtype": getattr(o.server, "dtype", None) or "auto",
+        }
+        row = (costmodel.KV_ROW_ELEMS, 512, 64)
+        for req in gtc.launch_requirement_failures(args, o.sglang_version, kv_row=row):
+            if req.phase == phase:
+                return f"glmserve patch {gtc.PATCH} FAILED: {req.reason}"
+        return None
+
+    def _maybe_patch_fails(self, phase: str) -> None:
+        """Die as a worker whose patch refused does: every rank logs the FAILED line
+        (``glmserve_runtime.fail``), rank 0's scheduler reports the PatchError, the launcher
+        tears the tree down (see patches/flashinfer_mla_gather_cast.py for where each
+        refusal is raised: import, backend __init__, init_cuda_graph_state)."""
+        line = self._patch_refusal(phase)
+        if line is None:
+            return
+        for r in self.ranks:
+            self.log.line(line, r)
+        where = {
+            "import": "_PatchingLoader.exec_module",
+            "init": "FlashInferMLAAttnBackend.__init__",
+            "cuda_graph": "init_cuda_graph_state",
+        }[phase]
+        self.log.line(
+            "Scheduler hit an exception: Traceback (most recent call last):\n"
+            f'  File "glmserve_runtime/patches/flashinfer_mla_gather_cast.py", in {where}\n'
+            f"glmserve_runtime.PatchError: {line}",
+            self.ranks[0],
+        )
+        for tp, msg in faults.cascade_lines(0, len(self.ranks), False):
+            self.log.line(msg, None if tp is None else self.ranks[0] + tp)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGKILL)  # kill_process_tree, as for any scheduler crash
+
     def _crash_now(self, phase: str, kind: str | None = None) -> None:
         """Write the crash log for ``kind`` at ``phase`` and die as SGLang's launcher does."""
         o = self.opts

@@ -26,13 +26,24 @@ The one compact buffer is rewritten by every layer's gather; that is safe becaus
 process's attention kernels and gathers are ordered on its current CUDA stream (the caching
 allocator also keeps a grown-away buffer alive for kernels already queued on that stream).
 
-Supported: SGLang **0.5.8 through 0.5.12** (0.5.8, 0.5.8.post1, 0.5.9, 0.5.10, 0.5.10.post1,
-0.5.11, 0.5.12, 0.5.12.post1: their ``flashinfer_mla_backend.py`` is byte-identical, checked
-against the PyPI wheels on 2026-11-30; the patch checks the file's sha256 and the installed
-version and refuses anything else). **Not supported: 0.5.13 and later**: 0.5.13 moved the
-pool references into the backend (``self.token_to_kv_pool``) and reworked CUDA-graph
-metadata, and the file changed again in almost every release up to 0.5.23 (decode-context-
-parallel buffers, ``kv_loc_plan`` planning).
+How it is applied (no copy of any release's method bodies): the real module's source is
+parsed (``ast``) and, in ``FlashInferMLAAttnBackend.forward_decode`` and
+``forward_extend``, the one expression ``<pool>.get_key_buffer(layer.layer_id).to(q.dtype)``
+is replaced by ``_glmserve_gtc_key_buffer(self, <wrapper>, <pool>.get_key_buffer(...),
+layer.layer_id, q.dtype)``, where ``<wrapper>`` is the ``self.forward_metadata.decode_wrapper``
+/ ``.prefill_wrapper`` that the same method runs. Only those two functions are recompiled
+(same file name and line numbers, the module's own globals) and set on the class. The
+rewrite refuses loudly unless it finds that cast exactly once in each method, that wrapper
+read exactly once in each, and, in each indices updater's ``call_begin_forward``, the
+``wrapper.plan(...)`` / ``wrapper_paged.plan(...)`` calls with their four index arguments
+passed by position (what the plan interception relies on).
+
+Supported: every SGLang release from **0.5.8 to 0.5.23** (post releases included), each
+gated by the sha256 of its ``flashinfer_mla_backend.py`` in :data:`TESTED_SOURCES` (ten
+distinct files, hashed from the PyPI wheels on 2026-12-01). An unknown release or an unknown
+file is refused with the reason, never run unpatched. Decode context parallelism (0.5.15+:
+``dcp_enabled()`` / ``get_parallel().dcp_enabled``) plans over a DCP-local KV buffer, so
+the patch refuses a backend built with DCP on.
 Requirements checked when the backend is built: KV cache dtype ``float8_e4m3fn`` (the only
 case with a whole-pool cast), model dtype bfloat16, row width ``kv_lora_rank +
 qk_rope_head_dim``. **CUDA graphs are refused** (``init_cuda_graph_state`` raises: the
@@ -44,10 +55,14 @@ rather than running unpatched.
 """
 
 from __future__ import annotations
+import __future__
 
+import ast
 import contextlib
+import copy
 import hashlib
 import importlib.metadata
+import inspect
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -58,25 +73,134 @@ from .. import fail, log
 
 PATCH = "flashinfer_mla_gather_cast"
 TARGET = "sglang.srt.layers.attention.flashinfer_mla_backend"
-SUPPORTED_VERSIONS = (
-    "0.5.8",
-    "0.5.8.post1",
-    "0.5.9",
-    "0.5.10",
-    "0.5.10.post1",
-    "0.5.11",
-    "0.5.12",
-    "0.5.12.post1",
-)
-# sha256 of sglang/srt/layers/attention/flashinfer_mla_backend.py in the supported releases
-# (identical from 0.5.8 to 0.5.12.post1; 0.5.13's is bc7bba45..., 0.5.23's 85ba5db3...). The
-# replaced forward methods below are that file's bodies with the one cast line changed, so
-# any other source is refused.
-SUPPORTED_SOURCE_SHA256 = {
-    "f24df800a605d1d349d1d11c1a78921ace252778a2a10e980492d5fb83abad2d": "0.5.8-0.5.12",
+# sha256 of sglang/srt/layers/attention/flashinfer_mla_backend.py -> the releases that ship
+# that exact file (pip download --no-deps sglang==X; every release 0.5.8..0.5.23 on PyPI on
+# 2026-12-01). The AST rewrite below was checked against each of these ten sources
+# (tests/integration/test_runtime_patch_releases.py).
+TESTED_SOURCES: dict[str, tuple[str, ...]] = {
+    "f24df800a605d1d349d1d11c1a78921ace252778a2a10e980492d5fb83abad2d": (
+        "0.5.8",
+        "0.5.8.post1",
+        "0.5.9",
+        "0.5.10",
+        "0.5.10.post1",
+        "0.5.11",
+        "0.5.12",
+        "0.5.12.post1",
+    ),
+    "bc7bba45c3f52d28d1dcd4092c4c56e0a66a78df7ba5ae95b232e3c8477855d5": ("0.5.13", "0.5.13.post1"),
+    "5856afa2d5c469c915e73ca5410ce0e651e38f7210a744e8055e020266cf98d7": ("0.5.14",),
+    "bb5bdaefee29ad454566626d37ece86715d6e3fec4f5b1fc761389cbcd970ce9": ("0.5.15", "0.5.15.post1"),
+    "169458ac0a038c04f6cda2d4b7013409521afacd8955ad49f4f07817fa04d118": ("0.5.16",),
+    "dd71acbe3bb6ba6778ec24700bb613b2e1ce87d96b8b2aa979cdd4259d59cc82": ("0.5.17",),
+    "ec61e3e093e66a9e79ff6a866c0d81d8b4eaed9b3bad74e8e40e4f3491dd401e": ("0.5.18",),
+    "fca5d82360749254ceee5cf1f085393be47e6eccf64841efc67715c0900567e7": ("0.5.19",),
+    "180ee48ab4c27979a9a066e8a7bc2bcd365d10824ea100609e591793b175a410": ("0.5.20", "0.5.21"),
+    "85ba5db394df47f12e8edc69282954b9f000b37c519194f56418424ee718bf2e": ("0.5.22", "0.5.23"),
 }
+SUPPORTED_VERSIONS: tuple[str, ...] = tuple(v for vs in TESTED_SOURCES.values() for v in vs)
 MAX_ROWS_ENV = "GLMSERVE_GTC_MAX_ROWS"
 ALLOW_VERSION_ENV = "GLMSERVE_PATCH_ALLOW_UNTESTED_VERSION"
+
+
+# ---------------------------------------------------------------------------------------------
+# The patch's requirements: one source for the worker (which refuses with these exact reasons)
+# and for glmserve's render/check validation and simulator (which predict the refusal).
+
+CUDA_GRAPH_REASON = (
+    "CUDA graphs are on; the gather-then-cast patch supports only "
+    "--disable-cuda-graph (the flashinfer_gtc profile sets it)"
+)
+# --kv-cache-dtype value -> the torch dtype the pool gets ("auto" = the model dtype)
+KV_CACHE_TORCH_DTYPES = {
+    "fp8_e4m3": "torch.float8_e4m3fn",
+    "fp8_e5m2": "torch.float8_e5m2",
+    "fp4_e2m1": "torch.float4_e2m1fn_x2",
+    "bf16": "torch.bfloat16",
+    "bfloat16": "torch.bfloat16",
+}
+# --dtype value -> torch dtype ("auto": GLM-5 / DeepSeek checkpoints are bfloat16)
+MODEL_TORCH_DTYPES = {
+    "auto": "torch.bfloat16",
+    "bfloat16": "torch.bfloat16",
+    "half": "torch.float16",
+    "float16": "torch.float16",
+    "float": "torch.float32",
+    "float32": "torch.float32",
+}
+
+
+def unsupported_version_reason(version: str) -> str:
+    return (
+        f"unsupported sglang {version} (supported: {SUPPORTED_VERSIONS[0]} to "
+        f"{SUPPORTED_VERSIONS[-1]}, {len(SUPPORTED_VERSIONS)} releases); "
+        "run a supported release (or, on SM100 GPUs, the trtllm_mla profile)"
+    )
+
+
+def kv_dtype_reason(kv_dtype: str) -> str:
+    return (
+        f"KV cache dtype is {kv_dtype}, not torch.float8_e4m3fn: there is no "
+        "whole-pool cast to avoid (drop the patch or use --kv-cache-dtype fp8_e4m3)"
+    )
+
+
+def model_dtype_reason(dtype: str) -> str:
+    return f"model dtype {dtype} is not bfloat16"
+
+
+def row_width_reason(width: int, kv_lora_rank: int, rope: int) -> str:
+    return (
+        f"KV row width {width} is not kv_lora_rank {kv_lora_rank} + qk_rope_head_dim {rope}: "
+        "not an MLA latent cache"
+    )
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One requirement a launch breaks: the SGLang flag to change, the worker's exact
+    refusal reason, and when the worker refuses (import, backend init, CUDA-graph init)."""
+
+    flag: str
+    want: str
+    reason: str
+    phase: str  # "import" | "init" | "cuda_graph"
+
+
+def launch_requirement_failures(
+    args: dict[str, Any],
+    version: str | None,
+    kv_row: tuple[int, int, int] | None = None,
+) -> list[Requirement]:
+    """The requirements a launch with SGLang ``args`` (dest -> value: disable_cuda_graph,
+    cuda_graph_max_bs, cuda_graph_backend_decode, kv_cache_dtype, dtype) on ``version`` breaks.
+
+    ``kv_row`` is ``(row width, kv_lora_rank, qk_rope_head_dim)`` when the model is known.
+    Pure: no torch, no sglang, so validation and the simulator can call it.
+    """
+    out: list[Requirement] = []
+    if version is not None and version not in SUPPORTED_VERSIONS:
+        want = f"sglang {SUPPORTED_VERSIONS[0]}..{SUPPORTED_VERSIONS[-1]}"
+        out.append(Requirement("sglang", want, unsupported_version_reason(version), "import"))
+    kv = str(args.get("kv_cache_dtype") or "auto")
+    model = MODEL_TORCH_DTYPES.get(str(args.get("dtype") or "auto"), str(args.get("dtype")))
+    # "auto" follows the checkpoint (FP8 for GLM-5 NVFP4): only a caller that knows the
+    # checkpoint (the simulator) passes the resolved value; an argv alone cannot tell.
+    kv_torch = None if kv == "auto" else KV_CACHE_TORCH_DTYPES.get(kv, kv)
+    if kv_torch is not None and kv_torch != "torch.float8_e4m3fn":
+        out.append(Requirement("--kv-cache-dtype", "fp8_e4m3", kv_dtype_reason(kv_torch), "init"))
+    elif model != "torch.bfloat16":
+        out.append(Requirement("--dtype", "bfloat16", model_dtype_reason(model), "init"))
+    if kv_row is not None and kv_row[0] != kv_row[1] + kv_row[2]:
+        out.append(Requirement("--model-path", "an MLA model", row_width_reason(*kv_row), "init"))
+    graphs_off = (
+        bool(args.get("disable_cuda_graph"))
+        or args.get("cuda_graph_max_bs") == 0
+        or str(args.get("cuda_graph_backend_decode") or "").lower() in ("disabled", "none")
+    )
+    if not graphs_off:
+        out.append(Requirement("--disable-cuda-graph", "true", CUDA_GRAPH_REASON, "cuda_graph"))
+    return out
 
 
 def sglang_version() -> str:
@@ -97,21 +221,23 @@ def source_sha256(module: ModuleType) -> str:
 
 
 def check_supported(module: ModuleType) -> str:
-    """Refuse unless this is a release and a source the patch was written against."""
+    """Refuse unless this is a tested release shipping a tested backend source."""
     version = sglang_version()
     if version not in SUPPORTED_VERSIONS and os.environ.get(ALLOW_VERSION_ENV) != "1":
-        raise fail(
-            PATCH,
-            f"unsupported sglang {version} (supported: {', '.join(SUPPORTED_VERSIONS)}); "
-            "run a supported release (or, on SM100 GPUs, the trtllm_mla profile)",
-        )
+        raise fail(PATCH, unsupported_version_reason(version))
     digest = source_sha256(module)
-    if digest not in SUPPORTED_SOURCE_SHA256:
+    releases = TESTED_SOURCES.get(digest)
+    if releases is None:
         raise fail(
             PATCH,
-            f"{TARGET} in sglang {version} differs from the 0.5.8-0.5.12 source the patch "
-            f"replaces (sha256 {digest[:12]}); forward_decode/forward_extend or their "
-            "signatures may have changed",
+            f"{TARGET} in sglang {version} is not a tested source (sha256 {digest[:12]} is "
+            "not the file of any release 0.5.8-0.5.23): modified or unknown backend file",
+        )
+    if version not in releases and os.environ.get(ALLOW_VERSION_ENV) != "1":
+        raise fail(
+            PATCH,
+            f"{TARGET} in sglang {version} is the file of sglang {', '.join(releases)} "
+            f"(sha256 {digest[:12]}), not of {version}: mixed installation",
         )
     for cls_name, attr in (
         ("FlashInferMLAAttnBackend", "forward_decode"),
@@ -123,6 +249,18 @@ def check_supported(module: ModuleType) -> str:
         if not callable(getattr(getattr(module, cls_name, None), attr, None)):
             raise fail(PATCH, f"{TARGET}.{cls_name}.{attr} not found")
     return version
+
+
+def dcp_enabled(module: ModuleType) -> bool:
+    """Whether decode context parallelism is on, asked the way the release itself asks
+    (0.5.15: ``dcp_enabled()``; 0.5.16+: ``get_parallel().dcp_enabled``)."""
+    probe = getattr(module, "dcp_enabled", None)
+    if callable(probe):
+        return bool(probe())
+    get_parallel = getattr(module, "get_parallel", None)
+    if callable(get_parallel):
+        return bool(getattr(get_parallel(), "dcp_enabled", False))
+    return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,13 +311,9 @@ class GatherState:
 
         kv_dtype = getattr(model_runner, "kv_cache_dtype", None)
         if kv_dtype != FP8_DTYPE:
-            raise fail(
-                PATCH,
-                f"KV cache dtype is {kv_dtype}, not torch.float8_e4m3fn: there is no "
-                "whole-pool cast to avoid (drop the patch or use --kv-cache-dtype fp8_e4m3)",
-            )
+            raise fail(PATCH, kv_dtype_reason(str(kv_dtype)))
         if model_runner.dtype != torch.bfloat16:
-            raise fail(PATCH, f"model dtype {model_runner.dtype} is not bfloat16")
+            raise fail(PATCH, model_dtype_reason(str(model_runner.dtype)))
         cfg = model_runner.model_config
         self.width = int(cfg.kv_lora_rank) + int(cfg.qk_rope_head_dim)
         pool = model_runner.token_to_kv_pool
@@ -271,147 +405,196 @@ def intercept_plan(wrapper: Any, state: GatherState) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The replaced methods. forward_decode / forward_extend are sglang 0.5.9's bodies verbatim
-# except the marked key-buffer line.
+# The AST rewrite of the real module's two forward methods
+
+KEY_BUFFER_HELPER = "_glmserve_gtc_key_buffer"
+# method -> the forward_metadata attribute holding the wrapper that method runs
+FORWARD_WRAPPERS = {"forward_decode": "decode_wrapper", "forward_extend": "prefill_wrapper"}
+# updater class -> the call_begin_forward parameter holding the MLA paged wrapper it plans
+PLAN_WRAPPERS = {
+    "FlashInferMLAIndicesUpdaterDecode": "wrapper",
+    "FlashInferMLAIndicesUpdaterPrefill": "wrapper_paged",
+}
 
 
-def _state(backend: Any) -> GatherState:
+def _is_name_attr(node: ast.AST, base: str, attr: str) -> bool:
+    """``base.attr`` with ``base`` a plain name."""
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == attr
+        and isinstance(node.value, ast.Name)
+        and node.value.id == base
+    )
+
+
+def _is_whole_pool_cast(node: ast.AST) -> bool:
+    """``<pool>.get_key_buffer(layer.layer_id).to(q.dtype)``, any ``<pool>`` expression."""
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "to"
+        and len(node.args) == 1
+        and not node.keywords
+        and _is_name_attr(node.args[0], "q", "dtype")
+    ):
+        return False
+    inner = node.func.value
+    return (
+        isinstance(inner, ast.Call)
+        and isinstance(inner.func, ast.Attribute)
+        and inner.func.attr == "get_key_buffer"
+        and len(inner.args) == 1
+        and not inner.keywords
+        and _is_name_attr(inner.args[0], "layer", "layer_id")
+    )
+
+
+def _class_methods(tree: ast.Module, cls_name: str) -> dict[str, ast.FunctionDef]:
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == cls_name:
+            return {f.name: f for f in node.body if isinstance(f, ast.FunctionDef)}
+    raise fail(PATCH, f"class {cls_name} not found in {TARGET} source")
+
+
+class _CastRewriter(ast.NodeTransformer):
+    """Replace the whole-pool cast by the helper call, counting the replacements."""
+
+    def __init__(self, wrapper_attr: str) -> None:
+        self.wrapper_attr = wrapper_attr
+        self.count = 0
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if not _is_whole_pool_cast(node):
+            return node
+        self.count += 1
+        wrapper = ast.Attribute(
+            value=ast.Attribute(
+                value=ast.Name(id="self", ctx=ast.Load()), attr="forward_metadata", ctx=ast.Load()
+            ),
+            attr=self.wrapper_attr,
+            ctx=ast.Load(),
+        )
+        pool_read = node.func.value  # type: ignore[attr-defined]
+        call = ast.Call(
+            func=ast.Name(id=KEY_BUFFER_HELPER, ctx=ast.Load()),
+            args=[
+                ast.Name(id="self", ctx=ast.Load()),
+                wrapper,
+                pool_read,
+                *pool_read.args,
+                node.args[0],
+            ],
+            keywords=[],
+        )
+        return ast.copy_location(call, node)
+
+
+def _check_plan_calls(methods: dict[str, ast.FunctionDef], cls_name: str) -> None:
+    """The updater plans through ``<param>.plan(qo, kv_indptr, kv_indices, kv_len, ...)``."""
+    func = methods.get("call_begin_forward")
+    param = PLAN_WRAPPERS[cls_name]
+    if func is None or param not in [a.arg for a in func.args.args]:
+        raise fail(PATCH, f"{cls_name}.call_begin_forward has no parameter {param!r}")
+    plans = [
+        n
+        for n in ast.walk(func)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "plan"
+    ]
+    bad = [
+        n.lineno
+        for n in plans
+        if not _is_name_attr(n.func, param, "plan")
+        or len(n.args) < 4
+        or any(isinstance(a, ast.Starred) for a in n.args[:4])
+    ]
+    if not plans or bad:
+        raise fail(
+            PATCH,
+            f"{cls_name}.call_begin_forward: expected {param}.plan(qo_indptr, kv_indptr, "
+            f"kv_indices, kv_len_arr, ...) calls, found {len(plans)} plan call(s)"
+            + (f", unexpected at line(s) {bad}" if bad else ""),
+        )
+
+
+def _future_flags(tree: ast.Module) -> int:
+    """The module's ``from __future__ import ...`` flags (annotations!), for recompiling."""
+    flags = 0
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            for alias in node.names:
+                flags |= getattr(__future__, alias.name).compiler_flag
+    return flags
+
+
+def rewrite_forwards(module: ModuleType) -> dict[str, Any]:
+    """Compile the module's ``forward_decode``/``forward_extend`` with the cast rewritten.
+
+    Returns method name -> new function (globals: the module's own). Raises PatchError when
+    the cast, or the wrapper read it pairs with, is not found exactly once in each method, or
+    an updater's plan call is not the expected one.
+    """
+    path = module.__file__
+    with open(path, encoding="utf-8") as fh:  # type: ignore[arg-type]
+        source = fh.read()
+    tree = ast.parse(source, filename=path)  # type: ignore[arg-type]
+    for cls_name in PLAN_WRAPPERS:
+        _check_plan_calls(_class_methods(tree, cls_name), cls_name)
+    methods = _class_methods(tree, "FlashInferMLAAttnBackend")
+    out: dict[str, Any] = {}
+    for name, wrapper_attr in FORWARD_WRAPPERS.items():
+        func = methods.get(name)
+        if func is None:
+            raise fail(PATCH, f"FlashInferMLAAttnBackend.{name} not found in the source")
+        reads = [
+            n
+            for n in ast.walk(func)
+            if isinstance(n, ast.Attribute)
+            and n.attr == wrapper_attr
+            and _is_name_attr(n.value, "self", "forward_metadata")
+        ]
+        if any(isinstance(n, ast.Name) and n.id in ("super", "__class__") for n in ast.walk(func)):
+            raise fail(PATCH, f"FlashInferMLAAttnBackend.{name} uses super(): cannot recompile")
+        rewriter = _CastRewriter(wrapper_attr)
+        new_func = rewriter.visit(copy.deepcopy(func))
+        if rewriter.count != 1 or len(reads) != 1:
+            raise fail(
+                PATCH,
+                f"FlashInferMLAAttnBackend.{name}: expected exactly one "
+                "'<pool>.get_key_buffer(layer.layer_id).to(q.dtype)' and one "
+                f"'self.forward_metadata.{wrapper_attr}', found {rewriter.count} and "
+                f"{len(reads)}",
+            )
+        new_func.decorator_list = []
+        code = compile(
+            ast.fix_missing_locations(ast.Module(body=[new_func], type_ignores=[])),
+            path,
+            "exec",
+            flags=_future_flags(tree),
+            dont_inherit=True,
+        )
+        namespace: dict[str, Any] = {}
+        exec(code, vars(module), namespace)
+        fn = namespace[name]
+        fn.__qualname__ = f"FlashInferMLAAttnBackend.{name}"
+        fn._glmserve_rewritten = True
+        out[name] = fn
+    return out
+
+
+def _glmserve_gtc_key_buffer(
+    backend: Any, wrapper: Any, pool: Any, layer_id: int, q_dtype: Any
+) -> Any:
+    """What the rewritten methods call instead of ``pool.to(q.dtype)``."""
     state = getattr(backend, "_glmserve_gtc", None)
     if state is None:
         raise fail(PATCH, "backend was built before the patch applied")
-    return state
+    return state.key_buffer(wrapper, pool, layer_id, q_dtype)
 
 
-def _forward_extend(
-    self,
-    q,
-    k,
-    v,
-    layer,
-    forward_batch,
-    save_kv_cache: bool = True,
-    q_rope=None,
-    k_rope=None,
-):
-    if forward_batch.attn_attend_prefix_cache is not None and any(
-        forward_batch.extend_prefix_lens_cpu
-    ):  # MHA Chunk
-        assert self.enable_chunk_kv
-        assert q_rope is None
-        assert k_rope is None
-        return self.mha_chunk_kv_cache.forward(q, k, v, layer, forward_batch)
-
-    cache_loc = forward_batch.out_cache_loc
-    logits_soft_cap = layer.logit_cap
-    prefill_wrapper_paged = self.forward_metadata.prefill_wrapper
-
-    # Save kv cache
-    if save_kv_cache and k is not None:
-        assert v is not None
-        if save_kv_cache:
-            if k_rope is not None:
-                forward_batch.token_to_kv_pool.set_mla_kv_buffer(layer, cache_loc, k, k_rope)
-            else:
-                forward_batch.token_to_kv_pool.set_kv_buffer(layer, cache_loc, k, v)
-    if q_rope is not None:
-        q = q.view(-1, layer.tp_q_head_num, layer.v_head_dim)
-        q_rope = q_rope.view(-1, layer.tp_q_head_num, layer.head_dim - layer.v_head_dim)
-
-    if self.forward_metadata.use_ragged:
-        import torch
-
-        # ragged prefill
-        if q_rope is not None:
-            q = torch.cat([q, q_rope], dim=-1)
-        qall = q.view(-1, layer.tp_q_head_num, layer.head_dim)
-        if k_rope is not None:
-            k = torch.cat([k, k_rope], dim=-1)
-        o = self.prefill_wrapper_ragged.forward(
-            qall,
-            k.view(-1, layer.tp_k_head_num, layer.head_dim).to(q.dtype),
-            v.view(-1, layer.tp_k_head_num, layer.v_head_dim).to(q.dtype),
-            causal=True,
-            sm_scale=layer.scaling,
-            logits_soft_cap=logits_soft_cap,
-        )
-    else:
-        # mla paged prefill
-        # glmserve: only the planned rows, gathered and cast (was: whole pool .to(q.dtype))
-        k_buf = _state(self).key_buffer(
-            prefill_wrapper_paged,
-            forward_batch.token_to_kv_pool.get_key_buffer(layer.layer_id),
-            layer.layer_id,
-            q.dtype,
-        )
-        if q_rope is None:
-            qall = q.view(-1, layer.tp_q_head_num, layer.head_dim)
-            q, q_rope = (
-                qall[:, :, : layer.v_head_dim],
-                qall[:, :, layer.v_head_dim :],
-            )
-        o = q.new_empty(q.shape)
-        o = prefill_wrapper_paged.run(
-            q,
-            q_rope,
-            k_buf[:, :, : layer.v_head_dim],
-            k_buf[:, :, layer.v_head_dim :],
-            out=o,
-        )
-
-    return o.view(-1, layer.tp_q_head_num * layer.v_head_dim)
-
-
-def _forward_decode(
-    self,
-    q,
-    k,
-    v,
-    layer,
-    forward_batch,
-    save_kv_cache: bool = True,
-    # For multi-head latent attention
-    q_rope=None,
-    k_rope=None,
-):
-    decode_wrapper = self.forward_metadata.decode_wrapper
-    cache_loc = forward_batch.out_cache_loc
-
-    if k is not None:
-        assert v is not None
-        if save_kv_cache:
-            if k_rope is not None:
-                forward_batch.token_to_kv_pool.set_mla_kv_buffer(layer, cache_loc, k, k_rope)
-            else:
-                forward_batch.token_to_kv_pool.set_kv_buffer(layer, cache_loc, k, v)
-
-    # Reshape inputs
-    if q_rope is not None:
-        q_nope = q.view(-1, layer.tp_q_head_num, layer.v_head_dim)
-        q_rope = q_rope.view(-1, layer.tp_q_head_num, layer.head_dim - layer.v_head_dim)
-    else:
-        reshaped_q = q.view(-1, layer.tp_q_head_num, layer.head_dim)
-        q_nope = reshaped_q[:, :, : layer.v_head_dim]
-        q_rope = reshaped_q[:, :, layer.v_head_dim :]
-
-    # glmserve: only the planned rows, gathered and cast (was: whole pool .to(q.dtype))
-    k_buffer = _state(self).key_buffer(
-        decode_wrapper,
-        forward_batch.token_to_kv_pool.get_key_buffer(layer.layer_id),
-        layer.layer_id,
-        q.dtype,
-    )
-
-    o = q_nope.new_empty(q_nope.shape)
-    # Direct call to run without the wrapper
-    o = decode_wrapper.run(
-        q_nope,
-        q_rope,
-        k_buffer[:, :, : layer.v_head_dim],
-        k_buffer[:, :, layer.v_head_dim :],
-        out=o,
-    )
-
-    return o.view(-1, layer.tp_q_head_num * layer.v_head_dim)
+def _bound_arg(func: Any, name: str, args: tuple, kwargs: dict) -> Any:
+    """The value passed for parameter ``name`` of ``func`` (positionally or by keyword)."""
+    return inspect.signature(func).bind_partial(*args, **kwargs).arguments[name]
 
 
 def apply(module: ModuleType) -> str:
@@ -422,36 +605,50 @@ def apply(module: ModuleType) -> str:
     prefill_updater = module.FlashInferMLAIndicesUpdaterPrefill
     if getattr(backend_cls, "_glmserve_patched", False):
         return version
+    module_vars = vars(module)
+    module_vars[KEY_BUFFER_HELPER] = _glmserve_gtc_key_buffer
+    forwards = rewrite_forwards(module)
 
     orig_init = backend_cls.__init__
     orig_decode_cbf = decode_updater.call_begin_forward
     orig_prefill_cbf = prefill_updater.call_begin_forward
 
     def __init__(self, model_runner, *args, **kwargs):
+        if dcp_enabled(module):  # before the release's own __init__ allocates anything
+            raise fail(
+                PATCH,
+                "decode context parallelism is on: its attention reads a DCP-local KV "
+                "buffer the patch does not gather (drop --dcp-size or the patch)",
+            )
         orig_init(self, model_runner, *args, **kwargs)
         self._glmserve_gtc = GatherState(model_runner)
 
     def init_cuda_graph_state(self, *args, **kwargs):
-        raise fail(
-            PATCH,
-            "CUDA graphs are on; the gather-then-cast patch supports only "
-            "--disable-cuda-graph (the flashinfer_gtc profile sets it)",
-        )
+        raise fail(PATCH, CUDA_GRAPH_REASON)
 
-    def decode_call_begin_forward(self, wrapper, *args, **kwargs):
-        with intercept_plan(wrapper, _state(self.attn_backend)):
-            return orig_decode_cbf(self, wrapper, *args, **kwargs)
+    def decode_call_begin_forward(self, *args, **kwargs):
+        wrapper = _bound_arg(orig_decode_cbf, "wrapper", (self, *args), kwargs)
+        with intercept_plan(wrapper, _glmserve_state(self.attn_backend)):
+            return orig_decode_cbf(self, *args, **kwargs)
 
-    def prefill_call_begin_forward(self, wrapper_ragged, wrapper_paged, *args, **kwargs):
-        with intercept_plan(wrapper_paged, _state(self.attn_backend)):
-            return orig_prefill_cbf(self, wrapper_ragged, wrapper_paged, *args, **kwargs)
+    def prefill_call_begin_forward(self, *args, **kwargs):
+        wrapper = _bound_arg(orig_prefill_cbf, "wrapper_paged", (self, *args), kwargs)
+        with intercept_plan(wrapper, _glmserve_state(self.attn_backend)):
+            return orig_prefill_cbf(self, *args, **kwargs)
 
     __init__.__wrapped__ = orig_init  # type: ignore[attr-defined]
     backend_cls.__init__ = __init__
     backend_cls.init_cuda_graph_state = init_cuda_graph_state
-    backend_cls.forward_decode = _forward_decode
-    backend_cls.forward_extend = _forward_extend
+    backend_cls.forward_decode = forwards["forward_decode"]
+    backend_cls.forward_extend = forwards["forward_extend"]
     decode_updater.call_begin_forward = decode_call_begin_forward
     prefill_updater.call_begin_forward = prefill_call_begin_forward
     backend_cls._glmserve_patched = True
     return version
+
+
+def _glmserve_state(backend: Any) -> GatherState:
+    state = getattr(backend, "_glmserve_gtc", None)
+    if state is None:
+        raise fail(PATCH, "backend was built before the patch applied")
+    return state
