@@ -80,6 +80,18 @@ def parse_stall_budgets(items: list[str], flag: str = "--stall-budget") -> dict[
     return out
 
 
+def check_stall_timeout(seconds: float | None, flag: str = "--stall-timeout") -> float | None:
+    """``seconds`` if it is a usable stall budget (None = the per-phase defaults), else a
+    one-line ConfigError naming the flag: 0, a negative number or nan would otherwise be
+    dropped in silence and the user's hang would wait the default budget instead."""
+    if seconds is not None and not 0 < seconds < math.inf:
+        raise ConfigError(
+            f"{flag} {seconds:g}: seconds must be a positive number (leave it out for the "
+            "per-phase defaults)"
+        )
+    return seconds
+
+
 # -- who holds the port ----------------------------------------------------------------------
 def port_owner_script(pgid: int, port: int) -> str:
     """Shell printing ``listen: INODE ...`` (the TCP sockets listening on ``port``; ``listen:

@@ -106,6 +106,23 @@ def test_bad_stall_budget_is_one_line_exit_2_before_anything_starts(verb):
         assert store.list_runs() == []
 
 
+@pytest.mark.parametrize("value", ["0", "-3", "nan"])
+def test_unusable_stall_timeout_is_one_line_exit_2_before_anything_starts(value):
+    """Review: ``--stall-timeout 0/-3/nan`` used to be dropped in silence (a warmup hang then
+    waited the 300 s default) while ``--stall-budget load=-1`` was refused."""
+    res = run_glmserve(
+        "launch", "--profile", "flashinfer", "--simulate", "--stall-timeout", value,
+        "--set", f"server.port={free_port()}",
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: --stall-timeout ") and "positive number" in last, last
+    from glmserve.store import RunStore
+
+    with RunStore.open() as store:
+        assert store.list_runs() == []
+
+
 def test_launch_without_timeout_gets_the_default_deadline(monkeypatch, stop_runs):
     """No --timeout and no budget that can fire first: the default deadline ends the watch."""
     from typer.testing import CliRunner

@@ -266,9 +266,10 @@ def launch(
     """
     from glmserve.lifecycle import launch_run, transport_for_run
     from glmserve.store import RunStore
-    from glmserve.watch import Watcher, parse_stall_budgets
+    from glmserve.watch import Watcher, check_stall_timeout, parse_stall_budgets
 
     budgets = parse_stall_budgets(stall_budgets)  # a typo fails before anything starts
+    check_stall_timeout(stall_timeout)
     group = _group_of(profile, sets, nodes, host)
     if group:
         _launch_group(
