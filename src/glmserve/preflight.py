@@ -156,6 +156,22 @@ def check_argspec(t: Transport, spec: LaunchSpec, version: str | None) -> CheckR
     return CheckRow("flags", "warn" if warn else "ok", detail)
 
 
+def check_simulated_patches(spec: LaunchSpec) -> CheckRow:
+    """Under ``--simulate`` the simulator parses its own flags, but a runtime patch's
+    requirements still hold: the simulated workers refuse them at init exactly as the real
+    patch does, so ``check`` fails on them as it does for a real host."""
+    from glmserve.validation import patch_requirement_errors
+
+    argv = list(spec.argv)
+    version = "0.5.9"  # the simulator's default --sim-sglang-version
+    if "--sim-sglang-version" in argv[:-1]:
+        version = argv[argv.index("--sim-sglang-version") + 1]
+    errors = patch_requirement_errors(spec, version)
+    if errors:
+        return CheckRow("flags", "fail", "; ".join(errors))
+    return CheckRow("flags", "skip", "simulate: the simulator parses its own flags")
+
+
 def check_gpus(t: Transport, spec: LaunchSpec, need: int | None = None) -> CheckRow:
     """GPUs on the host vs ``need`` (default tp-size; a group node needs tp-size / nnodes)."""
     need = spec.tp_size if need is None else need
@@ -262,7 +278,7 @@ def run_checks(
     prow, srow, version = check_python(t, spec)
     rows += [prow, srow]
     if spec.launcher == "simulator":
-        rows.append(CheckRow("flags", "skip", "simulate: the simulator parses its own flags"))
+        rows.append(check_simulated_patches(spec))
     else:
         rows.append(check_argspec(t, spec, version))
     rows.append(check_gpus(t, spec, gpus_needed))

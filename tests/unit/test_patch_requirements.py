@@ -92,3 +92,14 @@ def test_check_flags_row_fails_for_a_patch_requirement(tmp_path, monkeypatch):
     assert f"FAILED: {gtc.CUDA_GRAPH_REASON}" in row.detail
     ok = preflight.check_argspec(None, load_profile("flashinfer_gtc"), "0.5.9")  # type: ignore[arg-type]
     assert ok.status != "fail", ok.detail
+
+
+def test_check_simulate_fails_for_a_patch_requirement(tmp_path):
+    """Review: ``check --simulate`` skipped the flags row, so it said ok (exit 0) for a
+    profile whose simulated workers then die with PATCH_FAILED at ``launch --simulate``."""
+    proc = run_glmserve("check", "-p", _profile(tmp_path, GRAPHS_ON), "--simulate")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "server.disable-cuda-graph" in proc.stdout, proc.stdout
+    assert proc.stderr.strip().splitlines()[-1] == "error: 1 blocking check(s): flags"
+    ok = run_glmserve("check", "-p", "flashinfer_gtc", "--simulate")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
