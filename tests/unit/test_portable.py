@@ -421,3 +421,32 @@ def test_cli_validate_hints_at_fix_when_it_would_help(tmp_path, capsys):
     assert f"hint: glmserve validate --fix [--diff] --sglang-version 0.5.23 {path}" in err
     code, _, err = _cli(capsys, "validate", "--sglang-version", "0.5.9", str(path))
     assert code == 0 and "hint:" not in err
+
+
+def test_fix_in_a_folder_that_cannot_be_written_is_exit_2_and_leaves_the_script(tmp_path):
+    """Review: an unwritable folder made ``validate --fix`` an internal error (exit 70,
+    PermissionError from mkstemp). Non-root: mode 555; root: the immutable attribute."""
+    import subprocess
+
+    from tests.fixtures.cli import run_glmserve
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    path = _seed_copy(folder)
+    before = path.read_text()
+    folder.chmod(0o555)
+    locked = not os.access(folder, os.W_OK)
+    if not locked and subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode:
+        folder.chmod(0o755)
+        pytest.skip("root without chattr: no way to make a folder unwritable here")
+    try:
+        proc = run_glmserve("validate", "--fix", "--sglang-version", "0.5.23", str(path))
+    finally:
+        if not locked:
+            subprocess.run(["chattr", "-i", str(folder)], check=True)
+        folder.chmod(0o755)
+    assert proc.returncode == 2, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {path}: cannot write the migrated script"), last
+    assert path.read_text() == before
+    assert sorted(p.name for p in folder.iterdir()) == [path.name]  # no temp file left

@@ -192,17 +192,26 @@ def _fix_script(items: list[str], spec: ArgSpec, diff_only: bool) -> None:
 
 
 def _write_in_place(path: Path, text: str) -> None:
-    """Replace ``path`` atomically, keeping its permission bits (a script stays executable)."""
+    """Replace ``path`` atomically, keeping its permission bits (a script stays executable).
+    A file or folder that cannot be written is a one-line ConfigError naming it (exit 2),
+    not an internal error; the script is left as it was."""
     import os
     import tempfile
 
     mode = path.stat().st_mode & 0o7777
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    tmp: str | None = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise ConfigError(
+                f"{path}: cannot write the migrated script ({exc.strerror or exc}); nothing "
+                "written (use --diff and apply it yourself)"
+            ) from None
         raise
