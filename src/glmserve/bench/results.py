@@ -13,7 +13,7 @@ from typing import Any
 from rich.table import Table
 
 from glmserve.errors import ConfigError
-from glmserve.metrics import level_metrics, percentile
+from glmserve.metrics import PERCENTILES, level_metrics, percentile
 
 RESULT_VERSION = 1
 
@@ -53,10 +53,34 @@ class BenchResult:
 
 
 def summarize_level(
-    records: list[Any], concurrency: int, workers: int, server: dict[str, Any], stopped: str | None
+    records: list[Any],
+    concurrency: int,
+    workers: int,
+    server: dict[str, Any],
+    stopped: str | None,
+    settings: Any = None,
+    rate: float | None = None,
 ) -> dict[str, Any]:
-    """One level's JSON-ready summary from raw records (metrics) and server readings."""
-    lm = asdict(level_metrics(records, concurrency))
+    """One level's JSON-ready summary from raw records (metrics) and server readings.
+
+    ``settings`` (a ``BenchSettings``) supplies percentiles, SLOs and the per-request opt-in;
+    an open-loop level (``rate`` set) measures output tok/s over its full window.
+    """
+    lm = asdict(
+        level_metrics(
+            records,
+            concurrency,
+            percentiles=getattr(settings, "percentiles", None) or PERCENTILES,
+            slo=getattr(settings, "slo", None) or {},
+            per_request=bool(getattr(settings, "per_request", False)),
+            window="steady" if rate is None else "full",
+        )
+    )
+    if lm["per_request"] is None:
+        del lm["per_request"]
+    lm["load"] = "closed" if rate is None else "open"
+    lm["request_rate"] = rate
+    lm["burstiness"] = getattr(settings, "burstiness", 1.0) if rate is not None else None
     samples = [float(x) for x in server.get("last_gen_throughput_samples", [])]
     srv = {k: v for k, v in server.items() if k != "last_gen_throughput_samples"}
     srv["last_gen_throughput"] = percentile(samples, 50)
@@ -193,7 +217,7 @@ def render_table(res: BenchResult) -> Table:
         srv = lv.get("server") or {}
         srv_tok = srv.get("generation_tok_s") or srv.get("last_gen_throughput")
         t.add_row(
-            str(lv["concurrency"]),
+            level_label(lv),
             _f(lv["output_tok_s"]),
             _f(lv["decode_tok_s"]["p50"], 2),
             _pct(lv["ttft_ms"]),
@@ -205,6 +229,15 @@ def render_table(res: BenchResult) -> Table:
             _f(srv_tok),
         )
     return t
+
+
+def level_label(lv: dict[str, Any]) -> str:
+    """ "64" for a closed-loop level; "r=20" or "r=20 c<=64" for an open-loop one."""
+    rate = lv.get("request_rate")
+    if rate is None:
+        return str(lv["concurrency"])
+    cap = f" c<={lv['concurrency']}" if lv.get("concurrency") else ""
+    return f"r={rate:g}{cap}"
 
 
 def render_plain(res: BenchResult) -> list[str]:

@@ -163,6 +163,35 @@ SERVER_ARG_KEYS = ("model_path", "tp_size", "attention_backend", "kv_cache_dtype
                    "enable_metrics")  # fmt: skip
 
 
+def simulator_speed(base: str) -> dict[str, Any]:
+    """``{"simulated": True, "sim_speed": S}`` from the simulator's ``/sim/config``; {} for a
+    real SGLang server (no such route). A sim-speed-10 result is not comparable with speed 1."""
+    import httpx
+
+    try:
+        r = httpx.get(base + "/sim/config", timeout=5.0)
+        scale = float(r.json()["time_scale"]) if r.status_code == 200 else 0.0
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return {}
+    return {"simulated": True, "sim_speed": round(1.0 / scale, 6)} if scale > 0 else {}
+
+
+def comparable_meta(
+    meta: dict[str, Any], server: dict[str, Any], labels: dict[str, str] | None
+) -> dict[str, Any]:
+    """The fields that decide comparability, flat in the stored meta (see bench.comparable)."""
+    from glmserve.bench.comparable import argv_hash, gpu_summary
+
+    model, count = gpu_summary(meta.get("gpus"))
+    return {
+        "labels": dict(labels or {}),
+        "argv_hash": argv_hash(meta.get("argv")),
+        "gpu_model": model,
+        "gpu_count": count,
+        "sim_speed": server.get("sim_speed"),
+    }
+
+
 def server_summary(info: dict[str, Any]) -> dict[str, Any]:
     """What the server says about itself: version, throughput gauge, the flags that matter."""
     out: dict[str, Any] = {
@@ -228,8 +257,10 @@ def endpoint(
 
 def validate_settings(s: BenchSettings, gates: Gates) -> None:
     """Flag-level checks with one-line errors naming the flag."""
-    if s.mode not in ("decode", "concurrency"):
-        raise ConfigError(f"--mode: expected decode or concurrency, got {s.mode!r}")
+    if s.mode not in ("decode", "concurrency", "rate"):
+        raise ConfigError(f"--mode: expected decode, concurrency or rate, got {s.mode!r}")
+    if s.mode == "rate" and not s.request_rate:
+        raise ConfigError("--mode rate needs --request-rate")
     if s.api not in ("native", "openai", "chat"):
         raise ConfigError(f"--api: expected native, openai or chat, got {s.api!r}")
     if not s.concurrency or any(c < 1 for c in s.concurrency):
@@ -242,6 +273,17 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
         raise ConfigError("--duration must be positive")
     if s.stall_timeout <= 0:
         raise ConfigError("--stall-timeout must be positive")
+    if s.request_rate is not None and any(not r > 0 for r in s.request_rate):
+        raise ConfigError("--request-rate: expected positive rates (req/s) like 5,10,inf")
+    if not s.burstiness > 0:
+        raise ConfigError("--burstiness must be positive (1 = Poisson arrivals)")
+    if s.max_concurrency is not None and s.max_concurrency < 1:
+        raise ConfigError("--max-concurrency must be at least 1")
+    if s.max_concurrency is not None and not s.request_rate:
+        raise ConfigError("--max-concurrency caps open-loop load: give --request-rate too "
+                          "(closed-loop levels are --concurrency)")  # fmt: skip
+    if not 0.0 <= s.random_range_ratio <= 1.0:
+        raise ConfigError("--random-range-ratio must be within 0..1")
     for c, _ in gates.min_output_tok_s or []:
         if c not in s.concurrency:
             raise ConfigError(
@@ -255,6 +297,7 @@ def run_bench(
     gates: Gates,
     progress: Progress,
     store_result: bool = True,
+    labels: dict[str, str] | None = None,
 ) -> BenchOutcome:
     """Measure, assemble, evaluate gates and store; Ctrl-C yields a partial, marked result."""
     validate_settings(settings, gates)
@@ -275,6 +318,7 @@ def run_bench(
             meta["identity"] = target.identity
         info = probe_server(target.base)
         server = server_summary(info)
+        server.update(simulator_speed(target.base))
         model = settings.model or (
             resolve_model(target.base) if settings.api != "native" else "default"
         )
@@ -282,13 +326,21 @@ def run_bench(
         requests = prepare_requests(settings, model)
         try:
             run_warmup(settings, requests)
-            for c in settings.concurrency:
-                run = LevelRun(concurrency=c, workers=settings.workers_for(c))
+            for c, rate in settings.level_points():
+                run = LevelRun(concurrency=c, workers=settings.workers_for(c, rate), rate=rate)
                 try:
                     run_level(settings, c, requests, progress, run)
                 finally:
                     levels.append(
-                        summarize_level(run.records, c, run.workers, run.server, run.stopped)
+                        summarize_level(
+                            run.records,
+                            c,
+                            run.workers,
+                            run.server,
+                            run.stopped,
+                            settings=settings,
+                            rate=rate,
+                        )
                     )
                 if run.stopped or any(not r.ok for r in run.records):
                     verdict = _server_verdict(target)
@@ -319,6 +371,7 @@ def run_bench(
         bench_argv=sys.argv[1:],
         sglang_version=server.get("version") or meta.get("sglang_version"),
     )
+    meta.update(comparable_meta(meta, server, labels))
     res = build_result(settings.mode, levels, settings.to_dict(), server, meta, stopped)
     res.gates = evaluate_gates(
         res, gates.min_decode_tok_s, gates.max_ttft_ms, gates.min_output_tok_s

@@ -14,6 +14,7 @@ from glmserve.bench.runner import BenchSettings, LevelRun, Progress
 from glmserve.bench.session import BenchInterrupted, Gates, run_bench
 from glmserve.cli._app import app, emit_json, err, is_interactive, out
 from glmserve.errors import BenchmarkGateFailed, ConfigError
+from glmserve.metrics import parse_percentiles, parse_slo
 
 
 class _PlainProgress(Progress):
@@ -86,6 +87,31 @@ class _RichProgress(Progress):
             self.rp.stop()
 
 
+def _rates(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"--request-rate: expected req/s like 5,10,inf, got {text!r}") from exc
+
+
+def _parse(flag: str, fn: Any, text: str) -> Any:
+    try:
+        return fn(text)
+    except ValueError as exc:
+        raise ConfigError(f"{flag}: {exc}") from exc
+
+
+def parse_labels(items: list[str]) -> dict[str, str]:
+    """``["team=infra", "gpu=h200"]`` -> dict; ConfigError names a malformed one."""
+    out: dict[str, str] = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            raise ConfigError(f"--label: expected KEY=VALUE, got {item!r}")
+        out[k.strip()] = v.strip()
+    return out
+
+
 def _levels(text: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
@@ -129,6 +155,40 @@ def bench(
         "--min-output-tok-s",
         help="Gate C:X (e.g. 64:900): exit 1 if output tok/s at concurrency C is below X.",
     ),
+    request_rate: str | None = typer.Option(
+        None,
+        "--request-rate",
+        help="Open loop: offer R requests/s (comma list: one level each; inf = all at once).",
+    ),
+    burstiness: float = typer.Option(
+        1.0, "--burstiness", help="Gamma shape of arrival gaps: 1 Poisson, <1 burstier."
+    ),
+    max_concurrency: int | None = typer.Option(
+        None, "--max-concurrency", help="Open loop: at most this many requests in flight."
+    ),
+    random_range_ratio: float = typer.Option(
+        1.0,
+        "--random-range-ratio",
+        help="Lengths uniform in [len*ratio, len] (glmserve default 1.0: fixed lengths).",
+    ),
+    dataset_path: str | None = typer.Option(
+        None, "--dataset-path", help="Prompts from a ShareGPT JSON/JSONL or plain text file."
+    ),
+    tokenizer: str | None = typer.Option(
+        None, "--tokenizer", help="Local tokenizer directory: exact token lengths for text."
+    ),
+    percentiles: str = typer.Option(
+        "50,90,95,99", "--percentiles", help="Latency percentiles to report (comma list)."
+    ),
+    slo: str | None = typer.Option(
+        None, "--slo", help="Goodput SLOs, ms: ttft_ms=..,tpot_ms=..,itl_ms=..,e2e_ms=.."
+    ),
+    output_details: bool = typer.Option(
+        False, "--output-details", help="Per-request arrays (TTFT, TPOT, ITLs...) in the JSON."
+    ),
+    label: list[str] = typer.Option(
+        [], "--label", help="k=v stored with the result (repeat); `glmserve results --label`."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
     output: Path | None = typer.Option(None, "--output", help="Also write the JSON here."),
 ) -> None:
@@ -152,7 +212,9 @@ def bench(
     4 not ready, 5 server unreachable or no request succeeded, 130 Ctrl-C (partial results are
     stored and marked incomplete; so is any result with a failed request).
     """
-    levels = [1] if mode == "decode" else _levels(concurrency)
+    if request_rate is not None and mode == "decode":
+        mode = "rate"  # open loop: one level per offered rate
+    levels = [1] if mode in ("decode", "rate") else _levels(concurrency)
     settings = BenchSettings(
         base_url=url or "",
         mode=mode,
@@ -166,11 +228,20 @@ def bench(
         seed=seed,
         stall_timeout=stall_timeout,
         workers=workers,
+        request_rate=_rates(request_rate) if request_rate is not None else None,
+        burstiness=burstiness,
+        max_concurrency=max_concurrency,
+        random_range_ratio=random_range_ratio,
+        dataset_path=dataset_path,
+        tokenizer=tokenizer,
+        percentiles=list(_parse("--percentiles", parse_percentiles, percentiles)),
+        slo=_parse("--slo", parse_slo, slo) if slo else {},
+        per_request=output_details,
     )
     gates = Gates(min_decode_tok_s, max_ttft_ms, [parse_output_gate(g) for g in min_output_tok_s])
     progress: Progress = _RichProgress() if is_interactive() else _PlainProgress()
     try:
-        outcome = run_bench(settings, run, gates, progress)
+        outcome = run_bench(settings, run, gates, progress, labels=parse_labels(label))
     finally:
         if isinstance(progress, _RichProgress):
             progress.close()
