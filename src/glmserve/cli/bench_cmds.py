@@ -290,13 +290,16 @@ def compare(
 ) -> None:
     """One table across runs/profiles with speedup against a baseline.
 
+    A result measured differently from the baseline (lengths, dataset, API, load shape,
+    simulator speed) shows "n/c" instead of a speedup, and a line names each differing field.
+
     Examples:
 
       glmserve compare --last 3
 
       glmserve compare r-base r-trtllm --baseline r-base --json
     """
-    from glmserve.compare import compare_results, load_entries, render_compare
+    from glmserve.compare import compare_notes, compare_results, load_entries, render_compare
 
     entries = load_entries(items or [], last, baseline)
     table = compare_results(entries, baseline)
@@ -304,3 +307,5 @@ def compare(
         emit_json(table)
     else:
         out.print(render_compare(table))
+        for line in compare_notes(table):
+            out.print(line, highlight=False, markup=False)
