@@ -150,7 +150,7 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
         ttft = res.get("ttft_ms")
         if ttft is None and res.get("levels"):
             ttft = min(res["levels"], key=lambda lv: lv["concurrency"])["ttft_ms"]["p50"]
-        low_same = bool(levels_of(r)) and levels_of(r)[:1] == levels_of(base)[:1]
+        low_same = levels_of(r)[:1] == levels_of(base)[:1]
         out_rows.append(
             {
                 "id": r["id"],
