@@ -49,7 +49,7 @@ def test_output_len_difference_is_named_and_equal_settings_compare(capsys, start
     a = bench(capsys, sim.url)
     b = bench(capsys, sim.url, "--output-len", "32")
     c = bench(capsys, sim.url)
-    code, out = cli(capsys, "compare", str(a["id"]), str(b["id"]), str(c["id"]), "--json")
+    _code, out = cli(capsys, "compare", str(a["id"]), str(b["id"]), str(c["id"]), "--json")
     rows = json.loads(out)["rows"]
     assert rows[1]["incomparable_reason"] == "output_len 32 vs 16"
     assert rows[2]["comparable"] and rows[2]["decode_speedup"] == pytest.approx(1.0, rel=0.2)
