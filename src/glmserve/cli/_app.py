@@ -42,9 +42,20 @@ def emit_json(data: Any) -> None:
     sys.stdout.flush()
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from glmserve import __version__
+
+        sys.stdout.write(f"glmserve {__version__}\n")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_print_version, help="Print the version."
+    ),
 ) -> None:
     """glmserve: SGLang launch/watch/bench/compare. Exit codes: 0 ok, 1 gate failed,
     2 usage/config, 3 server crashed, 4 stalled/timeout, 5 connection/transport, 130 Ctrl-C."""

@@ -189,6 +189,7 @@ def bench(
     label: list[str] = typer.Option(
         [], "--label", help="k=v stored with the result (repeat); `glmserve results --label`."
     ),
+    wide: bool = typer.Option(False, "--wide", help="Every table column, however wide."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
     output: Path | None = typer.Option(None, "--output", help="Also write the JSON here."),
 ) -> None:
@@ -264,7 +265,7 @@ def bench(
     if as_json:
         emit_json(data)
     else:
-        out.print(render_table(res))
+        out.print(render_table(res, wide=wide, width=out.width))
         for line in render_plain(res):
             out.print(line, highlight=False)
         if outcome.result_id is not None:
