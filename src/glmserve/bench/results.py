@@ -7,6 +7,7 @@ re-running. ``version`` changes whenever a field's meaning changes. Gates are pu
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ class BenchResult:
     server: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     gates: list[dict[str, Any]] = field(default_factory=list)
+    sweep: dict[str, Any] | None = None  # --rate-sweep: rates tried, saturation
     version: int = RESULT_VERSION
 
     @property
@@ -79,7 +81,8 @@ def summarize_level(
     if lm["per_request"] is None:
         del lm["per_request"]
     lm["load"] = "closed" if rate is None else "open"
-    lm["request_rate"] = rate
+    lm["request_rate"] = rate if rate is None or math.isfinite(rate) else "inf"
+    lm["e2e_trend"] = e2e_trend(records)
     lm["burstiness"] = getattr(settings, "burstiness", 1.0) if rate is not None else None
     samples = [float(x) for x in server.get("last_gen_throughput_samples", [])]
     srv = {k: v for k, v in server.items() if k != "last_gen_throughput_samples"}
@@ -94,6 +97,21 @@ def summarize_level(
         stopped=stopped,
     )
     return lm
+
+
+def e2e_trend(records: list[Any]) -> float | None:
+    """Median E2E of the last quarter of successful requests (by send time) over that of the
+    first quarter: about 1 under a load the server keeps up with, growing when requests queue.
+    None with fewer than 8 requests."""
+    from glmserve.metrics import stream_metrics
+
+    ok = sorted((r for r in records if r.ok and r.send is not None), key=lambda r: r.send)
+    if len(ok) < 8:
+        return None
+    q = len(ok) // 4
+    first = percentile([m for r in ok[:q] if (m := stream_metrics(r).e2e) is not None], 50)
+    last = percentile([m for r in ok[-q:] if (m := stream_metrics(r).e2e) is not None], 50)
+    return last / first if first and last is not None else None
 
 
 def build_result(
@@ -278,7 +296,7 @@ def level_label(lv: dict[str, Any]) -> str:
     if rate is None:
         return str(lv["concurrency"])
     cap = f" c<={lv['concurrency']}" if lv.get("concurrency") else ""
-    return f"r={rate:g}{cap}"
+    return f"r={rate:g}{cap}" if isinstance(rate, (int, float)) else f"r={rate}{cap}"
 
 
 def render_plain(res: BenchResult) -> list[str]:

@@ -79,6 +79,7 @@ class BenchSettings:
     percentiles: list[float] = field(default_factory=lambda: [50.0, 90.0, 95.0, 99.0])
     slo: dict[str, float] = field(default_factory=dict)  # goodput bounds, ms
     per_request: bool = False  # per-request arrays in the JSON result
+    rate_sweep: int | None = None  # guidellm's sweep: synchronous, throughput, N rates between
     # Set (by the run monitor) when the server died: the level stops at once, keeping what
     # it measured; in-flight requests are recorded as failed.
     abort: threading.Event | None = None
@@ -91,12 +92,17 @@ class BenchSettings:
 
     def level_points(self) -> list[tuple[int, float | None]]:
         """(concurrency, rate) of each level: closed-loop levels have no rate; an open-loop
-        level's concurrency is its ``--max-concurrency`` (0 = unbounded)."""
+        level's concurrency is its ``--max-concurrency`` (0 = unbounded). A rate sweep's fixed
+        first two levels (synchronous, then everything at once); its rates come later."""
+        if self.rate_sweep:
+            return [(1, None), (self.max_concurrency or 0, math.inf)]
         if self.request_rate:
             return [(self.max_concurrency or 0, r) for r in self.request_rate]
         return [(c, None) for c in self.concurrency]
 
     def prompts_for(self, concurrency: int, rate: float | None = None) -> int | None:
+        if self.rate_sweep and rate is None:  # the synchronous level: one at a time
+            return max(5, (self.num_prompts or 200) // 10)
         if self.duration is not None:
             if rate is not None:  # arrivals are precomputed: enough for the duration, and then some
                 return self.num_prompts or math.ceil(rate * self.duration * 1.5) + 16

@@ -259,8 +259,12 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
     """Flag-level checks with one-line errors naming the flag."""
     if s.mode not in ("decode", "concurrency", "rate"):
         raise ConfigError(f"--mode: expected decode, concurrency or rate, got {s.mode!r}")
-    if s.mode == "rate" and not s.request_rate:
-        raise ConfigError("--mode rate needs --request-rate")
+    if s.mode == "rate" and not (s.request_rate or s.rate_sweep):
+        raise ConfigError("--mode rate needs --request-rate or --rate-sweep")
+    if s.rate_sweep is not None and s.rate_sweep < 1:
+        raise ConfigError("--rate-sweep: expected the number of rates to try, at least 1")
+    if s.rate_sweep and s.request_rate:
+        raise ConfigError("--rate-sweep picks its own rates: leave out --request-rate")
     if s.api not in ("native", "openai", "chat"):
         raise ConfigError(f"--api: expected native, openai or chat, got {s.api!r}")
     if not s.concurrency or any(c < 1 for c in s.concurrency):
@@ -289,6 +293,52 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
             raise ConfigError(
                 f"--min-output-tok-s {c}:...: concurrency {c} is not in --concurrency"
             )
+
+
+def sweep_rates(low: float, high: float, count: int) -> list[float]:
+    """``count`` rates evenly spaced strictly between ``low`` and ``high`` (guidellm's sweep)."""
+    if not high > low > 0:
+        return [low] if low > 0 else []
+    step = (high - low) / (count + 1)
+    return [round(low + step * (i + 1), 4) for i in range(count)]
+
+
+def level_plan(settings: BenchSettings, done: list[dict[str, Any]]) -> Iterator[tuple[int, Any]]:
+    """The levels to run, in order. A rate sweep (guidellm's) first measures the synchronous
+    request rate (one request at a time) and the throughput rate (everything at once), then
+    offers ``--rate-sweep`` rates between them; ``done`` is read lazily, level by level."""
+    points = settings.level_points()
+    yield from points
+    if not settings.rate_sweep or len(done) < 2:
+        return
+    low = done[0].get("request_throughput") or 0.0
+    high = done[1].get("request_throughput") or 0.0
+    for r in sweep_rates(low, high, settings.rate_sweep):
+        yield points[1][0], r
+
+
+def saturation(levels: list[dict[str, Any]]) -> dict[str, Any]:
+    """Which offered rates the server kept up with. An open-loop level is *saturated* when its
+    requests queue up: the median E2E of its last quarter of requests (by send time) is more
+    than 1.5x that of its first quarter (stable load keeps it flat). ``rate`` is the highest
+    offered rate before the first saturated one."""
+    marks = []
+    for lv in levels:
+        rate = lv.get("request_rate")
+        if not isinstance(rate, (int, float)):
+            continue
+        trend = lv.get("e2e_trend")
+        marks.append({"rate": rate, "e2e_trend": trend,
+                      "saturated": trend is not None and trend > 1.5})  # fmt: skip
+    marks.sort(key=lambda m: m["rate"])
+    ok = None
+    for m in marks:
+        if m["saturated"]:
+            break
+        ok = m["rate"]
+    thr = next((lv.get("request_throughput") for lv in levels if lv.get("request_rate") == "inf"),
+               None)  # fmt: skip
+    return {"rates": marks, "rate": ok, "max_request_throughput": thr}
 
 
 def run_bench(
@@ -326,7 +376,7 @@ def run_bench(
         requests = prepare_requests(settings, model)
         try:
             run_warmup(settings, requests)
-            for c, rate in settings.level_points():
+            for c, rate in level_plan(settings, levels):
                 run = LevelRun(concurrency=c, workers=settings.workers_for(c, rate), rate=rate)
                 try:
                     run_level(settings, c, requests, progress, run)
@@ -373,6 +423,8 @@ def run_bench(
     )
     meta.update(comparable_meta(meta, server, labels))
     res = build_result(settings.mode, levels, settings.to_dict(), server, meta, stopped)
+    if settings.rate_sweep:
+        res.sweep = saturation(levels)
     res.gates = evaluate_gates(
         res, gates.min_decode_tok_s, gates.max_ttft_ms, gates.min_output_tok_s
     )

@@ -112,6 +112,15 @@ def parse_labels(items: list[str]) -> dict[str, str]:
     return out
 
 
+def sweep_line(sweep: dict[str, Any]) -> str:
+    """One line saying where a rate sweep found saturation."""
+    thr = sweep.get("max_request_throughput")
+    top = f"{thr:.2f} req/s all at once" if thr else "unknown maximum"
+    if sweep.get("rate") is None:
+        return f"rate sweep: saturated at every rate tried ({top})"
+    return f"rate sweep: kept up up to {sweep['rate']:g} req/s offered ({top})"
+
+
 def _levels(text: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
@@ -159,6 +168,11 @@ def bench(
         None,
         "--request-rate",
         help="Open loop: offer R requests/s (comma list: one level each; inf = all at once).",
+    ),
+    rate_sweep: int | None = typer.Option(
+        None,
+        "--rate-sweep",
+        help="Find saturation: synchronous, then all at once, then N rates between.",
     ),
     burstiness: float = typer.Option(
         1.0, "--burstiness", help="Gamma shape of arrival gaps: 1 Poisson, <1 burstier."
@@ -213,7 +227,7 @@ def bench(
     4 not ready, 5 server unreachable or no request succeeded, 130 Ctrl-C (partial results are
     stored and marked incomplete; so is any result with a failed request).
     """
-    if request_rate is not None and mode == "decode":
+    if (request_rate is not None or rate_sweep) and mode == "decode":
         mode = "rate"  # open loop: one level per offered rate
     levels = [1] if mode in ("decode", "rate") else _levels(concurrency)
     settings = BenchSettings(
@@ -238,6 +252,7 @@ def bench(
         percentiles=list(_parse("--percentiles", parse_percentiles, percentiles)),
         slo=_parse("--slo", parse_slo, slo) if slo else {},
         per_request=output_details,
+        rate_sweep=rate_sweep,
     )
     gates = Gates(min_decode_tok_s, max_ttft_ms, [parse_output_gate(g) for g in min_output_tok_s])
     progress: Progress = _RichProgress() if is_interactive() else _PlainProgress()
@@ -268,6 +283,8 @@ def bench(
         out.print(render_table(res, wide=wide, width=out.width))
         for line in render_plain(res):
             out.print(line, highlight=False)
+        if res.sweep is not None:
+            out.print(sweep_line(res.sweep), highlight=False, markup=False)
         if outcome.result_id is not None:
             out.print(f"stored as bench result {outcome.result_id}", highlight=False)
     if outcome.interrupted:
