@@ -283,7 +283,7 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
         raise ConfigError("--burstiness must be positive (1 = Poisson arrivals)")
     if s.max_concurrency is not None and s.max_concurrency < 1:
         raise ConfigError("--max-concurrency must be at least 1")
-    if s.max_concurrency is not None and not s.request_rate:
+    if s.max_concurrency is not None and not (s.request_rate or s.rate_sweep):
         raise ConfigError("--max-concurrency caps open-loop load: give --request-rate too "
                           "(closed-loop levels are --concurrency)")  # fmt: skip
     if not 0.0 <= s.random_range_ratio <= 1.0:
