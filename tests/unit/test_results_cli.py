@@ -81,3 +81,32 @@ def test_bench_table_fits_80_columns_and_wide_shows_all():
     wide.print(render_table(res, wide=True))
     all_cols = wide.export_text()
     assert "queue ms p50" in all_cols and "server tok/s" in all_cols
+
+
+def _row(rid: int, levels: list[int], output_len: int = 16, speed: float | None = 10.0) -> dict:
+    lvs = [{"concurrency": c, "output_tok_s": 100.0 * c, "decode_tok_s": {"p50": 50.0},
+            "ttft_ms": {"p50": 10.0}} for c in levels]  # fmt: skip
+    return {
+        "id": rid,
+        "run_id": None,
+        "result": {"mode": "concurrency", "levels": lvs, "complete": True,
+                   "settings": {"mode": "concurrency", "api": "native", "input_len": 32,
+                                "output_len": output_len, "concurrency": levels},
+                   "server": {"sim_speed": speed}},
+        "meta": {},
+    }  # fmt: skip
+
+
+def test_compare_flags_concurrency_sets_and_output_lengths():
+    from glmserve.compare import compare_notes, compare_results
+
+    table = compare_results([_row(1, [1, 4]), _row(2, [1, 4, 64]), _row(3, [1, 4], 32)])
+    r2, r3 = table["rows"][1], table["rows"][2]
+    assert r2["comparable"] and r2["levels"]["4"]["speedup"] == 1.0
+    assert r2["levels"]["64"]["speedup"] is None  # not measured by the baseline
+    assert r2["notes"] == ["levels 1,4,64 vs baseline 1,4: speedups only at shared levels"]
+    assert not r3["comparable"] and r3["levels"]["4"]["speedup"] is None
+    notes = compare_notes(table)
+    assert any("result 3 is NOT comparable" in n and "output_len 32 vs 16" in n for n in notes)
+    real = compare_results([_row(1, [1]), _row(2, [1], speed=None)])["rows"][1]
+    assert real["incomparable"] == [{"field": "simulated", "baseline": True, "value": False}]
