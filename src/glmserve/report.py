@@ -555,7 +555,8 @@ def _settings_text(st: dict[str, Any], levels: list[Any]) -> str:
         if st.get(key) not in (None, 1.0) or (key == "burstiness" and st.get("request_rate")):
             parts.append(f"{key}={st.get(key)}")
     if st.get("request_rate"):
-        parts.append("rates=" + ",".join(f"{r:g}" for r in st["request_rate"]))
+        parts.append("rates=" + ",".join(str(r) if isinstance(r, str) else f"{r:g}"
+                                         for r in st["request_rate"]))  # fmt: skip
     else:
         parts.append("concurrency=" + ",".join(str(x) for x in levels))
     for key in ("num_prompts", "duration", "warmup", "seed"):

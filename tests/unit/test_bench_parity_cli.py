@@ -30,3 +30,14 @@ def test_bad_flag_is_a_usage_error_naming_it(capsys, args, flag):
     assert code == 2, err
     assert flag in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_infinite_rate_is_strict_json(capsys):
+    import json
+    import math
+
+    from glmserve.bench.runner import BenchSettings
+
+    s = BenchSettings("http://x", mode="rate", request_rate=[5.0, math.inf])
+    text = json.dumps(s.to_dict(), allow_nan=False)  # raises on Infinity
+    assert json.loads(text)["request_rate"] == [5.0, "inf"]

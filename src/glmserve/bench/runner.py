@@ -128,7 +128,11 @@ class BenchSettings:
         return max(1, min(want, os.cpu_count() or 1, slots))
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("abort", "failed")}
+        """JSON-ready (an infinite rate is "inf": strict JSON has no Infinity)."""
+        d = {k: v for k, v in self.__dict__.items() if k not in ("abort", "failed")}
+        if d.get("request_rate"):
+            d["request_rate"] = [r if math.isfinite(r) else "inf" for r in d["request_rate"]]
+        return d
 
     @property
     def aborted(self) -> bool:
