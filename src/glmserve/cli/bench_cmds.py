@@ -215,6 +215,13 @@ def bench(
 
       glmserve bench --url http://127.0.0.1:30000 --mode concurrency --concurrency 1,16,64 --json
 
+      glmserve bench RUN --request-rate 20 --num-prompts 200 --slo ttft_ms=200,tpot_ms=50
+
+      glmserve bench RUN --rate-sweep 5 --max-concurrency 256 --label team=infra
+
+    Open loop (--request-rate, --rate-sweep) offers requests on a Poisson/gamma schedule
+    instead of keeping --concurrency in flight; see README "Benchmark metric definitions".
+
     A multi-node group (its g... id or any node's run id) is benched through node 0, the only
     node serving HTTP; the result is stored against node 0's run and lists every node.
 
