@@ -136,7 +136,9 @@ def series_from_run(
 
     results = [b.get("result", b) for b in bench]
     entry = SweepEntry(profile=run.get("profile", "?"), status=OK if results else "no bench")
-    entry.bench = _latest_per_mode(results)
+    # Open-loop (rate) levels are keyed by rate, not concurrency: they stay out of the
+    # concurrency charts (the metadata block lists them).
+    entry.bench = [r for r in _latest_per_mode(results) if r.get("mode") != "rate"]
     crashed = run.get("state") in ("CRASHED", "STALLED")
     diag = ": ".join(str(x) for x in (run.get("category"), run.get("root_cause")) if x)
     lat, level = _latency_from(entry.bench)
