@@ -9,9 +9,19 @@ For each concurrency level, against one simulator started here, in the same run:
   its "Output token throughput" (total output tokens / its duration) divided by the ground
   truth with the same definition = its requests' tokens / (last emission - first arrival).
 
-A client "holds" a level when its figure is within ``--tolerance`` (2%) of the truth. Printed:
-one row per level, then the highest level each client holds and their ratio (target: glmserve
-holds at least 2x bench_serving's concurrency).
+The same window for both (issue 14 #6): glmserve's full-window figure (``output_tok_s_full``:
+its completed requests' tokens / first send to last stream end, bench_serving's definition)
+is checked against the same truth definition as bench_serving's, so the two clients are judged
+on identical windows; glmserve's steady-window figure is printed beside it.
+
+Client CPU per 1,000 output tokens: user+system CPU seconds of the client (glmserve: this
+process and its forked workers around the level, ``getrusage``; bench_serving: its process,
+less the CPU of a 1-request run, i.e. its imports and start-up, measured once) per 1,000
+output tokens the level produced.
+
+A client "holds" a level when its full-window figure is within ``--tolerance`` (2%) of the
+truth. Printed: one row per level, then the highest level each client holds and their ratio
+(target: glmserve holds at least 2x bench_serving's concurrency).
 
 bench_serving needs ``transformers`` and a tokenizer: a tiny WordLevel tokenizer is built here
 with ``tokenizers`` (offline). Its top-level ``from datasets import load_dataset`` is satisfied
@@ -26,6 +36,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import signal
 import socket
 import subprocess
@@ -95,39 +106,86 @@ def trace(url: str) -> dict:
     return httpx.get(url + "/sim/trace", timeout=120).json()
 
 
+def cpu_s(who: int) -> float:
+    """User + system CPU seconds of ``resource.RUSAGE_SELF`` or ``RUSAGE_CHILDREN``."""
+    ru = resource.getrusage(who)
+    return ru.ru_utime + ru.ru_stime
+
+
+def truth_full(tr: dict, since: float) -> tuple[float | None, int]:
+    """Tokens of the requests that arrived after ``since`` / (first arrival - last emission):
+    bench_serving's full-window definition, applied to what the server did."""
+    reqs = [r for r in tr["requests"].values() if r["arrival"] >= since and r["emit_times"]]
+    if not reqs:
+        return None, 0
+    first = min(r["arrival"] for r in reqs)
+    last = max(r["emit_times"][-1] for r in reqs)
+    tokens = sum(r["completion_tokens"] for r in reqs)
+    return tokens / (last - first), tokens
+
+
 def run_glmserve(url: str, c: int, n: int, in_len: int, out_len: int) -> dict:
     s = BenchSettings(url, mode="concurrency", concurrency=[c], input_len=in_len,
                       output_len=out_len, num_prompts=n, warmup=0)  # fmt: skip
     run = LevelRun(c, s.workers_for(c))
-    run_level(s, c, prepare_requests(s, "glm-5-sim"), Progress(), run)
+    requests = prepare_requests(s, "glm-5-sim")
+    since = time.perf_counter()
+    cpu0 = cpu_s(resource.RUSAGE_SELF) + cpu_s(resource.RUSAGE_CHILDREN)
+    run_level(s, c, requests, Progress(), run)
+    cpu = cpu_s(resource.RUSAGE_SELF) + cpu_s(resource.RUSAGE_CHILDREN) - cpu0
     lm = level_metrics(run.records, c)
     tok_s, win = aggregate_tok_s(run.records, c)
     tr = trace(url)
-    truth = gt.truth_tok_s(tr, win.start, win.end)
+    full, tokens = truth_full(tr, since)
     return {
-        "tok_s": tok_s,
-        "truth": truth,
+        "tok_s": lm.output_tok_s_full,
+        "truth": full,
+        "steady": tok_s,
+        "steady_truth": gt.truth_tok_s(tr, win.start, win.end),
         "errors": lm.errors,
         "workers": run.workers,
         "batch": gt.mean_decode_batch(tr, win.start, win.end),
         "queue_p50_ms": lm.queue_ms["p50"],
+        "cpu_per_1k": 1000 * cpu / tokens if tokens else None,
     }
 
 
-def run_bench_serving(
-    url: str, c: int, n: int, in_len: int, out_len: int, tok_dir: Path, stub_dir: Path | None
-) -> dict:
-    out_file = tok_dir.parent / f"bs_{c}.jsonl"
-    cmd = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", url,
-           "--dataset-name", "random-ids", "--random-input-len", str(in_len),
-           "--random-output-len", str(out_len), "--random-range-ratio", "1",
-           "--num-prompts", str(n), "--max-concurrency", str(c), "--tokenizer", str(tok_dir),
-           "--model", "glm-5-sim", "--tokenize-prompt", "--disable-tqdm", "--warmup-requests", "1",
-           "--output-file", str(out_file)]  # fmt: skip
+def bench_serving_cmd(url: str, c: int, n: int, in_len: int, out_len: int, tok_dir: Path,
+                      out_file: Path) -> list[str]:  # fmt: skip
+    return [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url",
+            url, "--dataset-name", "random-ids", "--random-input-len", str(in_len),
+            "--random-output-len", str(out_len), "--random-range-ratio", "1",
+            "--num-prompts", str(n), "--max-concurrency", str(c), "--tokenizer", str(tok_dir),
+            "--model", "glm-5-sim", "--tokenize-prompt", "--disable-tqdm", "--warmup-requests",
+            "1", "--output-file", str(out_file)]  # fmt: skip
+
+
+def _bs_env(stub_dir: Path | None) -> dict[str, str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     if stub_dir is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(stub_dir), env.get("PYTHONPATH")]))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    return env
+
+
+def bench_serving_start_cpu(url: str, tok_dir: Path, stub_dir: Path | None) -> float:
+    """CPU seconds of a 1-request bench_serving run: its imports and start-up, subtracted
+    from every level so that the per-token figure is the measuring loop's own cost."""
+    out_file = tok_dir.parent / "bs_start.jsonl"
+    cmd = bench_serving_cmd(url, 1, 1, 8, 1, tok_dir, out_file)
+    cpu0 = cpu_s(resource.RUSAGE_CHILDREN)
+    subprocess.run(cmd, capture_output=True, text=True, env=_bs_env(stub_dir), timeout=600)
+    return cpu_s(resource.RUSAGE_CHILDREN) - cpu0
+
+
+def run_bench_serving(
+    url: str, c: int, n: int, in_len: int, out_len: int, tok_dir: Path, stub_dir: Path | None,
+    start_cpu: float = 0.0,
+) -> dict:  # fmt: skip
+    out_file = tok_dir.parent / f"bs_{c}.jsonl"
+    cmd = bench_serving_cmd(url, c, n, in_len, out_len, tok_dir, out_file)
+    cpu0 = cpu_s(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_bs_env(stub_dir), timeout=1800)
+    cpu = cpu_s(resource.RUSAGE_CHILDREN) - cpu0 - start_cpu
     if proc.returncode != 0:
         raise SystemExit(f"bench_serving failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     rows = [json.loads(line) for line in out_file.read_text().splitlines() if line.strip()]
@@ -142,17 +200,22 @@ def run_bench_serving(
         "truth": tokens / (last - first),
         "errors": n - int(res.get("completed", n)),
         "batch": gt.mean_decode_batch(tr, first, last),
+        "cpu_per_1k": 1000 * cpu / tokens if tokens else None,
     }
 
 
 def _cols() -> str:
-    return f"{'truth':>9} {'ratio':>7} {'ok':>3} {'batch':>6}"
+    return f"{'truth':>9} {'ratio':>7} {'ok':>3} {'batch':>6} {'cpu/1k':>7}"
 
 
 def _row(r: dict, tol: float) -> str:
     ratio = (r["tok_s"] or 0) / (r["truth"] or 1)
     ok = "yes" if holds(r, tol) else "NO"
-    return f"{r['truth'] or 0:>9,.1f} {ratio:>7.4f} {ok:>3} {r['batch'] or 0:>6.1f}"
+    cpu = r.get("cpu_per_1k")
+    return (
+        f"{r['truth'] or 0:>9,.1f} {ratio:>7.4f} {ok:>3} {r['batch'] or 0:>6.1f} "
+        f"{'-' if cpu is None else f'{cpu:.3f}':>7}"
+    )
 
 
 def holds(r: dict, tol: float) -> bool:
@@ -163,7 +226,7 @@ def holds(r: dict, tol: float) -> bool:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--levels", default="64,128,256,512,1024")
+    ap.add_argument("--levels", default="64,128,256,512,1024,2048")
     ap.add_argument("--sim-speed", type=float, default=10.0)
     ap.add_argument("--input-len", type=int, default=32)
     ap.add_argument("--output-len", type=int, default=64)
@@ -203,9 +266,14 @@ def main() -> None:
         url = f"http://127.0.0.1:{port}"
         try:
             rows = []
+            start_cpu = 0.0
+            if not args.skip_bench_serving:
+                start_cpu = bench_serving_start_cpu(url, tok_dir, stub_dir)
+                print(f"bench_serving start-up CPU (1-request run, subtracted): {start_cpu:.2f} s")
             hdr = (
                 f"{'conc':>6} | {'glmserve tok/s':>14} "
                 + _cols()
+                + f" {'steady':>7}"
                 + " | "
                 + (f"{'bench_serving':>13} " + _cols())
             )
@@ -217,10 +285,15 @@ def main() -> None:
                 b = None
                 if not args.skip_bench_serving:
                     b = run_bench_serving(
-                        url, c, n, args.input_len, args.output_len, tok_dir, stub_dir
+                        url, c, n, args.input_len, args.output_len, tok_dir, stub_dir, start_cpu
                     )
                 rows.append((c, g, b))
-                gline = f"{c:>6} | {g['tok_s'] or 0:>14,.1f} " + _row(g, args.tolerance)
+                steady = (g["steady"] or 0) / (g["steady_truth"] or 1)
+                gline = (
+                    f"{c:>6} | {g['tok_s'] or 0:>14,.1f} "
+                    + _row(g, args.tolerance)
+                    + f" {steady:>7.4f}"
+                )
                 if b is not None:
                     gline += f" | {b['tok_s']:>13,.1f} " + _row(b, args.tolerance)
                 print(gline, flush=True)
@@ -243,6 +316,11 @@ def main() -> None:
     if not args.skip_bench_serving:
         b_best = highest(2)
         print(f"bench_serving holds up to concurrency {b_best}")
+        for name, idx in (("glmserve", 1), ("bench_serving", 2)):
+            cpus = [row[idx]["cpu_per_1k"] for row in rows if row[idx] and row[idx]["cpu_per_1k"]]
+            if cpus:
+                print(f"{name} client CPU per 1,000 output tokens: "
+                      f"{min(cpus):.3f}-{max(cpus):.3f} s")  # fmt: skip
         if b_best:
             print(
                 f"ratio glmserve / bench_serving concurrency: {g_best / b_best:.2f}x (target >= 2x)"

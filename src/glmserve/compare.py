@@ -88,18 +88,38 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
+def _level_key(lv: dict[str, Any]) -> Any:
+    """A closed-loop level by its concurrency (int); an open-loop one by "r=RATE[ c<=CAP]"."""
+    from glmserve.bench.results import level_label
+
+    return lv["concurrency"] if lv.get("request_rate") is None else level_label(lv)
+
+
+def _sort_key(k: Any) -> tuple[int, float, str]:
+    return (0, float(k), "") if isinstance(k, int) else (1, 0.0, str(k))
+
+
 def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> dict[str, Any]:
-    """Pure: rows -> ``{"baseline", "concurrency", "rows": [...]}`` with speedups."""
+    """Pure: rows -> ``{"baseline", "concurrency", "rows": [...]}`` with speedups.
+
+    A row measured differently from the baseline (``bench.comparable``: workload, load shape,
+    simulator speed) gets ``incomparable`` naming each differing field and no speedup at all;
+    one whose levels differ gets a ``notes`` entry, and speedups only at shared levels.
+    """
+    from glmserve.bench.comparable import context, describe, differences, levels_of
+
     if not rows:
         raise ConfigError("compare: nothing to compare")
     base = rows[0] if baseline is None else _find(rows, baseline)
     if base is None:
         raise ConfigError(f"--baseline {baseline}: not among the compared results")
-    levels = sorted({lv["concurrency"] for r in rows for lv in r["result"].get("levels", [])})
+    levels = sorted(
+        {_level_key(lv) for r in rows for lv in r["result"].get("levels", [])}, key=_sort_key
+    )
 
-    def level_tok_s(row: dict[str, Any], c: int) -> float | None:
+    def level_tok_s(row: dict[str, Any], c: Any) -> float | None:
         for lv in row["result"].get("levels", []):
-            if lv["concurrency"] == c:
+            if _level_key(lv) == c:
                 return lv.get("output_tok_s")
         return None
 
@@ -113,13 +133,24 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
     out_rows = []
     for r in rows:
         res, meta = r["result"], r.get("meta") or {}
+        diffs = [] if r is base else differences(base, r)
+        ok = not diffs
+        notes = []
+        same_levels = levels_of(r) == levels_of(base)
+        if ok and not same_levels:
+            notes.append(
+                f"levels {','.join(map(str, levels_of(r)))} vs baseline "
+                f"{','.join(map(str, levels_of(base)))}: speedups only at shared levels"
+            )
         per_level = {}
         for c in levels:
             v = level_tok_s(r, c)
-            per_level[str(c)] = {"output_tok_s": v, "speedup": _ratio(v, level_tok_s(base, c))}
+            sp = _ratio(v, level_tok_s(base, c)) if ok else None
+            per_level[str(c)] = {"output_tok_s": v, "speedup": sp}
         ttft = res.get("ttft_ms")
         if ttft is None and res.get("levels"):
             ttft = min(res["levels"], key=lambda lv: lv["concurrency"])["ttft_ms"]["p50"]
+        low_same = levels_of(r)[:1] == levels_of(base)[:1]
         out_rows.append(
             {
                 "id": r["id"],
@@ -129,17 +160,43 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
                 "complete": res.get("complete"),
                 "errors": res.get("errors"),
                 "decode_tok_s": decode(r),
-                "decode_speedup": _ratio(decode(r), decode(base)),
+                "decode_speedup": _ratio(decode(r), decode(base)) if ok and low_same else None,
                 "ttft_ms": ttft,
                 "levels": per_level,
                 "baseline": r is base,
+                "comparable": ok,
+                "incomparable": diffs,
+                "incomparable_reason": describe(diffs) if diffs else None,
+                "notes": notes,
+                "context": context(r),
             }
         )
     return {"baseline": base["id"], "concurrency": levels, "rows": out_rows}
 
 
+def compare_notes(table: dict[str, Any]) -> list[str]:
+    """Lines under the table: every incomparable row names what differs; level mismatches."""
+    lines = []
+    for r in table["rows"]:
+        if r.get("incomparable"):
+            lines.append(
+                f"result {r['id']} is NOT comparable with baseline {table['baseline']}: "
+                f"{r['incomparable_reason']} (no speedup shown)"
+            )
+        for n in r.get("notes") or []:
+            lines.append(f"result {r['id']}: {n}")
+    return lines
+
+
 def _f(v: Any, digits: int = 1) -> str:
     return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def _x(v: float | None, row: dict[str, Any]) -> str:
+    """A speedup cell; an incomparable row says so instead of a number."""
+    if row.get("incomparable"):
+        return "n/c"
+    return _f(v, 2)
 
 
 def render_compare(table: dict[str, Any]) -> Table:
@@ -150,7 +207,7 @@ def render_compare(table: dict[str, Any]) -> Table:
     for col in ("result", "run", "profile", "mode", "decode tok/s", "x", "TTFT ms"):
         t.add_column(col, justify="left" if col in ("run", "profile", "mode") else "right")
     for c in table["concurrency"]:
-        t.add_column(f"c={c} tok/s", justify="right")
+        t.add_column(f"c={c} tok/s" if isinstance(c, int) else f"{c} tok/s", justify="right")
         t.add_column("x", justify="right")
     for r in table["rows"]:
         mark = "*" if r["baseline"] else ""
@@ -161,11 +218,11 @@ def render_compare(table: dict[str, Any]) -> Table:
             str(r["profile"] or "-") + flag,
             str(r["mode"]),
             _f(r["decode_tok_s"], 2),
-            _f(r["decode_speedup"], 2),
+            _x(r["decode_speedup"], r),
             _f(r["ttft_ms"]),
         ]
         for c in table["concurrency"]:
             lv = r["levels"][str(c)]
-            cells += [_f(lv["output_tok_s"]), _f(lv["speedup"], 2)]
+            cells += [_f(lv["output_tok_s"]), _x(lv["speedup"], r)]
         t.add_row(*cells)
     return t

@@ -35,8 +35,17 @@ README copies them):
 * **Errors**: a request that failed (HTTP error, stream cut, stall deadline) counts in
   ``errors``; its tokens still count toward aggregate throughput (the server produced them),
   but its latencies are excluded from the percentiles.
-* **Percentiles** p50/p90/p99 use linear interpolation between order statistics (numpy's
-  default), over the successful streams (ITL: over all their tokens).
+* **Percentiles** (default p50/p90/p95/p99, ``--percentiles`` picks others) use linear
+  interpolation between order statistics (numpy's default), over the successful streams (ITL:
+  over all their tokens); ``std`` is the population standard deviation (numpy's default, as
+  bench_serving reports it).
+* **Full-run figures** (bench_serving's definitions) use the *full* window, first send to last
+  stream end: request throughput = completed / window, input/output/total token throughput =
+  tokens of the completed requests / window, **goodput** = completed requests meeting every
+  SLO (``ttft_ms``, ``tpot_ms``, ``itl_ms``, ``e2e_ms`` upper bounds) / window, and **achieved
+  concurrency** = the sum of the requests' time in flight (send to end) / window, i.e. the
+  mean number of requests in flight. **Achieved request rate** = (sent - 1) / (last send -
+  first send). ``windows`` in each level names the window every throughput figure uses.
 """
 
 from __future__ import annotations
@@ -46,7 +55,10 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-PERCENTILES: tuple[int, ...] = (50, 90, 99)
+PERCENTILES: tuple[float, ...] = (50, 90, 95, 99)
+PER_REQUEST_KEYS = ("send_ms", "ttft_ms", "tpot_ms", "e2e_ms", "itl_ms", "input_tokens",
+                    "output_tokens", "error")  # fmt: skip
+SLO_KEYS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 
 
 @dataclass
@@ -128,6 +140,20 @@ class LevelMetrics:
     queue_ms: dict[str, float | None]
     decode_tok_s: dict[str, float | None]
     error_samples: list[str] = field(default_factory=list)
+    # Full-window figures (bench_serving's definitions; see the module docstring).
+    request_throughput: float | None = None
+    input_tok_s: float | None = None
+    output_tok_s_full: float | None = None
+    total_tok_s: float | None = None
+    input_tokens: int = 0
+    goodput: float | None = None  # requests/s meeting every SLO; None without SLOs
+    good_requests: int | None = None
+    slo: dict[str, float] = field(default_factory=dict)
+    achieved_concurrency: float | None = None
+    max_concurrency_seen: int = 0
+    achieved_request_rate: float | None = None
+    windows: dict[str, str] = field(default_factory=dict)
+    per_request: dict[str, list] | None = None
 
 
 def percentile(values: Sequence[float], p: float) -> float | None:
@@ -143,14 +169,84 @@ def percentile(values: Sequence[float], p: float) -> float | None:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def summarize(values: Sequence[float], scale: float = 1.0) -> dict[str, float | None]:
-    """``{"p50":..,"p90":..,"p99":..,"mean":..}`` of ``values * scale`` (None when empty)."""
+def pkey(p: float) -> str:
+    """The JSON key of percentile ``p``: 50 -> "p50", 99.9 -> "p99.9"."""
+    return f"p{p:g}"
+
+
+def std(values: Sequence[float]) -> float | None:
+    """Population standard deviation (numpy's ``std`` default); None for no values."""
+    if not values:
+        return None
+    m = sum(values) / len(values)
+    return math.sqrt(sum((x - m) ** 2 for x in values) / len(values))
+
+
+def summarize(
+    values: Sequence[float], scale: float = 1.0, percentiles: Sequence[float] = PERCENTILES
+) -> dict[str, float | None]:
+    """``{"p50":..,"p90":..,"p95":..,"p99":..,"mean":..,"std":..}`` of ``values * scale``.
+
+    Every value is None when ``values`` is empty.
+    """
     out: dict[str, float | None] = {}
-    for p in PERCENTILES:
+    for p in percentiles:
         v = percentile(values, p)
-        out[f"p{p}"] = None if v is None else v * scale
+        out[pkey(p)] = None if v is None else v * scale
     out["mean"] = (sum(values) / len(values)) * scale if values else None
+    sd = std(values)
+    out["std"] = None if sd is None else sd * scale
     return out
+
+
+def parse_percentiles(text: str) -> tuple[float, ...]:
+    """``"50,90,95,99"`` -> (50.0, 90.0, 95.0, 99.0); ValueError names the bad item."""
+    out = []
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        p = float(item)
+        if not 0 < p < 100:
+            raise ValueError(f"percentile {item.strip()} is not within (0, 100)")
+        out.append(p)
+    if not out:
+        raise ValueError("no percentile given")
+    return tuple(sorted(set(out)))
+
+
+def parse_slo(text: str) -> dict[str, float]:
+    """``"ttft_ms=200,tpot_ms=50"`` -> {"ttft_ms": 200.0, "tpot_ms": 50.0}; ValueError says why."""
+    out: dict[str, float] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        key, sep, val = item.partition("=")
+        key = key.strip()
+        if not sep or key not in SLO_KEYS:
+            raise ValueError(
+                f"{item.strip()!r}: expected KEY=MS with KEY one of {', '.join(SLO_KEYS)}"
+            )
+        bound = float(val)
+        if bound <= 0:
+            raise ValueError(f"{key}: the bound must be positive, got {val.strip()}")
+        out[key] = bound
+    return out
+
+
+def meets_slo(m: StreamMetrics, slo: dict[str, float]) -> bool:
+    """A successful stream meets every SLO bound (ms). ``itl_ms`` bounds the stream's worst
+    gap; ``tpot_ms`` is vacuous for a stream with no decode step (as in bench_serving)."""
+    values = {
+        "ttft_ms": m.ttft,
+        "tpot_ms": m.tpot if m.tpot is not None else 0.0,
+        "itl_ms": max(m.itls) if m.itls else 0.0,
+        "e2e_ms": m.e2e,
+    }
+    for key, bound in slo.items():
+        v = values.get(key)
+        if v is None or v * 1000.0 > bound:
+            return False
+    return True
 
 
 def spread_total(chunk_count: int, total: int) -> list[int]:
@@ -265,11 +361,96 @@ def aggregate_tok_s(
     return tokens_in_window(records, win.start, win.end) / win.seconds, win
 
 
-def level_metrics(records: Sequence[StreamRecord], concurrency: int) -> LevelMetrics:
-    """Summarize one concurrency level: percentiles over successful streams, errors, tok/s."""
+def max_in_flight(records: Sequence[StreamRecord]) -> int:
+    """The most requests in flight (sent, not yet ended) at any one time."""
+    events = []
+    for r in records:
+        last = _last_time(r)
+        if r.send is not None and last is not None:
+            events += [(r.send, 1), (last, -1)]
+    best = cur = 0
+    for _, d in sorted(events, key=lambda e: (e[0], e[1])):
+        cur += d
+        best = max(best, cur)
+    return best
+
+
+def _full_figures(
+    records: Sequence[StreamRecord], ok: list[StreamMetrics], duration: float, slo: dict
+) -> dict:
+    """bench_serving-style figures over the full window (see the module docstring)."""
+    done = [r for r in records if r.ok]
+    out_tok = sum(r.n_tokens for r in done)
+    in_tok = sum(r.prompt_tokens or 0 for r in done)
+    sends = sorted(r.send for r in records if r.send is not None)
+    busy = sum(
+        last - r.send for r in records if r.send is not None and (last := _last_time(r)) is not None
+    )
+    rate = (
+        (len(sends) - 1) / (sends[-1] - sends[0])
+        if len(sends) > 1 and sends[-1] > sends[0]
+        else None
+    )
+
+    def per_s(x: float) -> float | None:
+        return x / duration if duration > 0 else None
+
+    good = sum(1 for m in ok if meets_slo(m, slo)) if slo else None
+    return {
+        "request_throughput": per_s(len(done)),
+        "input_tok_s": per_s(in_tok),
+        "output_tok_s_full": per_s(out_tok),
+        "total_tok_s": per_s(in_tok + out_tok),
+        "input_tokens": in_tok,
+        "goodput": per_s(good) if good is not None else None,
+        "good_requests": good,
+        "slo": dict(slo),
+        "achieved_concurrency": per_s(busy),
+        "max_concurrency_seen": max_in_flight(records),
+        "achieved_request_rate": rate,
+    }
+
+
+def per_request_arrays(records: Sequence[StreamRecord]) -> dict[str, list]:
+    """One entry per request, in send order (times in ms; send relative to the first send)."""
+    recs = sorted(records, key=lambda r: r.send if r.send is not None else r.dispatch)
+    t0 = min((r.send for r in recs if r.send is not None), default=0.0)
+    ms = 1000.0
+    out: dict[str, list] = {k: [] for k in PER_REQUEST_KEYS}
+    for r in recs:
+        m = stream_metrics(r)
+        out["send_ms"].append(None if r.send is None else (r.send - t0) * ms)
+        out["ttft_ms"].append(None if m.ttft is None else m.ttft * ms)
+        out["tpot_ms"].append(None if m.tpot is None else m.tpot * ms)
+        out["e2e_ms"].append(None if m.e2e is None else m.e2e * ms)
+        out["itl_ms"].append([x * ms for x in m.itls])
+        out["input_tokens"].append(r.prompt_tokens)
+        out["output_tokens"].append(r.n_tokens)
+        out["error"].append(r.error)
+    return out
+
+
+def level_metrics(
+    records: Sequence[StreamRecord],
+    concurrency: int,
+    percentiles: Sequence[float] = PERCENTILES,
+    slo: dict[str, float] | None = None,
+    per_request: bool = False,
+    window: str = "steady",
+) -> LevelMetrics:
+    """Summarize one level: percentiles over successful streams, errors, tok/s.
+
+    ``window="steady"`` (closed loop) measures ``output_tok_s`` over the steady window;
+    ``window="full"`` (open loop, where there is no first wave to wait for) over the full one.
+    """
     ok = [stream_metrics(r) for r in records if r.ok]
     failed = [r for r in records if not r.ok]
-    tok_s, win = aggregate_tok_s(records, concurrency)
+    if window == "steady":
+        tok_s, win = aggregate_tok_s(records, concurrency)
+    else:
+        win = full_window(records)
+        n_win = tokens_in_window(records, win.start, win.end)
+        tok_s = n_win / win.seconds if win.seconds > 0 else None
     starts = [r.send for r in records if r.send is not None] or [r.dispatch for r in records]
     lasts = [t for r in records if (t := _last_time(r)) is not None]
     duration = (max(lasts) - min(starts)) if starts and lasts else 0.0
@@ -278,7 +459,16 @@ def level_metrics(records: Sequence[StreamRecord], concurrency: int) -> LevelMet
         if r.error and r.error not in samples:
             samples.append(r.error)
     ms = 1000.0
+    pct = tuple(sorted({*percentiles, 50}))  # p50 is every headline's figure
+    full = _full_figures(records, ok, max(0.0, duration), slo or {})
+    windows = {k: "full" for k in ("request_throughput", "input_tok_s", "output_tok_s_full",
+                                   "total_tok_s", "goodput", "achieved_concurrency")}  # fmt: skip
+    windows["output_tok_s"] = win.kind
+    windows["decode_tok_s"] = "per-stream"
     return LevelMetrics(
+        **full,
+        windows=windows,
+        per_request=per_request_arrays(records) if per_request else None,
         concurrency=concurrency,
         requests=len(records),
         completed=len(ok),
@@ -290,11 +480,20 @@ def level_metrics(records: Sequence[StreamRecord], concurrency: int) -> LevelMet
         window_start=win.start,
         window_end=win.end,
         duration_s=max(0.0, duration),
-        ttft_ms=summarize([m.ttft for m in ok if m.ttft is not None], ms),
-        itl_ms=summarize([x for m in ok for x in m.itls], ms),
-        tpot_ms=summarize([m.tpot for m in ok if m.tpot is not None], ms),
-        e2e_ms=summarize([m.e2e for m in ok if m.e2e is not None], ms),
-        queue_ms=summarize([m.queue for m in ok if m.queue is not None], ms),
-        decode_tok_s=summarize([d for m in ok if (d := m.decode_tok_s) is not None]),
+        ttft_ms=summarize([m.ttft for m in ok if m.ttft is not None], ms, pct),
+        itl_ms=summarize([x for m in ok for x in m.itls], ms, pct),
+        tpot_ms=summarize([m.tpot for m in ok if m.tpot is not None], ms, pct),
+        e2e_ms=summarize([m.e2e for m in ok if m.e2e is not None], ms, pct),
+        queue_ms=summarize([m.queue for m in ok if m.queue is not None], ms, pct),
+        decode_tok_s=summarize([d for m in ok if (d := m.decode_tok_s) is not None], 1.0, pct),
         error_samples=samples[:5],
     )
+
+
+def full_window(records: Sequence[StreamRecord]) -> SteadyWindow:
+    """First send to last token: the window of an open-loop level (no first wave to wait for)."""
+    sends = [r.send for r in records if r.send is not None]
+    toks = [t for r in records for t in token_times(r)]
+    if not sends or not toks:
+        return SteadyWindow(0.0, 0.0, "empty")
+    return SteadyWindow(min(sends), max(toks), "full")

@@ -45,6 +45,9 @@ class ReportSeries:
     latency: dict[str, dict[str, float | None]] = field(default_factory=dict)  # at lowest level
     latency_level: int | None = None
     findings: list[str] = field(default_factory=list)
+    # What a reader needs before sharing the report: where each figure came from.
+    results: list[dict[str, Any]] = field(default_factory=list)  # bench rows {id, result, meta}
+    argv: list[str] | None = None  # the profile's rendered server argv
 
 
 @dataclass
@@ -94,9 +97,34 @@ def series_from_sweep(sweep: Sweep) -> list[ReportSeries]:
                 latency=lat,
                 latency_level=level or None,
                 findings=[f["message"] for f in (entry.trace or {}).get("findings", [])],
+                results=[
+                    {"id": None, "result": b, "meta": b.get("meta") or {}} for b in entry.bench
+                ],
+                argv=_argv_of(entry.bench, entry.profile),
             )
         )
     return out
+
+
+def _argv_of(results: list[dict[str, Any]], profile: str | None) -> list[str] | None:
+    """The rendered server argv a result recorded, else the profile's as it renders now."""
+    import shlex
+
+    for b in results:
+        argv = (b.get("meta") or {}).get("argv")
+        if isinstance(argv, str):
+            return shlex.split(argv)
+        if isinstance(argv, list) and argv:
+            return [str(a) for a in argv]
+    if not profile:
+        return None
+    from glmserve.errors import GlmserveError
+    from glmserve.profiles import load_profile
+
+    try:
+        return list(load_profile(profile).argv)
+    except (GlmserveError, OSError):
+        return None
 
 
 def series_from_run(
@@ -108,7 +136,9 @@ def series_from_run(
 
     results = [b.get("result", b) for b in bench]
     entry = SweepEntry(profile=run.get("profile", "?"), status=OK if results else "no bench")
-    entry.bench = _latest_per_mode(results)
+    # Open-loop (rate) levels are keyed by rate, not concurrency: they stay out of the
+    # concurrency charts (the metadata block lists them).
+    entry.bench = [r for r in _latest_per_mode(results) if r.get("mode") != "rate"]
     crashed = run.get("state") in ("CRASHED", "STALLED")
     diag = ": ".join(str(x) for x in (run.get("category"), run.get("root_cause")) if x)
     lat, level = _latency_from(entry.bench)
@@ -125,7 +155,20 @@ def series_from_run(
         latency=lat,
         latency_level=level or None,
         findings=[f["message"] for f in (profiled or {}).get("findings", [])],
+        results=_latest_rows_per_mode(bench),
+        argv=_argv_of(
+            [{"meta": {"argv": (run.get("spec") or {}).get("command")}}, *results],
+            run.get("profile"),
+        ),
     )
+
+
+def _latest_rows_per_mode(bench: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: dict[str, dict[str, Any]] = {}
+    for b in bench:  # newest first
+        if "result" in b:
+            seen.setdefault(str(b["result"].get("mode")), b)
+    return list(seen.values())
 
 
 def _latest_per_mode(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -218,6 +261,16 @@ def _num(v: float) -> str:
     return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 1 else f"{v:.2f}"
 
 
+def tick_labels(ymax: float, n: int = 4) -> list[str]:
+    """Labels of the ``n + 1`` ticks 0..ymax, all with the same number of decimals: the
+    fewest that show every tick exactly (0, 0.5, 1.0, 1.5 -- never 0, 0.62, 1.2, 1.9)."""
+    values = [ymax * i / n for i in range(n + 1)]
+    for d in range(6):
+        if all(abs(round(v, d) - v) <= 1e-9 * max(ymax, 1e-12) for v in values):
+            break
+    return [f"{v:,.{d}f}" for v in values]
+
+
 W, H = 720, 300
 ML, MR, MT, MB = 64, 16, 36, 56
 
@@ -231,12 +284,11 @@ def _frame(
         f'<text x="{ML}" y="20" class="title">{_e(title)}</text>',
     ]
     ph = H - MT - MB
-    for i in range(5):
-        v = ymax * i / 4
+    for i, label in enumerate(tick_labels(ymax)):
         y = MT + ph - ph * i / 4
         parts.append(f'<line class="grid" x1="{ML}" x2="{W - MR}" y1="{y:.1f}" y2="{y:.1f}"/>')
         parts.append(
-            f'<text class="tick" x="{ML - 6}" y="{y + 4:.1f}" text-anchor="end">{_num(v)}</text>'
+            f'<text class="tick" x="{ML - 6}" y="{y + 4:.1f}" text-anchor="end">{label}</text>'
         )
     parts.append(
         f'<text class="unit" x="14" y="{MT + ph / 2:.0f}" '
@@ -445,12 +497,161 @@ svg .title{font-size:14px;font-weight:600}
 svg .tick,svg .xlabel,svg .legend,svg .value,svg .unit,svg .missing{font-size:11px;fill:#444}
 svg .missing{fill:#b42318;font-weight:600}
 svg .grid{stroke:#eee} .no-data{color:#b42318} .meta{color:#666;font-size:12px}
+table.metadata td,table.flag-diff td{font-size:12px;max-width:420px;word-break:break-word}
+ul.incomparable{color:#b42318}
 """
+
+
+def flag_map(argv: list[str] | None) -> dict[str, str]:
+    """``--flag value`` / ``--flag=value`` / bare ``--flag`` of an argv -> {flag: value}."""
+    out: dict[str, str] = {}
+    argv = argv or []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok.startswith("--"):
+            if "=" in tok:
+                key, val = tok.split("=", 1)
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                key, val = tok, argv[i + 1]
+                i += 1
+            else:
+                key, val = tok, "(set)"
+            out[key] = val
+        i += 1
+    return out
+
+
+def flag_diff(series: list[ReportSeries]) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """Flags whose value differs between the series' argvs (absent counts as a value), and
+    each series' flags; series without a known argv are left out."""
+    maps = {s.name: flag_map(s.argv) for s in series if s.argv}
+    keys = sorted({k for m in maps.values() for k in m})
+    differing = [k for k in keys if len({m.get(k) for m in maps.values()}) > 1]
+    return differing, maps
+
+
+def comparability(series: list[ReportSeries]) -> dict[str, list[str]]:
+    """Per series, the results measured differently from the first series' result of the
+    same mode, as "mode: field value vs baseline" (see ``bench.comparable``)."""
+    from glmserve.bench.comparable import describe, differences
+
+    base: dict[str, dict[str, Any]] = {}
+    for s in series:
+        for row in s.results:
+            base.setdefault(str(row["result"].get("mode")), row)
+    out: dict[str, list[str]] = {}
+    for s in series:
+        for row in s.results:
+            ref = base[str(row["result"].get("mode"))]
+            diffs = differences(ref, row) if ref is not row else []
+            if diffs:
+                out.setdefault(s.name, []).append(f"{row['result'].get('mode')}: {describe(diffs)}")
+    return out
+
+
+def _settings_text(st: dict[str, Any], levels: list[Any]) -> str:
+    parts = [f"mode={st.get('mode')}", f"api={st.get('api')}", f"input={st.get('input_len')}",
+             f"output={st.get('output_len')}"]  # fmt: skip
+    for key in ("random_range_ratio", "dataset_path", "burstiness", "max_concurrency"):
+        if st.get(key) not in (None, 1.0) or (key == "burstiness" and st.get("request_rate")):
+            parts.append(f"{key}={st.get(key)}")
+    if st.get("request_rate"):
+        parts.append("rates=" + ",".join(str(r) if isinstance(r, str) else f"{r:g}"
+                                         for r in st["request_rate"]))  # fmt: skip
+    else:
+        parts.append("concurrency=" + ",".join(str(x) for x in levels))
+    for key in ("num_prompts", "duration", "warmup", "seed"):
+        if st.get(key) is not None:
+            parts.append(f"{key}={st[key]}")
+    return " ".join(parts)
+
+
+def metadata_rows(series: list[ReportSeries]) -> list[dict[str, str]]:
+    """One row per stored bench result in the report: ids, date, settings, versions, host."""
+    from glmserve.bench.comparable import context, levels_of, sim_speed
+
+    rows = []
+    for s in series:
+        for row in s.results:
+            res, meta = row["result"], {**(row["result"].get("meta") or {}), **row["meta"]}
+            ctx = context(row)
+            when = meta.get("finished_at") or row.get("created_at")
+            speed = sim_speed(row)
+            gpus = meta.get("gpus")
+            rows.append({
+                "series": s.name,
+                "result": "-" if row.get("id") is None else str(row["id"]),
+                "run": str(meta.get("run_id") or s.run_id or "-"),
+                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(when)) if when else "-",
+                "settings": _settings_text(res.get("settings") or {}, levels_of(row)),
+                "sglang": str(ctx["sglang_version"] or "-"),
+                "host": str(ctx["host"] or "-"),
+                "gpus": (f"{ctx['gpu_count']} x {ctx['gpu_model']}" if ctx["gpu_count"]
+                         else "; ".join(gpus) if isinstance(gpus, list) and gpus else "-"),
+                "simulated": "-" if speed is None else f"sim-speed {speed:g}",
+                "argv hash": str(ctx["argv_hash"] or "-"),
+                "labels": ", ".join(f"{k}={v}" for k, v in (meta.get("labels") or {}).items())
+                or "-",
+            })  # fmt: skip
+    return rows
+
+
+def _html_table(cls: str, head: list[str], rows: list[list[str]]) -> str:
+    return (
+        f'<table class="{cls}"><thead><tr>'
+        + "".join(f"<th>{_e(h)}</th>" for h in head)
+        + "</tr></thead><tbody>"
+        + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows)
+        + "</tbody></table>"
+    )
+
+
+def metadata_html(data: ReportData) -> str:
+    """The block a reader needs before sharing: metadata table, flag diff, comparability."""
+    rows = metadata_rows(data.series)
+    parts = ['<section id="metadata"><h2>Metadata</h2>']
+    if rows:
+        head = list(rows[0])
+        parts.append(_html_table("metadata", head, [[r[h] for h in head] for r in rows]))
+    else:
+        parts.append('<p class="meta">no stored bench results in this report</p>')
+    bad = comparability(data.series)
+    if bad:
+        parts.append(
+            '<ul class="incomparable">'
+            + "".join(
+                f'<li data-series="{_e(n)}"><b>{_e(n)}</b> is NOT comparable with the first '
+                f"result of its mode: {_e('; '.join(why))} (no speedup shown)</li>"
+                for n, why in bad.items()
+            )
+            + "</ul>"
+        )
+    differing, maps = flag_diff(data.series)
+    parts.append("<h2>Flag differences</h2>")
+    if len(maps) < 2:
+        parts.append('<p class="meta flag-diff-none">fewer than two profiles with known flags</p>')
+    elif not differing:
+        parts.append('<p class="meta flag-diff-none">the profiles\' flags are identical</p>')
+    else:
+        names = list(maps)
+        parts.append(
+            _html_table(
+                "flag-diff",
+                ["flag", *names],
+                [[k, *[maps[n].get(k, "(absent)") for n in names]] for k in differing],
+            )
+        )
+        same = len({k for m in maps.values() for k in m}) - len(differing)
+        parts.append(f'<p class="meta">{same} other flags are identical across the profiles</p>')
+    parts.append("</section>")
+    return "".join(parts)
 
 
 def render_html(data: ReportData) -> str:
     """Pure: the whole self-contained page (inline CSS + SVG, no scripts, no URLs)."""
     levels = sorted({c for s in data.series for c in s.throughput})
+    bad = comparability(data.series)
     head = [
         "profile / run",
         "status",
@@ -468,7 +669,7 @@ def render_html(data: ReportData) -> str:
             f'<td class="num">{_fmt(s.decode_tok_s)}</td>',
             f'<td class="num">{_fmt(s.ttft_ms)}</td>',
             *[f'<td class="num">{_fmt(s.throughput.get(c))}</td>' for c in levels],
-            f'<td class="num">{"-" if s.speedup is None else f"{s.speedup:.2f}x"}</td>',
+            f'<td class="num">{_speedup_cell(s, bad)}</td>',
             f'<td class="diag">{_e(s.diagnosis)}{" — " + _e(s.hint) if s.hint else ""}</td>',
         ]
         rows.append(
@@ -508,8 +709,15 @@ def render_html(data: ReportData) -> str:
         f'<h1>{_e(data.title)}</h1><p class="meta">generated {stamp} from stored results '
         f"({_e(', '.join(data.sources))}); nothing was re-measured.</p>"
         + "".join(f'<p class="meta note">{_e(n)}</p>' for n in data.notes)
+        + metadata_html(data)
         + f"<h2>Summary</h2>{table}<h2>Charts</h2>{charts}{extra}</body></html>\n"
     )
+
+
+def _speedup_cell(s: ReportSeries, bad: dict[str, list[str]]) -> str:
+    if s.name in bad:
+        return "n/c (settings differ)"
+    return "-" if s.speedup is None else f"{s.speedup:.2f}x"
 
 
 def _fmt(v: float | None) -> str:

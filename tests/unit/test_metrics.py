@@ -155,7 +155,8 @@ def test_summarize_scales_and_handles_empty():
     s = summarize([0.1, 0.2, 0.3], 1000.0)
     assert s["p50"] == pytest.approx(200.0)
     assert s["mean"] == pytest.approx(200.0)
-    assert summarize([]) == {"p50": None, "p90": None, "p99": None, "mean": None}
+    assert summarize([]) == {"p50": None, "p90": None, "p95": None, "p99": None, "mean": None,
+                             "std": None}  # fmt: skip
 
 
 def closed_loop(concurrency: int, waves: int, ttft: float, itl: float, n: int, per_chunk: int = 1):

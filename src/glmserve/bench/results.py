@@ -7,13 +7,14 @@ re-running. ``version`` changes whenever a field's meaning changes. Gates are pu
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rich.table import Table
 
 from glmserve.errors import ConfigError
-from glmserve.metrics import level_metrics, percentile
+from glmserve.metrics import PERCENTILES, level_metrics, percentile
 
 RESULT_VERSION = 1
 
@@ -30,6 +31,7 @@ class BenchResult:
     server: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     gates: list[dict[str, Any]] = field(default_factory=list)
+    sweep: dict[str, Any] | None = None  # --rate-sweep: rates tried, saturation
     version: int = RESULT_VERSION
 
     @property
@@ -53,10 +55,35 @@ class BenchResult:
 
 
 def summarize_level(
-    records: list[Any], concurrency: int, workers: int, server: dict[str, Any], stopped: str | None
+    records: list[Any],
+    concurrency: int,
+    workers: int,
+    server: dict[str, Any],
+    stopped: str | None,
+    settings: Any = None,
+    rate: float | None = None,
 ) -> dict[str, Any]:
-    """One level's JSON-ready summary from raw records (metrics) and server readings."""
-    lm = asdict(level_metrics(records, concurrency))
+    """One level's JSON-ready summary from raw records (metrics) and server readings.
+
+    ``settings`` (a ``BenchSettings``) supplies percentiles, SLOs and the per-request opt-in;
+    an open-loop level (``rate`` set) measures output tok/s over its full window.
+    """
+    lm = asdict(
+        level_metrics(
+            records,
+            concurrency,
+            percentiles=getattr(settings, "percentiles", None) or PERCENTILES,
+            slo=getattr(settings, "slo", None) or {},
+            per_request=bool(getattr(settings, "per_request", False)),
+            window="steady" if rate is None else "full",
+        )
+    )
+    if lm["per_request"] is None:
+        del lm["per_request"]
+    lm["load"] = "closed" if rate is None else "open"
+    lm["request_rate"] = rate if rate is None or math.isfinite(rate) else "inf"
+    lm["e2e_trend"] = e2e_trend(records)
+    lm["burstiness"] = getattr(settings, "burstiness", 1.0) if rate is not None else None
     samples = [float(x) for x in server.get("last_gen_throughput_samples", [])]
     srv = {k: v for k, v in server.items() if k != "last_gen_throughput_samples"}
     srv["last_gen_throughput"] = percentile(samples, 50)
@@ -70,6 +97,21 @@ def summarize_level(
         stopped=stopped,
     )
     return lm
+
+
+def e2e_trend(records: list[Any]) -> float | None:
+    """Median E2E of the last quarter of successful requests (by send time) over that of the
+    first quarter: about 1 under a load the server keeps up with, growing when requests queue.
+    None with fewer than 8 requests."""
+    from glmserve.metrics import stream_metrics
+
+    ok = sorted((r for r in records if r.ok and r.send is not None), key=lambda r: r.send)
+    if len(ok) < 8:
+        return None
+    q = len(ok) // 4
+    first = percentile([m for r in ok[:q] if (m := stream_metrics(r).e2e) is not None], 50)
+    last = percentile([m for r in ok[-q:] if (m := stream_metrics(r).e2e) is not None], 50)
+    return last / first if first and last is not None else None
 
 
 def build_result(
@@ -177,34 +219,84 @@ def _pct(d: dict[str, Any] | None, digits: int = 1) -> str:
     return "/".join(_f(d.get(k), digits) for k in ("p50", "p90", "p99"))
 
 
-def render_table(res: BenchResult) -> Table:
-    """The final table: one row per level (p50/p90/p99 columns), headline in the title."""
+# (header, priority): lower priority numbers survive a narrow terminal first.
+COLUMNS: tuple[tuple[str, int], ...] = (
+    ("conc", 0), ("output tok/s", 1), ("TTFT ms p50/90/99", 2), ("TPOT ms p50/90/99", 3),
+    ("ok/err", 4), ("decode tok/s p50", 5), ("req/s", 6), ("goodput req/s", 7),
+    ("ITL ms p50/90/99", 8), ("E2E ms p50", 9), ("conc achieved", 10), ("server tok/s", 11),
+    ("queue ms p50", 12),
+)  # fmt: skip
+
+
+def _cells(lv: dict[str, Any]) -> dict[str, str]:
+    srv = lv.get("server") or {}
+    srv_tok = srv.get("generation_tok_s") or srv.get("last_gen_throughput")
+    return {
+        "conc": level_label(lv),
+        "output tok/s": _f(lv["output_tok_s"]),
+        "decode tok/s p50": _f(lv["decode_tok_s"]["p50"], 2),
+        "TTFT ms p50/90/99": _pct(lv["ttft_ms"]),
+        "ITL ms p50/90/99": _pct(lv["itl_ms"], 2),
+        "TPOT ms p50/90/99": _pct(lv["tpot_ms"], 2),
+        "E2E ms p50": _f(lv["e2e_ms"]["p50"], 0),
+        "queue ms p50": _f(lv["queue_ms"]["p50"], 2),
+        "ok/err": f"{lv['completed']}/{lv['errors']}",
+        "server tok/s": _f(srv_tok),
+        "req/s": _f(lv.get("request_throughput"), 2),
+        "goodput req/s": _f(lv.get("goodput"), 2),
+        "conc achieved": _f(lv.get("achieved_concurrency")),
+    }
+
+
+def table_columns(res: BenchResult, wide: bool = False, width: int = 80) -> list[str]:
+    """The columns shown: all with ``wide``; else by priority while the table fits ``width``
+    (goodput only when SLOs were given)."""
+    rows = [_cells(lv) for lv in res.levels]
+    names = [n for n, _ in COLUMNS]
+    if not any(lv.get("goodput") is not None for lv in res.levels):
+        names.remove("goodput req/s")
+    if wide:
+        return names
+
+    def col_w(n: str) -> int:
+        return max([len(n), *[len(r[n]) for r in rows]]) + 3  # padding and border
+
+    chosen: list[str] = []
+    used = 1
+    for n, _ in sorted(COLUMNS, key=lambda c: c[1]):
+        if n in names and used + col_w(n) <= width:
+            chosen.append(n)
+            used += col_w(n)
+    return [n for n in names if n in chosen]
+
+
+def render_table(res: BenchResult, wide: bool = False, width: int = 80) -> Table:
+    """The final table: one row per level, headline in the title. Fits ``width`` columns by
+    leaving out the lowest-priority columns (``wide``: all of them)."""
     title = f"glmserve bench ({res.mode})"
     if res.mode == "decode":
         title += f": decode {_f(res.decode_tok_s, 2)} tok/s, TTFT {_f(res.ttft_ms)} ms"
     if not res.complete:
         title += f"  [INCOMPLETE: {res.stopped}]"
+    cols = table_columns(res, wide, width)
     t = Table(title=title, title_justify="left")
-    for col in ("conc", "output tok/s", "decode tok/s p50", "TTFT ms p50/90/99",
-                "ITL ms p50/90/99", "TPOT ms p50/90/99", "E2E ms p50", "queue ms p50",
-                "ok/err", "server tok/s"):  # fmt: skip
+    for col in cols:
         t.add_column(col, justify="right")
     for lv in res.levels:
-        srv = lv.get("server") or {}
-        srv_tok = srv.get("generation_tok_s") or srv.get("last_gen_throughput")
-        t.add_row(
-            str(lv["concurrency"]),
-            _f(lv["output_tok_s"]),
-            _f(lv["decode_tok_s"]["p50"], 2),
-            _pct(lv["ttft_ms"]),
-            _pct(lv["itl_ms"], 2),
-            _pct(lv["tpot_ms"], 2),
-            _f(lv["e2e_ms"]["p50"], 0),
-            _f(lv["queue_ms"]["p50"], 2),
-            f"{lv['completed']}/{lv['errors']}",
-            _f(srv_tok),
-        )
+        cells = _cells(lv)
+        t.add_row(*[cells[c] for c in cols])
+    if not wide and len(cols) < len(table_columns(res, wide=True)):
+        t.caption = "some columns left out to fit; --wide shows all"
     return t
+
+
+def level_label(lv: dict[str, Any]) -> str:
+    """ "64" for a closed-loop level; "r=20" or "r=20 c<=64" for an open-loop one."""
+    rate = lv.get("request_rate")
+    if rate is None:
+        return str(lv["concurrency"])
+    cap = f" c<={lv['concurrency']}" if lv.get("concurrency") else ""
+    return f"r={rate:g}{cap}" if isinstance(rate, (int, float)) else f"r={rate}{cap}"
 
 
 def render_plain(res: BenchResult) -> list[str]:

@@ -1,7 +1,12 @@
-"""Run a benchmark: closed-loop concurrency levels over one or several client processes.
+"""Run a benchmark: closed- or open-loop levels over one or several client processes.
 
-Each level keeps ``concurrency`` requests in flight (a slot sends its next request as soon as
-its stream ends) until ``num_prompts`` were sent or ``duration`` passed. Above
+Closed loop (``--concurrency``): each level keeps ``concurrency`` requests in flight (a slot
+sends its next request as soon as its stream ends) until ``num_prompts`` were sent or
+``duration`` passed. Open loop (``--request-rate R``, one level per rate): request ``i`` is due
+at a precomputed arrival time whose gaps are gamma distributed with shape ``burstiness`` and
+mean ``1/R`` (Poisson for burstiness 1; bench_serving's rule, first request at once), and is
+sent then, or as soon as one of ``--max-concurrency`` slots frees up (its wait for a slot then
+shows as client queue time, since ``dispatch`` is the due time). Above
 ``SLOTS_PER_PROCESS`` slots the level is split over forked worker processes, each with its own
 event loop and connection pool, so one Python loop's per-chunk cost does not cap what is
 measured (``benchmarks/bench_client_capacity.py`` measures where that cap is). Clocks are
@@ -21,6 +26,7 @@ import math
 import multiprocessing as mp
 import os
 import queue as queue_mod
+import random
 import signal
 import threading
 import time
@@ -31,7 +37,14 @@ from typing import Any
 import httpx
 
 from glmserve.bench.client import make_client, prepare_request, stream_request
-from glmserve.bench.workload import Request, build_request, make_prompts
+from glmserve.bench.workload import (
+    Request,
+    build_request,
+    dataset_prompts,
+    lengths,
+    load_tokenizer,
+    make_prompts,
+)
 from glmserve.errors import TransportError
 from glmserve.metrics import StreamRecord
 
@@ -57,27 +70,69 @@ class BenchSettings:
     stall_timeout: float = 120.0
     workers: int | None = None  # client processes per level; None = auto
     model: str | None = None  # OpenAI "model" field; None = first of /v1/models
+    request_rate: list[float] | None = None  # open loop: one level per rate (req/s)
+    burstiness: float = 1.0  # gamma shape of the inter-arrival gaps (1 = Poisson)
+    max_concurrency: int | None = None  # open loop: at most this many in flight
+    random_range_ratio: float = 1.0  # input/output lengths uniform in [len * ratio, len]
+    dataset_path: str | None = None  # prompts from a file instead of random token ids
+    tokenizer: str | None = None  # local tokenizer: exact prompt lengths for text prompts
+    percentiles: list[float] = field(default_factory=lambda: [50.0, 90.0, 95.0, 99.0])
+    slo: dict[str, float] = field(default_factory=dict)  # goodput bounds, ms
+    per_request: bool = False  # per-request arrays in the JSON result
+    rate_sweep: int | None = None  # guidellm's sweep: synchronous, throughput, N rates between
     # Set (by the run monitor) when the server died: the level stops at once, keeping what
     # it measured; in-flight requests are recorded as failed.
     abort: threading.Event | None = None
     # Set by the runner whenever a request fails, so the run monitor takes a closer look.
     failed: threading.Event | None = None
 
-    def prompts_for(self, concurrency: int) -> int | None:
+    @property
+    def open_loop(self) -> bool:
+        return bool(self.request_rate)
+
+    def level_points(self) -> list[tuple[int, float | None]]:
+        """(concurrency, rate) of each level: closed-loop levels have no rate; an open-loop
+        level's concurrency is its ``--max-concurrency`` (0 = unbounded). A rate sweep's fixed
+        first two levels (synchronous, then everything at once); its rates come later."""
+        if self.rate_sweep:
+            return [(1, None), (self.max_concurrency or 0, math.inf)]
+        if self.request_rate:
+            return [(self.max_concurrency or 0, r) for r in self.request_rate]
+        return [(c, None) for c in self.concurrency]
+
+    def prompts_for(self, concurrency: int, rate: float | None = None) -> int | None:
+        if self.rate_sweep and rate is None:  # the synchronous level: one at a time
+            return max(5, (self.num_prompts or 200) // 10)
         if self.duration is not None:
+            if rate is not None:  # arrivals are precomputed: enough for the duration, and then some
+                return self.num_prompts or math.ceil(rate * self.duration * 1.5) + 16
             return self.num_prompts
         if self.num_prompts is not None:
             return self.num_prompts
+        if rate is not None:
+            return 200
         return 5 if self.mode == "decode" else 2 * concurrency
 
-    def workers_for(self, concurrency: int) -> int:
+    def slots_for(self, concurrency: int, rate: float | None = None) -> int:
+        """Streams a level may hold at once: its concurrency, or an open level's cap."""
+        if rate is None:
+            return concurrency
+        total = self.prompts_for(concurrency, rate) or 1
+        return min(self.max_concurrency or total, total)
+
+    def workers_for(self, concurrency: int, rate: float | None = None) -> int:
+        slots = self.slots_for(concurrency, rate)
         if self.workers is not None:
-            return max(1, min(self.workers, concurrency))
-        want = math.ceil(concurrency / SLOTS_PER_PROCESS)
-        return max(1, min(want, os.cpu_count() or 1, concurrency))
+            return max(1, min(self.workers, slots))
+        want = math.ceil(slots / SLOTS_PER_PROCESS)
+        return max(1, min(want, os.cpu_count() or 1, slots))
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("abort", "failed")}
+        """JSON-ready (an infinite rate is "inf": strict JSON has no Infinity)."""
+        d = {k: v for k, v in self.__dict__.items() if k not in ("abort", "failed")}
+        if d.get("request_rate"):
+            d["request_rate"] = [r if math.isfinite(r) else "inf" for r in d["request_rate"]]
+        return d
 
     @property
     def aborted(self) -> bool:
@@ -91,6 +146,7 @@ class LevelRun:
     concurrency: int
     workers: int
     records: list[StreamRecord] = field(default_factory=list)
+    rate: float | None = None  # open loop: the offered request rate
     server: dict[str, Any] = field(default_factory=dict)
     stopped: str | None = None  # why the level ended early, if it did
 
@@ -261,6 +317,38 @@ class _LoopSpec:
     stall_timeout: float
     start_at: float
     deadline: float | None
+    arrivals: list[float] | None = None  # open loop: due time of request i, s after start_at
+
+
+def arrival_offsets(
+    count: int, rate: float, burstiness: float, seed: int, exact: bool = True
+) -> list[float]:
+    """Due times (s from the start) of ``count`` requests offered at ``rate`` req/s.
+
+    Gaps are gamma(shape=burstiness, scale=1/(rate*burstiness)): mean 1/rate, Poisson
+    arrivals for burstiness 1, burstier below 1, more regular above; the first request is due
+    at once (bench_serving's ``get_request``). ``rate`` inf: everything at once. With
+    ``exact`` (the default) the gaps are rescaled so that their mean is exactly ``1/rate``:
+    ``count`` requests then span ``(count - 1) / rate`` seconds, so the offered rate is the
+    one asked for, not a sample of it (bench_serving offers a sample: +-7% at 200 requests).
+    """
+    if count <= 0:
+        return []
+    if math.isinf(rate):
+        return [0.0] * count
+    rng = random.Random(seed)
+    theta = 1.0 / (rate * burstiness)
+    gaps = [rng.gammavariate(burstiness, theta) for _ in range(count - 1)]
+    if exact and gaps:
+        # 200 Poisson gaps miss their mean by ~7% (1/sqrt(n)); scaled to mean exactly 1/rate,
+        # (the process conditioned on its count) the offered rate is R, the shape unchanged.
+        scale = (len(gaps) / rate) / sum(gaps)
+        gaps = [g * scale for g in gaps]
+    out, t = [0.0], 0.0
+    for g in gaps:
+        t += g
+        out.append(t)
+    return out
 
 
 async def _closed_loop(
@@ -293,7 +381,14 @@ async def _closed_loop(
             i = next(counter, None)
             if i is None:
                 return
-            rec = StreamRecord(dispatch=perf())
+            due = None
+            if spec.arrivals is not None:
+                due = spec.start_at + spec.arrivals[i]
+                if spec.deadline is not None and due >= spec.deadline:
+                    return
+                if due > perf():
+                    await asyncio.sleep(due - perf())
+            rec = StreamRecord(dispatch=perf() if due is None else due)
             records.append(rec)
             inflight[id(rec)] = rec
             try:
@@ -303,6 +398,8 @@ async def _closed_loop(
                 )
             finally:
                 inflight.pop(id(rec), None)
+            if rec.prompt_tokens is None:
+                rec.prompt_tokens = spec.requests[i % len(spec.requests)].input_len
             on_record(rec)
             if rec.error and rec.error.startswith(CONNECT_FAILED) and not stopped:
                 stopped.append(f"server unreachable mid-run ({spec.base_url}): {rec.error}")
@@ -387,8 +484,12 @@ def run_level(
     run: LevelRun,
 ) -> LevelRun:
     """Measure one level into ``run`` (filled in place, so Ctrl-C leaves partial records)."""
-    total = settings.prompts_for(concurrency)
+    total = settings.prompts_for(concurrency, run.rate)
     indices = list(range(total)) if total is not None else None
+    slots = settings.slots_for(concurrency, run.rate)
+    arrivals = None
+    if run.rate is not None:
+        arrivals = arrival_offsets(total or 0, run.rate, settings.burstiness, settings.seed)
     deadline_len = settings.duration
     progress.level_started(concurrency, total, deadline_len)
     before = scrape_metrics(settings.base_url)
@@ -396,9 +497,9 @@ def run_level(
     with _ServerSampler(settings.base_url) as sampler:
         try:
             if run.workers <= 1:
-                _run_inprocess(settings, concurrency, requests, indices, progress, run)
+                _run_inprocess(settings, slots, requests, indices, progress, run, arrivals)
             else:
-                _run_processes(settings, concurrency, requests, indices, progress, run)
+                _run_processes(settings, slots, requests, indices, progress, run, arrivals)
         finally:
             elapsed = time.perf_counter() - t0
             run.server["last_gen_throughput_samples"] = [v for _, v in sampler.samples]
@@ -414,6 +515,7 @@ def _run_inprocess(
     indices: list[int] | None,
     progress: Progress,
     run: LevelRun,
+    arrivals: list[float] | None = None,
 ) -> None:
     inflight: dict[int, StreamRecord] = {}
     done = {"n": 0, "err": 0, "tok": 0}
@@ -438,6 +540,7 @@ def _run_inprocess(
             settings.stall_timeout,
             start,
             deadline,
+            arrivals,
         )
         loop_task = asyncio.create_task(_closed_loop(spec, run.records, on_record, inflight))
         while not loop_task.done():
@@ -471,6 +574,7 @@ def _run_processes(
     indices: list[int] | None,
     progress: Progress,
     run: LevelRun,
+    arrivals: list[float] | None = None,
 ) -> None:
     ctx = mp.get_context("fork")
     q = ctx.Queue()
@@ -489,6 +593,7 @@ def _run_processes(
             settings.stall_timeout,
             start,
             deadline,
+            arrivals,
         )
         p = ctx.Process(target=_worker_main, args=(spec, q, stop, wid), daemon=True)
         p.start()
@@ -587,9 +692,20 @@ def run_warmup(settings: BenchSettings, requests: list[Request]) -> None:
 
 
 def prepare_requests(settings: BenchSettings, model: str) -> list[Request]:
-    """Enough distinct prompts for the largest level (cycled when running by duration)."""
-    levels = settings.concurrency
-    need = max((settings.prompts_for(c) or 2 * c) for c in levels)
+    """Enough distinct prompts for the largest level (cycled when running by duration):
+    random token ids, or the dataset file's prompts; output lengths per --random-range-ratio."""
+    need = max((settings.prompts_for(c, r) or 2 * c) for c, r in settings.level_points())
     need = max(need, settings.warmup, 1)
-    prompts = make_prompts(need, settings.input_len, settings.seed)
-    return [build_request(settings.api, p, settings.output_len, model) for p in prompts]
+    tok = load_tokenizer(settings.tokenizer)
+    prompts: list[Any]
+    if settings.dataset_path:
+        prompts = dataset_prompts(settings.dataset_path, need, settings.seed, tok)
+    else:
+        vocab = len(tok) if tok is not None else None
+        ratio = settings.random_range_ratio
+        prompts = make_prompts(need, settings.input_len, settings.seed, ratio, vocab)
+    rng = random.Random(settings.seed + 1)
+    outs = lengths(need, settings.output_len, min(settings.random_range_ratio, 1.0), rng)
+    return [
+        build_request(settings.api, p, o, model, tok) for p, o in zip(prompts, outs, strict=True)
+    ]

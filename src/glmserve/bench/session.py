@@ -164,6 +164,35 @@ SERVER_ARG_KEYS = ("model_path", "tp_size", "attention_backend", "kv_cache_dtype
                    "enable_metrics")  # fmt: skip
 
 
+def simulator_speed(base: str) -> dict[str, Any]:
+    """``{"simulated": True, "sim_speed": S}`` from the simulator's ``/sim/config``; {} for a
+    real SGLang server (no such route). A sim-speed-10 result is not comparable with speed 1."""
+    import httpx
+
+    try:
+        r = httpx.get(base + "/sim/config", timeout=5.0)
+        scale = float(r.json()["time_scale"]) if r.status_code == 200 else 0.0
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return {}
+    return {"simulated": True, "sim_speed": round(1.0 / scale, 6)} if scale > 0 else {}
+
+
+def comparable_meta(
+    meta: dict[str, Any], server: dict[str, Any], labels: dict[str, str] | None
+) -> dict[str, Any]:
+    """The fields that decide comparability, flat in the stored meta (see bench.comparable)."""
+    from glmserve.bench.comparable import argv_hash, gpu_summary
+
+    model, count = gpu_summary(meta.get("gpus"))
+    return {
+        "labels": dict(labels or {}),
+        "argv_hash": argv_hash(meta.get("argv")),
+        "gpu_model": model,
+        "gpu_count": count,
+        "sim_speed": server.get("sim_speed"),
+    }
+
+
 def server_summary(info: dict[str, Any]) -> dict[str, Any]:
     """What the server says about itself: version, throughput gauge, the flags that matter."""
     out: dict[str, Any] = {
@@ -229,8 +258,14 @@ def endpoint(
 
 def validate_settings(s: BenchSettings, gates: Gates) -> None:
     """Flag-level checks with one-line errors naming the flag."""
-    if s.mode not in ("decode", "concurrency"):
-        raise ConfigError(f"--mode: expected decode or concurrency, got {s.mode!r}")
+    if s.mode not in ("decode", "concurrency", "rate"):
+        raise ConfigError(f"--mode: expected decode, concurrency or rate, got {s.mode!r}")
+    if s.mode == "rate" and not (s.request_rate or s.rate_sweep):
+        raise ConfigError("--mode rate needs --request-rate or --rate-sweep")
+    if s.rate_sweep is not None and s.rate_sweep < 1:
+        raise ConfigError("--rate-sweep: expected the number of rates to try, at least 1")
+    if s.rate_sweep and s.request_rate:
+        raise ConfigError("--rate-sweep picks its own rates: leave out --request-rate")
     if s.api not in ("native", "openai", "chat"):
         raise ConfigError(f"--api: expected native, openai or chat, got {s.api!r}")
     if not s.concurrency or any(c < 1 for c in s.concurrency):
@@ -243,11 +278,68 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
         raise ConfigError("--duration must be positive")
     if s.stall_timeout <= 0:
         raise ConfigError("--stall-timeout must be positive")
+    if s.request_rate is not None and any(not r > 0 for r in s.request_rate):
+        raise ConfigError("--request-rate: expected positive rates (req/s) like 5,10,inf")
+    if not s.burstiness > 0:
+        raise ConfigError("--burstiness must be positive (1 = Poisson arrivals)")
+    if s.max_concurrency is not None and s.max_concurrency < 1:
+        raise ConfigError("--max-concurrency must be at least 1")
+    if s.max_concurrency is not None and not (s.request_rate or s.rate_sweep):
+        raise ConfigError("--max-concurrency caps open-loop load: give --request-rate too "
+                          "(closed-loop levels are --concurrency)")  # fmt: skip
+    if not 0.0 <= s.random_range_ratio <= 1.0:
+        raise ConfigError("--random-range-ratio must be within 0..1")
     for c, _ in gates.min_output_tok_s or []:
         if c not in s.concurrency:
             raise ConfigError(
                 f"--min-output-tok-s {c}:...: concurrency {c} is not in --concurrency"
             )
+
+
+def sweep_rates(low: float, high: float, count: int) -> list[float]:
+    """``count`` rates evenly spaced strictly between ``low`` and ``high`` (guidellm's sweep)."""
+    if not high > low > 0:
+        return [low] if low > 0 else []
+    step = (high - low) / (count + 1)
+    return [round(low + step * (i + 1), 4) for i in range(count)]
+
+
+def level_plan(settings: BenchSettings, done: list[dict[str, Any]]) -> Iterator[tuple[int, Any]]:
+    """The levels to run, in order. A rate sweep (guidellm's) first measures the synchronous
+    request rate (one request at a time) and the throughput rate (everything at once), then
+    offers ``--rate-sweep`` rates between them; ``done`` is read lazily, level by level."""
+    points = settings.level_points()
+    yield from points
+    if not settings.rate_sweep or len(done) < 2:
+        return
+    low = done[0].get("request_throughput") or 0.0
+    high = done[1].get("request_throughput") or 0.0
+    for r in sweep_rates(low, high, settings.rate_sweep):
+        yield points[1][0], r
+
+
+def saturation(levels: list[dict[str, Any]]) -> dict[str, Any]:
+    """Which offered rates the server kept up with. An open-loop level is *saturated* when its
+    requests queue up: the median E2E of its last quarter of requests (by send time) is more
+    than 1.5x that of its first quarter (stable load keeps it flat). ``rate`` is the highest
+    offered rate before the first saturated one."""
+    marks = []
+    for lv in levels:
+        rate = lv.get("request_rate")
+        if not isinstance(rate, (int, float)):
+            continue
+        trend = lv.get("e2e_trend")
+        marks.append({"rate": rate, "e2e_trend": trend,
+                      "saturated": trend is not None and trend > 1.5})  # fmt: skip
+    marks.sort(key=lambda m: m["rate"])
+    ok = None
+    for m in marks:
+        if m["saturated"]:
+            break
+        ok = m["rate"]
+    thr = next((lv.get("request_throughput") for lv in levels if lv.get("request_rate") == "inf"),
+               None)  # fmt: skip
+    return {"rates": marks, "rate": ok, "max_request_throughput": thr}
 
 
 def run_bench(
@@ -256,6 +348,7 @@ def run_bench(
     gates: Gates,
     progress: Progress,
     store_result: bool = True,
+    labels: dict[str, str] | None = None,
 ) -> BenchOutcome:
     """Measure, assemble, evaluate gates and store; Ctrl-C yields a partial, marked result."""
     validate_settings(settings, gates)
@@ -276,6 +369,7 @@ def run_bench(
             meta["identity"] = target.identity
         info = probe_server(target.base)
         server = server_summary(info)
+        server.update(simulator_speed(target.base))
         model = settings.model or (
             resolve_model(target.base) if settings.api != "native" else "default"
         )
@@ -283,13 +377,21 @@ def run_bench(
         requests = prepare_requests(settings, model)
         try:
             run_warmup(settings, requests)
-            for c in settings.concurrency:
-                run = LevelRun(concurrency=c, workers=settings.workers_for(c))
+            for c, rate in level_plan(settings, levels):
+                run = LevelRun(concurrency=c, workers=settings.workers_for(c, rate), rate=rate)
                 try:
                     run_level(settings, c, requests, progress, run)
                 finally:
                     levels.append(
-                        summarize_level(run.records, c, run.workers, run.server, run.stopped)
+                        summarize_level(
+                            run.records,
+                            c,
+                            run.workers,
+                            run.server,
+                            run.stopped,
+                            settings=settings,
+                            rate=rate,
+                        )
                     )
                 if run.stopped or any(not r.ok for r in run.records):
                     verdict = _server_verdict(target)
@@ -320,7 +422,10 @@ def run_bench(
         bench_argv=sys.argv[1:],
         sglang_version=server.get("version") or meta.get("sglang_version"),
     )
+    meta.update(comparable_meta(meta, server, labels))
     res = build_result(settings.mode, levels, settings.to_dict(), server, meta, stopped)
+    if settings.rate_sweep:
+        res.sweep = saturation(levels)
     res.gates = evaluate_gates(
         res, gates.min_decode_tok_s, gates.max_ttft_ms, gates.min_output_tok_s
     )

@@ -1,15 +1,30 @@
-"""Prompts and request bodies: random token ids, fixed lengths, ``ignore_eos`` (pure).
+"""Prompts and request bodies: random token ids or a dataset file, ``ignore_eos`` (pure).
 
 Random token ids with ``ignore_eos`` and ``max_new_tokens`` give exact input and output lengths
 on any model without a tokenizer. The chat API only takes text, so its prompt is made of short
-random words (the server's ``usage.prompt_tokens`` then says how long it really was).
+random words (the server's ``usage.prompt_tokens`` then says how long it really was), or, with
+``--tokenizer``, the ids decoded to text as bench_serving's random dataset does.
+
+``--random-range-ratio R`` draws each request's input and output length uniformly from
+``[max(1, int(len * R)), len]`` (bench_serving's rule); glmserve's default R is 1.0 (fixed
+lengths, so a number means one shape) where bench_serving's is 0.0.
+
+``--dataset-path FILE`` takes prompts from a local file: ShareGPT JSON (a list of
+``{"conversations": [{"from": "human", "value": ...}, ...]}``) or JSONL (one such object, or
+``{"prompt": ...}`` / ``{"text": ...}``, per line), else a plain text file (one prompt per
+non-empty line). Without a tokenizer a text prompt is sent as text and its length is the
+server's count; with one it is sent as token ids (exact).
 """
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
+
+from glmserve.errors import ConfigError
 
 Api = Literal["native", "openai", "chat"]
 APIS: tuple[str, ...] = ("native", "openai", "chat")
@@ -23,13 +38,117 @@ class Request:
 
     path: str
     body: dict[str, Any]
+    input_len: int | None = None  # prompt tokens as the client knows them (None: text prompt)
 
 
-def make_prompts(count: int, input_len: int, seed: int) -> list[list[int]]:
-    """``count`` prompts of ``input_len`` random token ids, reproducible from ``seed``."""
+Prompt = list[int] | str
+
+
+def lengths(count: int, length: int, ratio: float, rng: random.Random) -> list[int]:
+    """``count`` lengths uniform in ``[max(1, int(length * ratio)), length]`` (bench_serving)."""
+    lo = max(1, int(length * ratio))
+    return [rng.randint(lo, length) if lo < length else length for _ in range(count)]
+
+
+def load_tokenizer(path: str | None) -> Any:
+    """A local Hugging Face tokenizer (never the network), or None; ConfigError names it."""
+    if not path:
+        return None
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as exc:  # any load failure is the same user error
+        raise ConfigError(f"--tokenizer {path}: cannot load a tokenizer ({exc})") from exc
+
+
+def read_dataset(path: str) -> list[str]:
+    """The prompts of a ShareGPT JSON/JSONL or plain text file; ConfigError names file/line."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--dataset-path {path}: cannot read ({exc})") from exc
+    stripped = text.lstrip()
+    prompts: list[str] = []
+    if p.suffix == ".json" or stripped.startswith("["):
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
+        if not isinstance(data, list):
+            raise ConfigError(f"{path}: expected a JSON list of ShareGPT conversations")
+        for i, item in enumerate(data):
+            if (prompt := _first_prompt(item)) is None:
+                raise ConfigError(f"{path}: entry {i} has no human turn or prompt")
+            prompts.append(prompt)
+    elif p.suffix == ".jsonl" or stripped.startswith("{"):
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except ValueError as exc:
+                raise ConfigError(f"{path}:{n}: not valid JSON ({exc})") from exc
+            if (prompt := _first_prompt(item)) is None:
+                raise ConfigError(f"{path}:{n}: no human turn or prompt")
+            prompts.append(prompt)
+    else:
+        prompts = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not prompts:
+        raise ConfigError(f"--dataset-path {path}: no prompts in the file")
+    return prompts
+
+
+def _first_prompt(item: Any) -> str | None:
+    if not isinstance(item, dict):
+        return None
+    for key in ("prompt", "text"):
+        if isinstance(item.get(key), str) and item[key].strip():
+            return item[key]
+    turns = item.get("conversations") or item.get("conversation") or []
+    for turn in turns if isinstance(turns, list) else []:
+        if isinstance(turn, dict) and turn.get("from", turn.get("role")) in ("human", "user"):
+            value = turn.get("value", turn.get("content"))
+            if isinstance(value, str) and value.strip():
+                return value
+    return None
+
+
+def dataset_prompts(
+    path: str, count: int, seed: int, tokenizer: Any = None, max_len: int | None = None
+) -> list[Prompt]:
+    """``count`` prompts from the file, shuffled by ``seed`` and cycled; token ids with a
+    tokenizer (cut at ``max_len`` when given), else the text itself."""
+    texts = read_dataset(path)
+    rng = random.Random(seed)
+    order = list(range(len(texts)))
+    rng.shuffle(order)
+    out: list[Prompt] = []
+    for i in range(count):
+        t = texts[order[i % len(order)]]
+        if tokenizer is None:
+            out.append(t)
+        else:
+            ids = list(tokenizer.encode(t, add_special_tokens=False))
+            out.append(ids[:max_len] if max_len else ids)
+    return out
+
+
+def make_prompts(
+    count: int, input_len: int, seed: int, range_ratio: float = 1.0, vocab_size: int | None = None
+) -> list[list[int]]:
+    """``count`` prompts of random token ids, reproducible from ``seed``: ``input_len`` each,
+    or lengths drawn per ``range_ratio`` (see the module docstring)."""
     rng = random.Random(seed)
     lo, hi = TOKEN_ID_RANGE
-    return [[rng.randrange(lo, hi) for _ in range(input_len)] for _ in range(count)]
+    if vocab_size is not None:
+        hi = min(hi, vocab_size)
+        lo = min(lo, max(0, hi // 2))
+    lens = (
+        [input_len] * count if range_ratio >= 1.0 else lengths(count, input_len, range_ratio, rng)
+    )
+    return [[rng.randrange(lo, hi) for _ in range(n)] for n in lens]
 
 
 def prompt_text(ids: list[int]) -> str:
@@ -37,13 +156,17 @@ def prompt_text(ids: list[int]) -> str:
     return " ".join(f"w{i % 9973}" for i in ids)
 
 
-def build_request(api: str, prompt: list[int], output_len: int, model: str) -> Request:
+def build_request(
+    api: str, prompt: Prompt, output_len: int, model: str, tokenizer: Any = None
+) -> Request:
     """The streaming request for ``api`` with exact output length (``ignore_eos``)."""
+    known = len(prompt) if isinstance(prompt, list) else None
     if api == "native":
+        key = "input_ids" if isinstance(prompt, list) else "text"
         return Request(
             "/generate",
             {
-                "input_ids": prompt,
+                key: prompt,
                 "sampling_params": {
                     "max_new_tokens": output_len,
                     "temperature": 0.0,
@@ -51,6 +174,7 @@ def build_request(api: str, prompt: list[int], output_len: int, model: str) -> R
                 },
                 "stream": True,
             },
+            known,
         )
     common: dict[str, Any] = {
         "model": model,
@@ -61,8 +185,14 @@ def build_request(api: str, prompt: list[int], output_len: int, model: str) -> R
         "stream_options": {"include_usage": True},
     }
     if api == "openai":
-        return Request("/v1/completions", {**common, "prompt": prompt})
+        return Request("/v1/completions", {**common, "prompt": prompt}, known)
     if api == "chat":
-        msgs = [{"role": "user", "content": prompt_text(prompt)}]
+        if isinstance(prompt, str):
+            text = prompt
+        elif tokenizer is not None:
+            text = tokenizer.decode(prompt)
+        else:
+            text = prompt_text(prompt)
+        msgs = [{"role": "user", "content": text}]
         return Request("/v1/chat/completions", {**common, "messages": msgs})
     raise ValueError(f"unknown api {api!r} (choose from {', '.join(APIS)})")

@@ -13,6 +13,7 @@ from glmserve.cli import (  # noqa: F401  (imported for their @app.command regis
     diagnose_cmd,
     lifecycle_cmds,
     profiles_cmds,
+    results_cmds,
     simulate_cmd,
     sweep_cmds,
     validate_cmd,

@@ -42,6 +42,14 @@ def emit_json(data: Any) -> None:
     sys.stdout.flush()
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from glmserve import __version__
+
+        sys.stdout.write(f"glmserve {__version__}\n")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
@@ -50,6 +58,9 @@ def _root(
         "--ssh-config",
         help="ssh config file (ssh -F) for every ssh host of this command, instead of each "
         "host's ssh_config: (e.g. for a repo's configs/hosts.yaml, which may not name one).",
+    ),
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_print_version, help="Print the version."
     ),
 ) -> None:
     """glmserve: SGLang launch/watch/bench/compare. Exit codes: 0 ok, 1 gate failed,

@@ -14,6 +14,7 @@ from glmserve.bench.runner import BenchSettings, LevelRun, Progress
 from glmserve.bench.session import BenchInterrupted, Gates, run_bench
 from glmserve.cli._app import app, emit_json, err, is_interactive, out
 from glmserve.errors import BenchmarkGateFailed, ConfigError
+from glmserve.metrics import parse_percentiles, parse_slo
 from glmserve.store import StoreError
 
 
@@ -87,6 +88,40 @@ class _RichProgress(Progress):
             self.rp.stop()
 
 
+def _rates(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"--request-rate: expected req/s like 5,10,inf, got {text!r}") from exc
+
+
+def _parse(flag: str, fn: Any, text: str) -> Any:
+    try:
+        return fn(text)
+    except ValueError as exc:
+        raise ConfigError(f"{flag}: {exc}") from exc
+
+
+def parse_labels(items: list[str]) -> dict[str, str]:
+    """``["team=infra", "gpu=h200"]`` -> dict; ConfigError names a malformed one."""
+    out: dict[str, str] = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            raise ConfigError(f"--label: expected KEY=VALUE, got {item!r}")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def sweep_line(sweep: dict[str, Any]) -> str:
+    """One line saying where a rate sweep found saturation."""
+    thr = sweep.get("max_request_throughput")
+    top = f"{thr:.2f} req/s all at once" if thr else "unknown maximum"
+    if sweep.get("rate") is None:
+        return f"rate sweep: saturated at every rate tried ({top})"
+    return f"rate sweep: kept up up to {sweep['rate']:g} req/s offered ({top})"
+
+
 def _levels(text: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
@@ -130,6 +165,46 @@ def bench(
         "--min-output-tok-s",
         help="Gate C:X (e.g. 64:900): exit 1 if output tok/s at concurrency C is below X.",
     ),
+    request_rate: str | None = typer.Option(
+        None,
+        "--request-rate",
+        help="Open loop: offer R requests/s (comma list: one level each; inf = all at once).",
+    ),
+    rate_sweep: int | None = typer.Option(
+        None,
+        "--rate-sweep",
+        help="Find saturation: synchronous, then all at once, then N rates between.",
+    ),
+    burstiness: float = typer.Option(
+        1.0, "--burstiness", help="Gamma shape of arrival gaps: 1 Poisson, <1 burstier."
+    ),
+    max_concurrency: int | None = typer.Option(
+        None, "--max-concurrency", help="Open loop: at most this many requests in flight."
+    ),
+    random_range_ratio: float = typer.Option(
+        1.0,
+        "--random-range-ratio",
+        help="Lengths uniform in [len*ratio, len] (glmserve default 1.0: fixed lengths).",
+    ),
+    dataset_path: str | None = typer.Option(
+        None, "--dataset-path", help="Prompts from a ShareGPT JSON/JSONL or plain text file."
+    ),
+    tokenizer: str | None = typer.Option(
+        None, "--tokenizer", help="Local tokenizer directory: exact token lengths for text."
+    ),
+    percentiles: str = typer.Option(
+        "50,90,95,99", "--percentiles", help="Latency percentiles to report (comma list)."
+    ),
+    slo: str | None = typer.Option(
+        None, "--slo", help="Goodput SLOs, ms: ttft_ms=..,tpot_ms=..,itl_ms=..,e2e_ms=.."
+    ),
+    output_details: bool = typer.Option(
+        False, "--output-details", help="Per-request arrays (TTFT, TPOT, ITLs...) in the JSON."
+    ),
+    label: list[str] = typer.Option(
+        [], "--label", help="k=v stored with the result (repeat); `glmserve results --label`."
+    ),
+    wide: bool = typer.Option(False, "--wide", help="Every table column, however wide."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
     output: Path | None = typer.Option(None, "--output", help="Also write the JSON here."),
 ) -> None:
@@ -140,6 +215,13 @@ def bench(
       glmserve bench r-20260130-1 --min-decode-tok-s 12
 
       glmserve bench --url http://127.0.0.1:30000 --mode concurrency --concurrency 1,16,64 --json
+
+      glmserve bench RUN --request-rate 20 --num-prompts 200 --slo ttft_ms=200,tpot_ms=50
+
+      glmserve bench RUN --rate-sweep 5 --max-concurrency 256 --label team=infra
+
+    Open loop (--request-rate, --rate-sweep) offers requests on a Poisson/gamma schedule
+    instead of keeping --concurrency in flight; see README "Benchmark metric definitions".
 
     A multi-node group (its g... id or any node's run id) is benched through node 0, the only
     node serving HTTP; the result is stored against node 0's run and lists every node.
@@ -153,7 +235,9 @@ def bench(
     4 not ready, 5 server unreachable or no request succeeded, 130 Ctrl-C (partial results are
     stored and marked incomplete; so is any result with a failed request).
     """
-    levels = [1] if mode == "decode" else _levels(concurrency)
+    if (request_rate is not None or rate_sweep) and mode == "decode":
+        mode = "rate"  # open loop: one level per offered rate
+    levels = [1] if mode in ("decode", "rate") else _levels(concurrency)
     settings = BenchSettings(
         base_url=url or "",
         mode=mode,
@@ -167,11 +251,21 @@ def bench(
         seed=seed,
         stall_timeout=stall_timeout,
         workers=workers,
+        request_rate=_rates(request_rate) if request_rate is not None else None,
+        burstiness=burstiness,
+        max_concurrency=max_concurrency,
+        random_range_ratio=random_range_ratio,
+        dataset_path=dataset_path,
+        tokenizer=tokenizer,
+        percentiles=list(_parse("--percentiles", parse_percentiles, percentiles)),
+        slo=_parse("--slo", parse_slo, slo) if slo else {},
+        per_request=output_details,
+        rate_sweep=rate_sweep,
     )
     gates = Gates(min_decode_tok_s, max_ttft_ms, [parse_output_gate(g) for g in min_output_tok_s])
     progress: Progress = _RichProgress() if is_interactive() else _PlainProgress()
     try:
-        outcome = run_bench(settings, run, gates, progress)
+        outcome = run_bench(settings, run, gates, progress, labels=parse_labels(label))
     finally:
         if isinstance(progress, _RichProgress):
             progress.close()
@@ -196,9 +290,11 @@ def bench(
     if as_json or (outcome.store_error and not kept):  # stored nowhere else: print it
         emit_json(data)
     if not as_json:
-        out.print(render_table(res))
+        out.print(render_table(res, wide=wide, width=out.width))
         for line in render_plain(res):
             out.print(line, highlight=False)
+        if res.sweep is not None:
+            out.print(sweep_line(res.sweep), highlight=False, markup=False)
         if outcome.result_id is not None:
             out.print(f"stored as bench result {outcome.result_id}", highlight=False)
     if outcome.store_error:
@@ -227,13 +323,16 @@ def compare(
 ) -> None:
     """One table across runs/profiles with speedup against a baseline.
 
+    A result measured differently from the baseline (lengths, dataset, API, load shape,
+    simulator speed) shows "n/c" instead of a speedup, and a line names each differing field.
+
     Examples:
 
       glmserve compare --last 3
 
       glmserve compare r-base r-trtllm --baseline r-base --json
     """
-    from glmserve.compare import compare_results, load_entries, render_compare
+    from glmserve.compare import compare_notes, compare_results, load_entries, render_compare
 
     entries = load_entries(items or [], last, baseline)
     table = compare_results(entries, baseline)
@@ -241,3 +340,5 @@ def compare(
         emit_json(table)
     else:
         out.print(render_compare(table))
+        for line in compare_notes(table):
+            out.print(line, highlight=False, markup=False)

@@ -1,0 +1,257 @@
+"""Verb ``results``: stored bench results as first-class data (list, show, export).
+
+Every stored result is listed with what makes it comparable (settings, SGLang version, host,
+GPUs, simulator speed) and its labels; ``export`` flattens one row per level for spreadsheets
+(csv) or writes the stored dicts (json, jsonl) for scripts.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from glmserve.cli._app import app, emit_json, out
+from glmserve.errors import ConfigError
+
+results_app = typer.Typer(
+    help="Stored bench results: list (with filters), show ID, export.",
+    no_args_is_help=False,
+    invoke_without_command=True,
+)
+
+FORMATS = ("csv", "json", "jsonl")
+STATS = ("p50", "p90", "p95", "p99", "mean", "std")
+
+
+def _labels(items: list[str]) -> dict[str, str]:
+    from glmserve.cli.bench_cmds import parse_labels
+
+    return parse_labels(items)
+
+
+def select_rows(
+    run: str | None = None,
+    profile: str | None = None,
+    mode: str | None = None,
+    labels: dict[str, str] | None = None,
+    last: int | None = None,
+) -> list[dict[str, Any]]:
+    """Stored bench rows matching every filter, newest first (``--last`` applies after)."""
+    from glmserve.store import RunStore
+
+    if last is not None and last < 1:
+        raise ConfigError("--last must be at least 1")
+    with RunStore.open() as store:
+        rows = store.list_bench_results()
+    out_rows = []
+    for r in rows:
+        meta = {**(r["result"].get("meta") or {}), **(r.get("meta") or {})}
+        if run is not None and not str(r.get("run_id") or "").startswith(run):
+            continue
+        if profile is not None and meta.get("profile") != profile:
+            continue
+        if mode is not None and r["result"].get("mode") != mode:
+            continue
+        have = meta.get("labels") or {}
+        if any(have.get(k) != v for k, v in (labels or {}).items()):
+            continue
+        out_rows.append(r)
+    return out_rows[:last] if last else out_rows
+
+
+def _headline(res: dict[str, Any]) -> str:
+    if res.get("decode_tok_s") is not None:
+        return f"decode {res['decode_tok_s']:,.2f} tok/s"
+    best = max((lv.get("output_tok_s") or 0.0 for lv in res.get("levels") or []), default=0.0)
+    return f"max {best:,.1f} out tok/s" if best else "-"
+
+
+def list_table(rows: list[dict[str, Any]]) -> Table:
+    """One line per result: id, date, run, profile, mode, headline, levels, sim, labels."""
+    from glmserve.bench.comparable import context, levels_of, sim_speed
+
+    t = Table(title=f"glmserve results ({len(rows)})", title_justify="left")
+    for col in ("id", "date", "run", "profile", "mode", "headline", "levels", "complete",
+                "sglang", "sim", "labels"):  # fmt: skip
+        t.add_column(col, justify="right" if col == "id" else "left")
+    for r in rows:
+        res, ctx = r["result"], context(r)
+        meta = {**(res.get("meta") or {}), **(r.get("meta") or {})}
+        speed = sim_speed(r)
+        t.add_row(
+            str(r["id"]),
+            time.strftime("%Y-%m-%d %H:%M", time.gmtime(r["created_at"])),
+            str(r.get("run_id") or "-"),
+            str(ctx["profile"] or "-"),
+            str(res.get("mode")),
+            _headline(res),
+            ",".join(str(x) for x in levels_of(r)),
+            "yes" if res.get("complete") else "NO",
+            str(ctx["sglang_version"] or "-"),
+            "-" if speed is None else f"x{speed:g}",
+            ", ".join(f"{k}={v}" for k, v in (meta.get("labels") or {}).items()),
+        )
+    return t
+
+
+def flat_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One flat dict per (result, level): what ``export --format csv`` writes."""
+    from glmserve.bench.comparable import comparable_key, context
+
+    flat = []
+    for r in rows:
+        res = r["result"]
+        meta = {**(res.get("meta") or {}), **(r.get("meta") or {})}
+        head = {
+            "id": r["id"],
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r["created_at"])),
+            "run_id": r.get("run_id"),
+            "mode": res.get("mode"),
+            "complete": res.get("complete"),
+            **context(r),
+            **{k: v for k, v in comparable_key(r).items() if k != "mode"},
+            "labels": ";".join(f"{k}={v}" for k, v in (meta.get("labels") or {}).items()),
+        }
+        for lv in res.get("levels") or [{}]:
+            row = dict(head)
+            for key in ("concurrency", "request_rate", "requests", "completed", "errors",
+                        "output_tokens", "output_tok_s", "window_kind", "request_throughput",
+                        "input_tok_s", "output_tok_s_full", "total_tok_s", "goodput",
+                        "achieved_concurrency", "achieved_request_rate"):  # fmt: skip
+                v = lv.get(key)
+                row[key] = v if not isinstance(v, list) else ",".join(map(str, v))
+            for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "decode_tok_s"):
+                for st in STATS:
+                    row[f"{metric}_{st}"] = (lv.get(metric) or {}).get(st)
+            flat.append(row)
+    return flat
+
+
+def export_text(rows: list[dict[str, Any]], fmt: str) -> str:
+    """The rows as csv (one line per level), json (a list) or jsonl (one result per line)."""
+    if fmt == "json":
+        return json.dumps([_full(r) for r in rows], indent=2, default=str) + "\n"
+    if fmt == "jsonl":
+        return "".join(json.dumps(_full(r), default=str) + "\n" for r in rows)
+    flat = flat_rows(rows)
+    buf = io.StringIO()
+    fields: list[str] = []
+    for f in flat:
+        fields += [k for k in f if k not in fields]
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    w.writeheader()
+    w.writerows(flat)
+    return buf.getvalue()
+
+
+def _full(r: dict[str, Any]) -> dict[str, Any]:
+    """A stored row as ``bench --json`` printed it, plus run id, date and stored meta."""
+    from glmserve.bench.comparable import comparable_block
+
+    return {
+        "id": r["id"],
+        "run_id": r.get("run_id"),
+        "created_at": r["created_at"],
+        **r["result"],
+        "stored_meta": r.get("meta") or {},
+        "comparable": comparable_block(r),
+    }
+
+
+@results_app.callback()
+def results(
+    ctx: typer.Context,
+    run: str | None = typer.Option(None, "--run", help="Only this run id (or prefix)."),
+    profile: str | None = typer.Option(None, "--profile", help="Only this profile."),
+    mode: str | None = typer.Option(None, "--mode", help="Only decode | concurrency | rate."),
+    label: list[str] = typer.Option([], "--label", help="Only results with label k=v (repeat)."),
+    last: int | None = typer.Option(None, "--last", help="Only the newest N (after filters)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the list as JSON."),
+) -> None:
+    """List stored bench results, newest first (filters combine).
+
+    Examples:
+
+      glmserve results --label team=infra --last 10
+
+      glmserve results show 12
+
+      glmserve results export --format csv --output results.csv --profile flashinfer_gtc
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    rows = select_rows(run, profile, mode, _labels(label), last)
+    if as_json:
+        emit_json([_full(r) for r in rows])
+    else:
+        out.print(list_table(rows))
+
+
+@results_app.command("show")
+def show(
+    result_id: int = typer.Argument(..., help="Bench result id (from `glmserve results`)."),
+    as_json: bool = typer.Option(False, "--json", help="The stored result as JSON."),
+    wide: bool = typer.Option(False, "--wide", help="Every column of the bench table."),
+) -> None:
+    """One stored result: its bench table and everything that makes it comparable."""
+    from glmserve.bench.comparable import comparable_block
+    from glmserve.bench.results import BenchResult, render_plain, render_table
+    from glmserve.store import RunStore
+
+    with RunStore.open() as store:
+        row = store.get_bench_result(result_id)
+    if as_json:
+        emit_json(_full(row))
+        return
+    res = BenchResult.from_dict(row["result"])
+    out.print(render_table(res, wide=wide))
+    for line in render_plain(res):
+        out.print(line, highlight=False, markup=False)
+    block = comparable_block(row)
+    meta = {**(res.meta or {}), **(row.get("meta") or {})}
+    lines = [
+        f"result {row['id']}  run {row.get('run_id') or '-'}  "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(row['created_at']))}",
+        "settings: " + " ".join(f"{k}={v}" for k, v in block["settings"].items() if v is not None),
+        f"profile {block['profile'] or '-'} (argv hash {block['argv_hash'] or '-'}), "
+        f"SGLang {block['sglang_version'] or '-'}, host {block['host'] or '-'}, "
+        f"GPUs {block['gpu_count'] or '-'} x {block['gpu_model'] or '-'}",
+    ]
+    if meta.get("labels"):
+        lines.append("labels: " + ", ".join(f"{k}={v}" for k, v in meta["labels"].items()))
+    for line in lines:
+        out.print(line, highlight=False, markup=False)
+
+
+@results_app.command("export")
+def export(
+    fmt: str = typer.Option("csv", "--format", help="csv (one row per level) | json | jsonl"),
+    output: Path | None = typer.Option(None, "--output", help="Write here instead of stdout."),
+    run: str | None = typer.Option(None, "--run", help="Only this run id (or prefix)."),
+    profile: str | None = typer.Option(None, "--profile", help="Only this profile."),
+    mode: str | None = typer.Option(None, "--mode", help="Only decode | concurrency | rate."),
+    label: list[str] = typer.Option([], "--label", help="Only results with label k=v (repeat)."),
+    last: int | None = typer.Option(None, "--last", help="Only the newest N (after filters)."),
+) -> None:
+    """Export stored results for a spreadsheet (csv) or a script (json, jsonl)."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+    text = export_text(select_rows(run, profile, mode, _labels(label), last), fmt)
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        output.write_text(text)
+    except OSError as exc:
+        raise ConfigError(f"--output {output}: {exc.strerror or exc}") from exc
+
+
+app.add_typer(results_app, name="results")

@@ -1,0 +1,97 @@
+"""Issue 14 #1 prompts: a ShareGPT JSON / JSONL / plain text dataset file, ``--tokenizer`` for
+exact token lengths, ``--random-range-ratio``; bad files are one-line errors (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tests.integration.test_simulator_prompt_tokens import VOCAB, tokenizer_dir  # noqa: F401
+
+from glmserve.bench.workload import dataset_prompts, lengths, make_prompts, read_dataset
+from glmserve.cli import main
+from glmserve.errors import ConfigError
+
+SIM = ["--disable-cuda-graph", "--sim-speed", "20"]
+
+
+def bench(capsys, url: str, *args: str) -> tuple[int, dict, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--url", url, "--json", "--warmup", "0", "--output-len", "8", *args])
+    cap = capsys.readouterr()
+    return exc.value.code, (json.loads(cap.out) if cap.out.strip() else {}), cap.err
+
+
+def sharegpt(n: int, words: int) -> list[dict]:
+    return [
+        {"conversations": [
+            {"from": "human", "value": " ".join(VOCAB[(i + j) % len(VOCAB)] for j in range(words))},
+            {"from": "gpt", "value": "ok"},
+        ]}
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def test_dataset_formats_parse(tmp_path):
+    js = tmp_path / "d.json"
+    js.write_text(json.dumps(sharegpt(3, 5)))
+    jl = tmp_path / "d.jsonl"
+    jl.write_text("\n".join(json.dumps(x) for x in [*sharegpt(2, 4), {"prompt": "hello"}]))
+    txt = tmp_path / "d.txt"
+    txt.write_text("first prompt\n\nsecond prompt\n")
+    assert len(read_dataset(str(js))) == 3
+    assert read_dataset(str(jl))[-1] == "hello"
+    assert read_dataset(str(txt)) == ["first prompt", "second prompt"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "x"}\nnot json\n')
+    with pytest.raises(ConfigError, match=r"bad.jsonl:2"):
+        read_dataset(str(bad))
+    assert dataset_prompts(str(txt), 5, 0)[:2] != []  # cycled to the count asked
+
+
+def test_random_range_ratio_draws_lengths_in_range():
+    import random
+
+    ls = lengths(2000, 100, 0.25, random.Random(0))
+    assert min(ls) >= 25 and max(ls) <= 100 and len(set(ls)) > 50
+    assert {len(p) for p in make_prompts(50, 64, 0, 0.5)} <= set(range(32, 65))
+    assert {len(p) for p in make_prompts(5, 64, 0)} == {64}
+
+
+def test_sharegpt_with_tokenizer_gives_exact_prompt_tokens(capsys, start_simulator, tmp_path,
+                                                           tokenizer_dir):  # noqa: F811  # fmt: skip
+    sim = start_simulator("--tokenizer-path", str(tokenizer_dir), *SIM, timeout=90)
+    data = tmp_path / "sharegpt.json"
+    data.write_text(json.dumps(sharegpt(4, 12)))
+    code, res, err = bench(capsys, sim.url, "--dataset-path", str(data), "--tokenizer",
+                           str(tokenizer_dir), "--num-prompts", "4", "--api", "openai")  # fmt: skip
+    assert code == 0, err
+    lv = res["levels"][0]
+    assert lv["input_tokens"] == 4 * 12  # token ids sent: exactly the words
+    assert res["settings"]["dataset_path"] == str(data)
+    # without a tokenizer the text is sent and the server's count is the one recorded
+    code, res, err = bench(capsys, sim.url, "--dataset-path", str(data), "--num-prompts", "4")
+    assert code == 0, err
+    assert res["levels"][0]["input_tokens"] == 4 * 12
+
+
+def test_range_ratio_against_the_simulator(capsys, start_simulator):
+    sim = start_simulator(*SIM)
+    args = ["--mode", "concurrency", "--concurrency", "8", "--num-prompts", "32",
+            "--random-range-ratio", "0.5", "--input-len", "64", "--output-len", "32",
+            "--output-details"]  # fmt: skip
+    code, res, err = bench(capsys, sim.url, *args)
+    assert code == 0, err
+    pr = res["levels"][0]["per_request"]
+    assert all(16 <= n <= 32 for n in pr["output_tokens"]) and len(set(pr["output_tokens"])) > 3
+    assert all(32 <= n <= 64 for n in pr["input_tokens"])
+
+
+def test_bad_dataset_and_tokenizer_are_usage_errors(capsys, start_simulator, tmp_path):
+    sim = start_simulator(*SIM)
+    code, _, err = bench(capsys, sim.url, "--dataset-path", str(tmp_path / "missing.json"))
+    assert code == 2 and "missing.json" in err
+    code, _, err = bench(capsys, sim.url, "--tokenizer", str(tmp_path))
+    assert code == 2 and "--tokenizer" in err
+    code, _, err = bench(capsys, sim.url, "--random-range-ratio", "1.5")
+    assert code == 2 and "--random-range-ratio" in err

@@ -1,0 +1,43 @@
+"""Issue 14 flags: each bad value is a one-line usage error naming the flag (exit 2), checked
+before any server is contacted."""
+
+from __future__ import annotations
+
+import pytest
+from test_bench_cli import run_cli
+
+URL = "http://127.0.0.1:9"  # nothing listens: a usage error must come first
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--request-rate", "0"], "--request-rate"),
+        (["--request-rate", "fast"], "--request-rate"),
+        (["--request-rate", "5", "--burstiness", "0"], "--burstiness"),
+        (["--max-concurrency", "8"], "--max-concurrency"),
+        (["--request-rate", "5", "--max-concurrency", "0"], "--max-concurrency"),
+        (["--rate-sweep", "3", "--request-rate", "5"], "--rate-sweep"),
+        (["--random-range-ratio", "-0.1"], "--random-range-ratio"),
+        (["--percentiles", "50,101"], "--percentiles"),
+        (["--slo", "ttft=5"], "--slo"),
+        (["--label", "nokey"], "--label"),
+        (["--mode", "rate"], "--mode"),
+    ],
+)
+def test_bad_flag_is_a_usage_error_naming_it(capsys, args, flag):
+    code, _out, err = run_cli(capsys, "bench", "--url", URL, *args)
+    assert code == 2, err
+    assert flag in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_infinite_rate_is_strict_json(capsys):
+    import json
+    import math
+
+    from glmserve.bench.runner import BenchSettings
+
+    s = BenchSettings("http://x", mode="rate", request_rate=[5.0, math.inf])
+    text = json.dumps(s.to_dict(), allow_nan=False)  # raises on Infinity
+    assert json.loads(text)["request_rate"] == [5.0, "inf"]

@@ -1,0 +1,112 @@
+"""Issue 14 #3: ``glmserve results`` list / filters / show / export, labels given at bench
+time, ``--version``; and the bench table at 80 columns (#5)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import test_bench_client
+from rich.console import Console
+from test_bench_cli import bench_json, run_cli
+
+from glmserve.bench.results import BenchResult, render_table, summarize_level
+from glmserve.metrics import StreamRecord
+
+fake = test_bench_client.fake
+
+
+def test_labels_at_bench_time_filter_list_show_and_export(capsys, fake, tmp_path):
+    fake.n_tokens, fake.itl = 8, 0.002
+    _, a, _ = bench_json(capsys, fake, "--label", "team=infra", "--label", "gpu=h200")
+    _, b, _ = bench_json(capsys, fake, "--label", "team=research")
+    assert a["meta"]["labels"] == {"team": "infra", "gpu": "h200"}
+
+    code, out, _ = run_cli(capsys, "results", "--json")
+    assert code == 0 and [r["id"] for r in json.loads(out)] == [b["id"], a["id"]]
+    code, out, _ = run_cli(capsys, "results", "--label", "team=infra", "--json")
+    rows = json.loads(out)
+    assert [r["id"] for r in rows] == [a["id"]]
+    assert rows[0]["comparable"]["settings"]["output_len"] == 8
+    code, out, _ = run_cli(capsys, "results", "--label", "team=nobody", "--json")
+    assert json.loads(out) == []
+    code, out, _ = run_cli(capsys, "results")
+    assert code == 0 and "team=research" in out and "decode" in out
+
+    code, out, _ = run_cli(capsys, "results", "show", str(a["id"]))
+    assert code == 0 and "labels: team=infra, gpu=h200" in out and "output_len=8" in out
+    code, out, _ = run_cli(capsys, "results", "show", str(a["id"]), "--json")
+    assert json.loads(out)["decode_tok_s"] == a["decode_tok_s"]
+    assert run_cli(capsys, "results", "show", "999")[0] == 2
+
+    code, out, _ = run_cli(capsys, "results", "export", "--format", "csv")
+    table = list(csv.DictReader(io.StringIO(out)))
+    assert [int(r["id"]) for r in table] == [b["id"], a["id"]]  # one level each
+    assert float(table[1]["ttft_ms_p95"]) > 0 and table[1]["labels"] == "team=infra;gpu=h200"
+    code, out, _ = run_cli(capsys, "results", "export", "--format", "jsonl", "--label", "gpu=h200")
+    lines = out.splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["id"] == a["id"]
+    dest = tmp_path / "all.json"
+    code, _, _ = run_cli(capsys, "results", "export", "--format", "json", "--output", str(dest))
+    assert code == 0 and len(json.loads(dest.read_text())) == 2
+    assert run_cli(capsys, "results", "export", "--format", "xml")[0] == 2
+    assert run_cli(capsys, "bench", "--url", fake.url, "--label", "novalue")[0] == 2
+
+
+def test_version_flag(capsys):
+    code, out, _ = run_cli(capsys, "--version")
+    assert code == 0 and out.startswith("glmserve ")
+
+
+def _result(levels: list[int]) -> BenchResult:
+    lvs = []
+    for c in levels:
+        recs = [StreamRecord(dispatch=0.0, send=0.0, chunk_times=[0.1 * (i + 1) for i in range(9)],
+                             chunk_tokens=list(range(1, 10)), completion_tokens=9, end=0.9)
+                for _ in range(c)]  # fmt: skip
+        lvs.append(summarize_level(recs, c, 1, {}, None))
+    return BenchResult(mode="concurrency", complete=True, levels=lvs)
+
+
+def test_bench_table_fits_80_columns_and_wide_shows_all():
+    res = _result([1, 64, 2048])
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(render_table(res, width=80))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "conc" in text and "output tok/s" in text and "TTFT" in text
+    assert "--wide shows all" in text
+    wide = Console(width=400, record=True, file=io.StringIO())
+    wide.print(render_table(res, wide=True))
+    all_cols = wide.export_text()
+    assert "queue ms p50" in all_cols and "server tok/s" in all_cols
+
+
+def _row(rid: int, levels: list[int], output_len: int = 16, speed: float | None = 10.0) -> dict:
+    lvs = [{"concurrency": c, "output_tok_s": 100.0 * c, "decode_tok_s": {"p50": 50.0},
+            "ttft_ms": {"p50": 10.0}} for c in levels]  # fmt: skip
+    return {
+        "id": rid,
+        "run_id": None,
+        "result": {"mode": "concurrency", "levels": lvs, "complete": True,
+                   "settings": {"mode": "concurrency", "api": "native", "input_len": 32,
+                                "output_len": output_len, "concurrency": levels},
+                   "server": {"sim_speed": speed}},
+        "meta": {},
+    }  # fmt: skip
+
+
+def test_compare_flags_concurrency_sets_and_output_lengths():
+    from glmserve.compare import compare_notes, compare_results
+
+    table = compare_results([_row(1, [1, 4]), _row(2, [1, 4, 64]), _row(3, [1, 4], 32)])
+    r2, r3 = table["rows"][1], table["rows"][2]
+    assert r2["comparable"] and r2["levels"]["4"]["speedup"] == 1.0
+    assert r2["levels"]["64"]["speedup"] is None  # not measured by the baseline
+    assert r2["notes"] == ["levels 1,4,64 vs baseline 1,4: speedups only at shared levels"]
+    assert not r3["comparable"] and r3["levels"]["4"]["speedup"] is None
+    notes = compare_notes(table)
+    assert any("result 3 is NOT comparable" in n and "output_len 32 vs 16" in n for n in notes)
+    real = compare_results([_row(1, [1]), _row(2, [1], speed=None)])["rows"][1]
+    assert real["incomparable"] == [{"field": "simulated", "baseline": True, "value": False}]
