@@ -15,6 +15,7 @@ from glmserve.cli import (  # noqa: F401  (imported for their @app.command regis
     profiles_cmds,
     simulate_cmd,
     sweep_cmds,
+    tune_cmd,
     validate_cmd,
 )
 from glmserve.cli._app import STATE, app, err
