@@ -128,15 +128,12 @@ def test_budgeted_search_finds_the_grid_best_in_fewer_trials_ooms_recorded_profi
     doc = yaml.safe_load(path.read_text())
     assert doc["extends"] == "tunebase"
     assert doc["server"] == {"cuda-graph-max-bs": 32, "max-running-requests": 16}
+    render = [*GLMSERVE, "render", "--format", "argv", "--profile"]
     rendered = subprocess.run(
-        [*GLMSERVE, "render", "--profile", "tuned", "--format", "argv", "--sglang-version", "0.5.9"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [*render, "tuned", "--sglang-version", "0.5.9"], capture_output=True, text=True, timeout=60
+    )
     assert rendered.returncode == 0, rendered.stderr
-    parent = subprocess.run(
-        [*GLMSERVE, "render", "--profile", "tunebase", "--format", "argv"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    parent = subprocess.run([*render, "tunebase"], capture_output=True, text=True, timeout=60)
     new, old = rendered.stdout.split(), parent.stdout.split()
     diff = {(a, b) for a, b in zip(old, new, strict=True) if a != b}
     assert diff == {("4", "32"), ("4", "16")}
