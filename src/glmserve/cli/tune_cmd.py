@@ -46,6 +46,9 @@ def tune(
     stall_budgets: list[str] = typer.Option(
         [], "--stall-budget", help="Start-up: PHASE=SECONDS without progress = STALLED."
     ),
+    host_lost_after: float = typer.Option(
+        60.0, "--host-lost-after", help="Seconds a host may stay unreachable before it leaves."
+    ),
     write_profile: str = typer.Option(
         None, "--write-profile", help="Save the best config as this profile (extends --profile)."
     ),
@@ -94,6 +97,7 @@ def tune(
             timeout_s=timeout,
             stall_budgets=list(stall_budgets),
             sglang_version=sglang_version,
+            host_lost_s=host_lost_after,
         )
         parse_stall_budgets(opts.stall_budgets)
         pool = [h.strip() for h in hosts.split(",") if h.strip()]

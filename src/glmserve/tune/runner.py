@@ -30,6 +30,7 @@ from glmserve.errors import (
     GlmserveError,
     TransportError,
 )
+from glmserve.sweep import LifecycleBackend, StepOutcome, _diagnosis
 from glmserve.tune import state as st
 from glmserve.tune.space import Budget, config_key, grid, level_metrics, seed_config
 
@@ -60,6 +61,7 @@ class TuneOptions:
     sglang_version: str | None = None
     base_port: int = 30000
     sim_speed: float = 1.0  # the profile's sim.speed (simulated figures are scaled back)
+    host_lost_s: float = 60.0  # a host unreachable this long leaves the pool
 
 
 # --------------------------------------------------------------------------- strategy
@@ -233,9 +235,10 @@ class Pool:
                         self.tune.lost_hosts.append(host)
                     for t in trials:
                         if not t.finished:
+                            left = f"; its run {t.run_id} may still be up there" if t.run_id else ""
                             t.requeued_from.append(host)
                             t.status, t.host, t.run_id = st.PENDING, None, None
-                            t.error = f"re-queued: host {host} lost ({exc})"
+                            t.error = f"re-queued: host {host} lost ({exc}){left}"
                     queue.appendleft(trials)
                     st.save_tune(self.tune)
                 self.say(f"{host}: unreachable, taken out of the pool; its trial is re-queued")
@@ -348,9 +351,7 @@ class LifecycleJobRunner(JobRunner):
         self.lock = threading.Lock()
 
     def _backend(self, host: str) -> Any:
-        from glmserve.sweep import LifecycleBackend
-
-        return LifecycleBackend(host, self.tune.simulate, say=lambda m: None)
+        return _TuneBackend(host, self.tune.simulate, self.opts.host_lost_s)
 
     def _sweep_opts(self, trials: list[st.Trial], slot: int, load: int) -> Any:
         from glmserve.sweep import SweepOptions
@@ -456,6 +457,8 @@ class LifecycleJobRunner(JobRunner):
             )
             level = (result.get("levels") or [{}])[0]
             if not result.get("complete", True) or level.get("errors"):
+                if not self._reachable(host):  # the bench's forward died with the host
+                    raise HostLost(f"host {host} stopped answering during the bench")
                 after = backend.assess(run_id)
                 if after.state in ("CRASHED", "EXITED"):
                     self._mark(
@@ -485,3 +488,29 @@ class LifecycleJobRunner(JobRunner):
         for host, run_id in live:  # a fresh backend: a run store opens per thread
             with contextlib.suppress(GlmserveError):
                 self._backend(host).stop(run_id)
+
+
+class _TuneBackend(LifecycleBackend):
+    """The sweep's backend, but a watch gives up on a silent host after ``host_lost_s`` (the
+    pool has other hosts to run the trial on; a lone sweep waits longer for a reconnect)."""
+
+    def __init__(self, host: str, simulate: bool, host_lost_s: float) -> None:
+        super().__init__(host, simulate, say=lambda m: None)
+        self.host_lost_s = host_lost_s
+
+    def watch(self, run_id: str, opts: Any) -> Any:
+        from glmserve.lifecycle import transport_for_run
+        from glmserve.watch import Watcher, parse_stall_budgets
+
+        run = self.store.get_run(run_id)
+        w = Watcher(
+            run,
+            transport_for_run(run),
+            self.store,
+            poll_s=0.2 if self.simulate else 1.0,
+            timeout_s=opts.timeout_s,
+            stall_budgets=parse_stall_budgets(opts.stall_budgets),
+            reconnect_give_up_s=self.host_lost_s,
+        )
+        res = w.watch()
+        return StepOutcome(res.state, _diagnosis(res.diagnosis))
