@@ -180,3 +180,20 @@ def test_write_profile_sets_only_what_changed():
         ["server.port=9000", "sim.speed=10", "server.disable-cuda-graph=false"],
     )
     assert got == {"max-running-requests": 16, "disable-cuda-graph": False}
+
+
+def test_a_duration_budget_starts_no_job_after_its_deadline():
+    class Slow(FakeRunner):
+        def run_job(self, tune, host, slot, trials):
+            super().run_job(tune, host, slot, trials)
+            end = time.time() + 0.25  # each job outlasts the whole budget
+            while time.time() < end:
+                time.sleep(0.01)
+
+    tune = make(Budget(seconds=0.2), "auto", hosts=("h1",))
+    assert tune.strategy == "coordinate"
+    runner = Slow()
+    done = run_tune(tune, runner, {}, lambda m: None)
+    # the seed ran; its neighbours were never started (the budget was spent)
+    assert len(runner.jobs) == 1 and done.status == "done"
+    assert all(t.status == st.OK for t in done.trials)

@@ -168,6 +168,7 @@ class Pool:
         self.say = say
         self.lock = threading.RLock()
         self.interrupted = threading.Event()
+        self.deadline: float | None = None  # --budget DURATION: no job starts after it
 
     def live_hosts(self) -> list[tuple[int, str]]:
         return [(i, h) for i, h in enumerate(self.tune.hosts) if h not in self.tune.lost_hosts]
@@ -225,6 +226,9 @@ class Pool:
         while not self.interrupted.is_set():
             with self.lock:
                 if not queue:
+                    return
+                if self.deadline is not None and time.time() >= self.deadline:
+                    queue.clear()  # the duration budget is spent: start nothing new
                     return
                 trials = queue.popleft()
             try:
@@ -287,7 +291,9 @@ def run_tune(tune: st.Tune, runner: JobRunner, profile_server: dict[str, Any], s
         tune.status = st.RUNNING
         pool.save()
         try:
-            Search(tune, pool.evaluate).run(profile_server)
+            search = Search(tune, pool.evaluate)
+            pool.deadline = search.deadline
+            search.run(profile_server)
         except KeyboardInterrupt:
             with pool.lock:
                 for t in tune.trials:
