@@ -359,12 +359,23 @@ class LifecycleJobRunner(JobRunner):
     def _backend(self, host: str) -> Any:
         return _TuneBackend(host, self.tune.simulate, self.opts.host_lost_s)
 
-    def _sweep_opts(self, trials: list[st.Trial], slot: int, load: int) -> Any:
+    def _port(self, host: str, slot: int) -> int:
+        """The job's server port: a free one for a local host (local hosts share this
+        machine, whose ephemeral ports come and go), else the profile's port + the host's
+        index in the pool (hosts that are one machine then never clash)."""
+        from glmserve.hosts import get_host
+        from glmserve.transport import free_local_port
+
+        if get_host(host).is_local:
+            return free_local_port()
+        return self.opts.base_port + slot
+
+    def _sweep_opts(self, trials: list[st.Trial], port: int, load: int) -> Any:
         from glmserve.sweep import SweepOptions
 
         o = self.opts
         sets = [*o.overrides, *(f"server.{k}={v}" for k, v in trials[0].config.items())]
-        sets.append(f"server.port={o.base_port + slot}")  # hosts may share one machine
+        sets.append(f"server.port={port}")
         return SweepOptions(
             bench=["concurrency"],
             concurrency=[load],
@@ -399,7 +410,8 @@ class LifecycleJobRunner(JobRunner):
         now = time.time()
         self._mark(trials, status=st.RUNNING, host=host, started_at=now, ended_at=None, error=None)
         backend = self._backend(host)
-        opts = self._sweep_opts(trials, slot, trials[0].concurrency)
+        port = self._port(host, slot)
+        opts = self._sweep_opts(trials, port, trials[0].concurrency)
         try:
             spec = backend.prepare(tune.profile, opts)
         except FlagValidationError as exc:
@@ -409,7 +421,7 @@ class LifecycleJobRunner(JobRunner):
             self.say(f"{name}: skipped before launch: {exc}")
             return
         try:
-            self._launch_and_bench(tune, host, slot, trials, backend, spec)
+            self._launch_and_bench(tune, host, port, trials, backend, spec)
         except TransportError as exc:
             if not self._reachable(host):
                 raise HostLost(str(exc)) from exc
@@ -421,7 +433,7 @@ class LifecycleJobRunner(JobRunner):
             )
 
     def _launch_and_bench(
-        self, tune: st.Tune, host: str, slot: int, trials: list[st.Trial], backend: Any, spec: Any
+        self, tune: st.Tune, host: str, port: int, trials: list[st.Trial], backend: Any, spec: Any
     ) -> None:
         name = config_key(trials[0].config)
         problem = backend.check(spec)
@@ -437,7 +449,7 @@ class LifecycleJobRunner(JobRunner):
         self._mark(trials, run_id=run_id)
         self.say(f"{host}: {name}: launched run {run_id}")
         try:
-            self._watch_and_bench(tune, host, slot, trials, backend, run_id)
+            self._watch_and_bench(tune, host, port, trials, backend, run_id)
         finally:
             with self.lock:
                 self.live.pop(host, None)
@@ -445,10 +457,10 @@ class LifecycleJobRunner(JobRunner):
                 backend.stop(run_id)
 
     def _watch_and_bench(
-        self, tune: st.Tune, host: str, slot: int, trials: list[st.Trial], backend: Any, run_id: str
+        self, tune: st.Tune, host: str, port: int, trials: list[st.Trial], backend: Any, run_id: str
     ) -> None:
         name = config_key(trials[0].config)
-        outcome = backend.watch(run_id, self._sweep_opts(trials, slot, trials[0].concurrency))
+        outcome = backend.watch(run_id, self._sweep_opts(trials, port, trials[0].concurrency))
         if outcome.state != "READY":
             status = st.CRASHED if outcome.state in ("CRASHED", "EXITED") else st.STALLED
             self._mark(trials, status=status, diagnosis=outcome.diagnosis, ended_at=time.time())
@@ -459,7 +471,7 @@ class LifecycleJobRunner(JobRunner):
         for i, t in enumerate(trials):
             self._mark([t], started_at=time.time())
             result = backend.bench(
-                run_id, "concurrency", self._sweep_opts(trials, slot, t.concurrency)
+                run_id, "concurrency", self._sweep_opts(trials, port, t.concurrency)
             )
             level = (result.get("levels") or [{}])[0]
             if not result.get("complete", True) or level.get("errors"):
