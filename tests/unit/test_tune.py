@@ -197,3 +197,19 @@ def test_a_duration_budget_starts_no_job_after_its_deadline():
     # the seed ran; its neighbours were never started (the budget was spent)
     assert len(runner.jobs) == 1 and done.status == "done"
     assert all(t.status == st.OK for t in done.trials)
+
+
+def test_report_renders_a_tune_page_with_pareto_plot_trials_and_diagnoses(tmp_path):
+    from glmserve.report import load_report_data, render_html, write_html
+
+    tune = run_tune(make(None, "grid"), FakeRunner(), {}, lambda m: None)
+    page = render_html(load_report_data([tune.tune_id]))
+    assert f'data-tune="{tune.tune_id}"' in page and 'data-chart="tune-pareto"' in page
+    front = st.pareto(tune)
+    assert page.count('<circle class="front"') == len(front) >= 1
+    ok = [t for t in tune.trials if t.status == st.OK]
+    assert page.count("<circle ") == len(ok)
+    assert page.count('<tr class="status-') == len(tune.trials)
+    assert "CUDA out of memory" in page and "Best:</b> a=3, b=2, c=y at concurrency 8" in page
+    assert "src=" not in page and "href=" not in page  # self-contained
+    assert write_html(load_report_data([tune.tune_id]), tmp_path / "r.html").exists()
