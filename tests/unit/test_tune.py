@@ -213,3 +213,28 @@ def test_report_renders_a_tune_page_with_pareto_plot_trials_and_diagnoses(tmp_pa
     assert "CUDA out of memory" in page and "Best:</b> a=3, b=2, c=y at concurrency 8" in page
     assert "src=" not in page and "href=" not in page  # self-contained
     assert write_html(load_report_data([tune.tune_id]), tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--search", "mem-fraction-static=0.9"], "--search 'mem-fraction-static=0.9'"),
+        (["--search", "server.max-running-requests=8", "--slo", "p99=1"], "--slo 'p99=1'"),
+        (["--search", "server.max-running-requests=8", "--budget", "ten"], "--budget 'ten'"),
+        (["--search", "server.max-running-requests=8", "--hosts", "nosuch"], "nosuch"),
+        (["--search", "server.max-running-requests=8", "--objective", "speed"], "--objective"),
+        (
+            ["--search", "server.max-running-requests=8", "--budget", "1", "--concurrency", "1,4"],
+            "one config costs 2 trials",
+        ),
+        (["--resume", "tu-nope"], "unknown tune"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(args, needle):
+    from tests.fixtures.cli import run_glmserve
+
+    prof = [] if args[0] == "--resume" else ["--profile", "trtllm_mla"]
+    res = run_glmserve("tune", *prof, *args)
+    assert res.returncode == 2, res.stderr
+    assert needle in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
