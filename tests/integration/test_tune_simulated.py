@@ -110,6 +110,12 @@ def test_budgeted_search_finds_the_grid_best_in_fewer_trials_ooms_recorded_profi
     for t in oom:
         assert t["status"] == "crashed", t
         assert t["diagnosis"]["category"] == "OOM", t["diagnosis"]
+    # a load-only change reuses the server: one run per config, both loads benched on it
+    runs: dict[str, set[str]] = {}
+    for t in g["trials"]:
+        runs.setdefault(json.dumps(t["config"], sort_keys=True), set()).add(t["run_id"])
+    assert all(len(r) == 1 and None not in r for r in runs.values()), runs
+    assert len({r for rs in runs.values() for r in rs}) == GRID_TRIALS // 2
     # both hosts served, at the same time
     spans = job_spans(g)
     assert set(spans) == {"la", "lb"}
