@@ -77,6 +77,7 @@ def resume_tune(tune_id: str) -> tuple[st.Tune, dict[str, Any]]:
     from glmserve import profiles
 
     tune = st.load_tune(tune_id)
+    tune.lost_hosts = []  # a resume gives every host of the pool another chance
     overrides = list(tune.options.get("overrides", []))
     server = dict(profiles.resolve_profile(tune.profile, overrides).data.get("server") or {})
     return tune, server
