@@ -218,8 +218,8 @@ class Pool:
             self.interrupted.set()
             self.say("interrupted: stopping the running servers")
             self.runner.stop_all()
-            for th in threads:
-                th.join(60)
+            for th in threads:  # each job ends at its next step (its server is stopped)
+                th.join(120)
             raise
 
     def _worker(self, slot: int, host: str, queue: deque[list[st.Trial]]) -> None:
@@ -248,10 +248,11 @@ class Pool:
                 self.say(f"{host}: unreachable, taken out of the pool; its trial is re-queued")
                 return
             except Exception as exc:  # never lose the other hosts' work to one job's bug
+                status = st.INTERRUPTED if self.interrupted.is_set() else st.FAILED
                 with self.lock:
                     for t in trials:
                         if not t.finished:
-                            t.status, t.error, t.ended_at = st.FAILED, str(exc), time.time()
+                            t.status, t.error, t.ended_at = status, str(exc), time.time()
                     st.save_tune(self.tune)
                 self.say(f"{host}: {config_key(trials[0].config)}: failed: {exc}")
 
@@ -354,6 +355,7 @@ class LifecycleJobRunner(JobRunner):
             **{k: v for k, v in tune.options.items() if k in TuneOptions.__dataclass_fields__}
         )
         self.live: dict[str, tuple[Any, str]] = {}  # host -> (backend, run id) running now
+        self.stopping = threading.Event()  # Ctrl-C: what a job sees next is not a result
         self.lock = threading.Lock()
 
     def _backend(self, host: str) -> Any:
@@ -456,11 +458,28 @@ class LifecycleJobRunner(JobRunner):
             with contextlib.suppress(GlmserveError):
                 backend.stop(run_id)
 
+    def _interrupted(self, trials: list[st.Trial]) -> bool:
+        """After Ctrl-C a stopped server looks crashed: record the trials as interrupted
+        (``--resume`` runs them again), never as results."""
+        if not self.stopping.is_set():
+            return False
+        self._mark(
+            [t for t in trials if not t.finished],
+            status=st.INTERRUPTED,
+            error="interrupted (Ctrl-C); the server was stopped",
+            ended_at=time.time(),
+        )
+        return True
+
     def _watch_and_bench(
         self, tune: st.Tune, host: str, port: int, trials: list[st.Trial], backend: Any, run_id: str
     ) -> None:
         name = config_key(trials[0].config)
+        if self._interrupted(trials):
+            return
         outcome = backend.watch(run_id, self._sweep_opts(trials, port, trials[0].concurrency))
+        if self._interrupted(trials):
+            return
         if outcome.state != "READY":
             status = st.CRASHED if outcome.state in ("CRASHED", "EXITED") else st.STALLED
             self._mark(trials, status=status, diagnosis=outcome.diagnosis, ended_at=time.time())
@@ -469,10 +488,14 @@ class LifecycleJobRunner(JobRunner):
             return
         scale = sim_scale(tune)
         for i, t in enumerate(trials):
+            if self._interrupted(trials[i:]):
+                return
             self._mark([t], started_at=time.time())
             result = backend.bench(
                 run_id, "concurrency", self._sweep_opts(trials, port, t.concurrency)
             )
+            if self._interrupted(trials[i:]):
+                return
             level = (result.get("levels") or [{}])[0]
             if not result.get("complete", True) or level.get("errors"):
                 if not self._reachable(host):  # the bench's forward died with the host
@@ -501,6 +524,7 @@ class LifecycleJobRunner(JobRunner):
             )
 
     def stop_all(self) -> None:
+        self.stopping.set()
         with self.lock:
             live = [(host, run_id) for host, (_b, run_id) in self.live.items()]
         for host, run_id in live:  # a fresh backend: a run store opens per thread
