@@ -169,6 +169,7 @@ class Pool:
         self.lock = threading.RLock()
         self.interrupted = threading.Event()
         self.deadline: float | None = None  # --budget DURATION: no job starts after it
+        self.threads: list[threading.Thread] = []
 
     def live_hosts(self) -> list[tuple[int, str]]:
         return [(i, h) for i, h in enumerate(self.tune.hosts) if h not in self.tune.lost_hosts]
@@ -199,6 +200,7 @@ class Pool:
             threading.Thread(target=self._worker, args=(slot, host, queue), daemon=True)
             for slot, host in self.live_hosts()
         ]
+        self.threads = threads
         for th in threads:
             th.start()
         self._join(threads)
@@ -215,12 +217,22 @@ class Pool:
                 for th in threads:
                     th.join(0.2)
         except KeyboardInterrupt:
-            self.interrupted.set()
-            self.say("interrupted: stopping the running servers")
-            self.runner.stop_all()
-            for th in threads:  # each job ends at its next step (its server is stopped)
-                th.join(120)
+            self.shutdown()
             raise
+
+    def shutdown(self) -> None:
+        """Ctrl-C, wherever the main thread was: start nothing new, stop every running
+        server, wait for each job to end at its next step, then stop what a job launched in
+        the meantime. Idempotent."""
+        if self.interrupted.is_set():
+            return
+        self.interrupted.set()
+        self.say("interrupted: stopping the running servers")
+        self.runner.stop_all()
+        for th in self.threads:
+            if th.ident is not None:  # started (Ctrl-C may land while they are started)
+                th.join(120)
+        self.runner.stop_all()
 
     def _worker(self, slot: int, host: str, queue: deque[list[st.Trial]]) -> None:
         while not self.interrupted.is_set():
@@ -296,6 +308,7 @@ def run_tune(tune: st.Tune, runner: JobRunner, profile_server: dict[str, Any], s
             pool.deadline = search.deadline
             search.run(profile_server)
         except KeyboardInterrupt:
+            pool.shutdown()
             with pool.lock:
                 for t in tune.trials:
                     if t.status in (st.RUNNING, st.PENDING) and t.started_at:
