@@ -196,7 +196,12 @@ def test_ctrl_c_stops_every_server_then_resume_finishes_and_keeps_what_was_done(
         if run.pgid is not None:  # None: it had exited before launch could read its group
             assert probe_group(LocalTransport(get_host("local")), run.pgid).live_pids == []
     # a server stopped by Ctrl-C is no result: nothing the interrupt touched reads "crashed"
-    assert not [t for t in saved["trials"] if t["status"] in ("crashed", "failed", "stalled")]
+    bad = [
+        (t["status"], t["error"], t["host"])
+        for t in saved["trials"]
+        if t["status"] in ("crashed", "failed", "stalled")
+    ]
+    assert not bad
 
     again = subprocess.run(
         [*GLMSERVE, "tune", "--resume", tune_id, "--json"],

@@ -35,6 +35,7 @@ from glmserve.tune import state as st
 from glmserve.tune.space import Budget, config_key, grid, level_metrics, seed_config
 
 Say = Callable[[str], None]
+_OPEN_LOCK = threading.Lock()
 
 
 class TuneInterrupted(GlmserveError):
@@ -369,10 +370,17 @@ class LifecycleJobRunner(JobRunner):
         )
         self.live: dict[str, tuple[Any, str]] = {}  # host -> (backend, run id) running now
         self.stopping = threading.Event()  # Ctrl-C: what a job sees next is not a result
+        from glmserve.store import RunStore
+
+        with _OPEN_LOCK:
+            RunStore.open().close()  # create the store (WAL) before any worker thread opens it
         self.lock = threading.Lock()
 
     def _backend(self, host: str) -> Any:
-        return _TuneBackend(host, self.tune.simulate, self.opts.host_lost_s)
+        """One backend (and run store connection) per job, opened one at a time: two first
+        opens at once can meet SQLite's "database is locked" while WAL mode is set up."""
+        with _OPEN_LOCK:
+            return _TuneBackend(host, self.tune.simulate, self.opts.host_lost_s)
 
     def _port(self, host: str, slot: int) -> int:
         """The job's server port: a free one for a local host (local hosts share this
