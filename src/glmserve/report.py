@@ -57,6 +57,7 @@ class ReportData:
     series: list[ReportSeries]
     generated_at: float = field(default_factory=time.time)
     notes: list[str] = field(default_factory=list)  # e.g. "simulated at sim.speed=20 ..."
+    tunes: list[Any] = field(default_factory=list)  # stored tunes: one tune page each
 
 
 # --------------------------------------------------------------------------- inputs
@@ -195,9 +196,16 @@ def load_report_data(ids: list[str]) -> ReportData:
     series: list[ReportSeries] = []
     titles = []
     notes: list[str] = []
+    tunes: list[Any] = []
     store = None
     try:
         for ident in ids:
+            if ident.startswith("tu-"):
+                from glmserve.tune.state import load_tune
+
+                tunes.append(load_tune(ident))
+                titles.append(f"tune {ident}")
+                continue
             if ident in sweeps:
                 sw = load_sweep(ident)
                 series += series_from_sweep(sw)
@@ -235,6 +243,7 @@ def load_report_data(ids: list[str]) -> ReportData:
         sources=ids,
         series=with_speedups(series),
         notes=notes,
+        tunes=tunes,
     )
 
 
@@ -702,6 +711,10 @@ def render_html(data: ReportData) -> str:
             + "".join(f"<li><b>{_e(n)}</b>: {_e(f)}</li>" for n, f in findings)
             + "</ul>"
         )
+    if data.tunes:
+        from glmserve.tune.page import tune_section
+
+        extra += "".join(tune_section(t) for t in data.tunes)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(data.generated_at))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

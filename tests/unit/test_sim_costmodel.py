@@ -104,3 +104,39 @@ def test_coerce_field_types():
         cm.coerce_field("nope", 1)
     with pytest.raises(ValueError):
         cm.coerce_field("layers", "many")
+
+
+# --- the flags `glmserve tune` searches (issue 15 item 5) -------------------------------
+
+
+def test_graphs_cover_batches_up_to_cuda_graph_max_bs_only():
+    m = CostModel()
+    s = ServerShape(attention_backend="trtllm_mla", cuda_graph=True, cuda_graph_max_bs=8)
+    # batch 8 replays a graph; batch 9 runs eagerly and pays the launch overhead again
+    eager = cm.step_terms(m, s, 9, 1000)["no_cuda_graph"]
+    assert cm.step_terms(m, s, 8, 1000)["no_cuda_graph"] == 0.0
+    assert eager == pytest.approx(m.no_cuda_graph_ms / 1e3)
+
+
+def test_chunked_prefill_splits_a_long_prefill_into_passes():
+    m = CostModel()
+    small = ServerShape(chunked_prefill_size=512)
+    big = ServerShape(chunked_prefill_size=8192)
+    assert cm.prefill_chunks(small, 2048) == 4 and cm.prefill_chunks(big, 2048) == 1
+    assert cm.prefill_chunks(ServerShape(chunked_prefill_size=-1), 100_000) == 1
+    assert cm.prefill_step_s(m, small, 2048) > cm.prefill_step_s(m, big, 2048)
+
+
+def test_mem_fraction_static_past_what_the_gpu_holds_ooms_at_start():
+    m = CostModel()
+    ok = ServerShape(mem_fraction_static=0.92, cuda_graph=True)
+    assert not cm.startup_oom(m, ok)
+    assert cm.startup_oom(m, ServerShape(mem_fraction_static=0.96, cuda_graph=True))
+    # the same fraction fits once activations (chunk) and graph buffers (max bs) shrink
+    lean = ServerShape(
+        mem_fraction_static=0.95, cuda_graph=True, cuda_graph_max_bs=16, chunked_prefill_size=2048
+    )
+    assert cm.startup_oom(m, ServerShape(mem_fraction_static=0.95, cuda_graph=True))
+    assert not cm.startup_oom(m, lean)
+    # too little for weights: no KV pool at all
+    assert cm.startup_oom(m, ServerShape(mem_fraction_static=0.6))

@@ -139,3 +139,18 @@ def test_bad_sglang_values_exit_2_like_argparse(capsys):
     with pytest.raises(SystemExit):
         options.parse(["--port", "1"], env={})
     assert "the following arguments are required: --model-path/--model" in capsys.readouterr().err
+
+
+def test_flags_past_the_modelled_gpu_memory_crash_with_oom_at_start():
+    from glmserve.simulator import options
+
+    base = ["--model-path", "m", "--tp-size", "8"]
+    o = options.parse([*base, "--mem-fraction-static", "0.97"])
+    assert (o.crash_kind, o.crash_at) == ("oom", "graphs")
+    o = options.parse([*base, "--mem-fraction-static", "0.97", "--disable-cuda-graph"])
+    assert (o.crash_kind, o.crash_at) == ("oom", "warmup")
+    o = options.parse([*base, "--cuda-graph-max-bs", "16", "--chunked-prefill-size", "1024"])
+    assert o.crash_kind is None
+    assert (o.shape.cuda_graph_max_bs, o.shape.chunked_prefill_size) == (16, 1024)
+    default = options.parse(base)
+    assert (default.shape.cuda_graph_max_bs, default.shape.chunked_prefill_size) == (512, 8192)

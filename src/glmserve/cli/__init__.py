@@ -16,6 +16,7 @@ from glmserve.cli import (  # noqa: F401  (imported for their @app.command regis
     results_cmds,
     simulate_cmd,
     sweep_cmds,
+    tune_cmd,
     validate_cmd,
 )
 from glmserve.cli._app import STATE, app, err

@@ -11,7 +11,7 @@ from glmserve.cli._app import app, emit_json, err, out
 
 @app.command()
 def report(
-    ids: list[str] = typer.Argument(..., help="Sweep ids and/or run ids (or run id prefixes)."),
+    ids: list[str] = typer.Argument(..., help="Sweep, tune and/or run ids (or run prefixes)."),
     html_file: Path = typer.Option(..., "--html", help="Write the self-contained HTML here."),
     png: Path | None = typer.Option(None, "--png", help="Also write one PNG per chart here."),
     as_json: bool = typer.Option(False, "--json", help="Print what was written as JSON."),

@@ -38,8 +38,9 @@ Every sglang.launch_server flag is accepted; these are modelled: --model-path/--
 --served-model-name, --host, --port (30000), --tp-size/--tp, --max-running-requests,
 --max-total-tokens, --mem-fraction-static, --attention-backend, --kv-cache-dtype,
 --disable-cuda-graph (or --cuda-graph-max-bs 0, or the newer
---cuda-graph-backend-decode disabled), --num-continuous-decode-steps,
---enable-metrics, --context-length, --max-prefill-tokens, --decode-log-interval,
+--cuda-graph-backend-decode disabled), --cuda-graph-max-bs, --chunked-prefill-size,
+--num-continuous-decode-steps (accepted and ignored, as SGLang 0.5.9 does), --enable-metrics,
+--context-length, --max-prefill-tokens, --decode-log-interval,
 --skip-server-warmup, --stream-output, --nnodes, --node-rank, --dist-init-addr. Others are
 listed once in the log. With --nnodes N > 1 and --node-rank > 0 only this node's scheduler
 ranks start (TP ranks node_rank*tp/N ...) and no HTTP port is bound (SGLang answers a dummy

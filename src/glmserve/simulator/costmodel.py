@@ -7,8 +7,8 @@ bandwidth or latency cost from DESIGN.md's physical picture of GLM-5-NVFP4 at TP
 
 Decode step (one token for each of the B running requests; C = sum of their context lengths)::
 
-    t_decode = fixed_step_ms + sched_overhead_ms / num_continuous_decode_steps
-             + (no_cuda_graph_ms            if CUDA graphs are disabled)
+    t_decode = fixed_step_ms + sched_overhead_ms
+             + (no_cuda_graph_ms            if CUDA graphs are disabled or B > cuda_graph_max_bs)
              + weight_gb * 1e9 / (bw * weight_bw_eff)                       weights, per GPU
              + B * per_seq_us                                               per-sequence cost
              + C * 576 * kv_read_bytes * layers / (bw * kv_bw_eff)          KV read
@@ -27,8 +27,17 @@ Decode step (one token for each of the B running requests; C = sum of their cont
 
 Prefill step (the new requests admitted at a step boundary, N prompt tokens in all)::
 
-    t_prefill = fixed_step_ms + weight term + (no_cuda_graph_ms if graphs off)
+    t_prefill = ceil(N / chunked_prefill_size) * (fixed_step_ms + weight term
+                                                  + (no_cuda_graph_ms if graphs off))
               + N * prefill_us_per_token
+
+Start-up memory (what the GPU must hold outside the static fraction; SGLang's own estimate in
+server_args._handle_gpu_memory_settings, sglang 0.5.9 server_args.py:1022-1031, with the
+physical coefficients below instead of its conservative 1.5 MB per chunk token)::
+
+    need_gib = (base_mib + act_mib_per_token * max(chunked_prefill_size, 2048)
+                + graph_mib_per_bs * cuda_graph_max_bs (graphs on)) / 1024
+    (1 - mem_fraction_static) * gpu_mem_gib < need_gib  ->  CUDA OOM at start-up
 
 ``auto`` KV dtype resolves to FP8 (as on the seeds' box: NVFP4 checkpoint on Blackwell); an
 unset attention backend resolves to flashinfer (SGLang's MLA default on SM120). The pool size
@@ -72,7 +81,7 @@ class CostModel:
     weight_bw_eff: float = 0.70
     layers: int = 78
     fixed_step_ms: float = 4.4  # launches, all-reduce latency, sampling
-    sched_overhead_ms: float = 1.0  # scheduler work per step, amortised by continuous decode
+    sched_overhead_ms: float = 1.0  # scheduler work per step (batch bookkeeping, sampling)
     no_cuda_graph_ms: float = 6.0  # extra launch cost when CUDA graphs are disabled
     per_seq_us: float = 40.0
     kv_bw_eff: float = 0.80
@@ -84,6 +93,9 @@ class CostModel:
     weight_mem_gib: float = 52.0
     reserve_gib: float = 14.66  # activations, graphs, NSA indexer cache, fragmentation
     pool_tokens: int = 0  # 0 = derive from memory
+    base_mib: float = 1536.0  # non-static memory besides activations/graphs (NCCL, workspace)
+    act_mib_per_token: float = 0.5  # activation memory per chunked-prefill token
+    graph_mib_per_bs: float = 2.0  # CUDA graph buffers per captured batch size
     context_len: int = 202752
 
     def to_dict(self) -> dict[str, Any]:
@@ -101,9 +113,11 @@ class ServerShape:
     attention_backend: str = "flashinfer"
     kv_cache_dtype: str = "fp8_e4m3"  # fp8_e4m3 | fp8_e5m2 | bfloat16 | fp4_e2m1
     cuda_graph: bool = False
-    num_continuous_decode_steps: int = 1
+    num_continuous_decode_steps: int = 1  # parsed, but no effect (SGLang 0.5.9 never reads it)
     mem_fraction_static: float = 0.92
     patches: tuple[str, ...] = ()
+    cuda_graph_max_bs: int = 512  # sglang 0.5.9 server_args.py:976-985 (96 GB GPU, TP >= 4)
+    chunked_prefill_size: int = 8192  # same place; <= 0 disables chunking (-1 in SGLang)
 
 
 def resolve_backend(backend: str | None) -> str:
@@ -154,19 +168,41 @@ def cast_mode(shape: ServerShape) -> str:
     return "gather" if GATHER_CAST_PATCH in shape.patches else "whole_pool"
 
 
+def graph_runs(shape: ServerShape, batch: int) -> bool:
+    """A decode batch replays a captured CUDA graph only up to ``cuda_graph_max_bs``; a larger
+    one runs eagerly (sglang 0.5.9 cuda_graph_runner.py:399-404, ``can_run``)."""
+    return shape.cuda_graph and batch <= shape.cuda_graph_max_bs
+
+
+def startup_need_gib(model: CostModel, shape: ServerShape) -> float:
+    """GiB the server needs outside ``mem_fraction_static`` (activations + graph buffers)."""
+    mib = model.base_mib + model.act_mib_per_token * max(shape.chunked_prefill_size, 2048)
+    if shape.cuda_graph:
+        mib += model.graph_mib_per_bs * shape.cuda_graph_max_bs
+    return mib / 1024
+
+
+def startup_oom(model: CostModel, shape: ServerShape) -> bool:
+    """True when the modelled GPU cannot start this shape: the static fraction leaves less
+    than the activations and graph buffers need (CUDA OOM at graph capture, or at the
+    warmup forward with graphs off), or no KV pool at all (sglang 0.5.9
+    model_runner_kv_cache_mixin.py:415 'Not enough memory')."""
+    left = (1.0 - shape.mem_fraction_static) * model.gpu_mem_gib
+    return left < startup_need_gib(model, shape) or pool_tokens(model, shape) <= 0
+
+
 def _bw(model: CostModel, eff: float) -> float:
     return model.bandwidth_gbps * 1e9 * eff
 
 
 def step_terms(model: CostModel, shape: ServerShape, batch: int, ctx_tokens: int) -> dict:
     """Each term of one decode step, in seconds (the sum is the step time)."""
-    ncds = max(1, shape.num_continuous_decode_steps)
     mode = cast_mode(shape)
     # flashinfer attends over the BF16 copy; FP8-native backends read the pool as stored
     kv_read_bytes = kv_bytes_per_elem(shape.kv_cache_dtype) if mode == "none" else 2.0
     terms = {
-        "fixed": (model.fixed_step_ms + model.sched_overhead_ms / ncds) / 1e3,
-        "no_cuda_graph": 0.0 if shape.cuda_graph else model.no_cuda_graph_ms / 1e3,
+        "fixed": (model.fixed_step_ms + model.sched_overhead_ms) / 1e3,
+        "no_cuda_graph": 0.0 if graph_runs(shape, batch) else model.no_cuda_graph_ms / 1e3,
         "weights": model.weight_gb * 1e9 / _bw(model, model.weight_bw_eff),
         "per_seq": batch * model.per_seq_us / 1e6,
         "kv_read": ctx_tokens
@@ -194,12 +230,22 @@ def decode_step_s(model: CostModel, shape: ServerShape, batch: int, ctx_tokens: 
     return sum(step_terms(model, shape, batch, ctx_tokens).values())
 
 
+def prefill_chunks(shape: ServerShape, new_tokens: int) -> int:
+    """Forward passes a prefill of ``new_tokens`` takes: SGLang's PrefillAdder splits it into
+    chunks of ``chunked_prefill_size`` (sglang 0.5.9 schedule_policy.py:394-401, 505;
+    scheduler.py:2021-2030), run back to back before decoding resumes."""
+    chunk = shape.chunked_prefill_size
+    if chunk <= 0:
+        return 1
+    return max(1, -(-new_tokens // chunk))
+
+
 def prefill_step_s(model: CostModel, shape: ServerShape, new_tokens: int) -> float:
-    """Seconds one prefill step takes for ``new_tokens`` prompt tokens."""
+    """Seconds the prefill of ``new_tokens`` prompt tokens takes (all of its chunks)."""
     base = model.fixed_step_ms / 1e3 + model.weight_gb * 1e9 / _bw(model, model.weight_bw_eff)
     if not shape.cuda_graph:
         base += model.no_cuda_graph_ms / 1e3
-    return base + new_tokens * model.prefill_us_per_token / 1e6
+    return prefill_chunks(shape, new_tokens) * base + new_tokens * model.prefill_us_per_token / 1e6
 
 
 def predict_batch_run(

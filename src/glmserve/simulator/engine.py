@@ -3,8 +3,8 @@
 Like SGLang's scheduler (``event_loop_normal``): at each step boundary new requests are
 admitted (up to ``--max-running-requests``, ``--max-prefill-tokens`` per prefill and the KV
 pool) and run as one prefill step that yields their first token; otherwise one decode step
-yields one token for every running request. With ``--num-continuous-decode-steps N`` the
-scheduler only looks for new requests every N decode steps.
+yields one token for every running request. ``--num-continuous-decode-steps`` is accepted and
+ignored, as SGLang 0.5.9 does (server_args.py:616 defines it; no scheduler code reads it).
 
 Pacing is absolute: step i ends at ``t0 + sum(d_0..d_i)`` (each d from the cost model, divided
 by ``--sim-speed``), so event-loop wake-up jitter never accumulates. Every token's generation
@@ -306,10 +306,7 @@ class Engine:
             pass
 
     def _may_admit(self) -> bool:
-        if not self.waiting:
-            return False
-        ncds = self.opts.shape.num_continuous_decode_steps
-        return not self.running or self.decode_since_admit % ncds == 0
+        return bool(self.waiting)
 
     def _admit(self) -> list[Request]:
         admit: list[Request] = []

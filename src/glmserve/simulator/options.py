@@ -254,6 +254,14 @@ def build_cost_model(sim: argparse.Namespace) -> CostModel:
     return model
 
 
+def _graph_max_bs(server: argparse.Namespace) -> int:
+    """``--cuda-graph-max-bs``, else SGLang 0.5.9's default for a 96 GB GPU: 512 at TP >= 4,
+    256 below (server_args.py:976-985)."""
+    if server.cuda_graph_max_bs:
+        return int(server.cuda_graph_max_bs)
+    return 512 if server.tp_size >= 4 else 256
+
+
 def active_patches(env: dict[str, str] | None = None) -> tuple[str, ...]:
     raw = (env if env is not None else os.environ).get("GLMSERVE_PATCHES", "")
     return tuple(p for p in re.split(r"[,;:\s]+", raw) if p)
@@ -279,6 +287,10 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:
         num_continuous_decode_steps=max(1, server.num_continuous_decode_steps),
         mem_fraction_static=server.mem_fraction_static or 0.92,
         patches=patches,
+        cuda_graph_max_bs=_graph_max_bs(server),
+        chunked_prefill_size=8192
+        if server.chunked_prefill_size is None
+        else server.chunked_prefill_size,
     )
     if sim.sim_speed <= 0:
         raise SimUsageError("--sim-speed must be > 0")
@@ -299,6 +311,9 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:
                 f"--sim-crash-at {crash_at}: choose from {', '.join(PHASES)}, after-ready:SECONDS"
             )
     kind = sim.sim_crash_kind
+    if not kind and not crash_at and costmodel.startup_oom(model, shape):
+        # the flags ask for more than the modelled GPU holds: OOM where SGLang would hit it
+        kind, crash_at = "oom", ("graphs" if cuda_graph else "warmup")
     if crash_at and not kind:
         kind = NATURAL_KIND[crash_at]
     if kind and not crash_at:

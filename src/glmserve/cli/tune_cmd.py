@@ -1,0 +1,132 @@
+"""Verb ``tune``: parse options, call ``glmserve.tune`` (the search lives there)."""
+
+from __future__ import annotations
+
+import typer
+
+from glmserve.cli._app import app, emit_json, err, out
+
+
+@app.command()
+def tune(
+    profile: str = typer.Option(None, "--profile", help="Profile whose server flags are tuned."),
+    search: list[str] = typer.Option(
+        [], "--search", help="server.KEY=V1,V2,... (repeatable): values to try for one flag."
+    ),
+    objective: str = typer.Option(
+        "output_tok_s", "--objective", help="output_tok_s | goodput | decode_tok_s (maximised)."
+    ),
+    slo: str = typer.Option(
+        None, "--slo", help="Latency SLOs, e.g. ttft_p99_ms=2000,tpot_p99_ms=60."
+    ),
+    concurrency: str = typer.Option(
+        "1,16", "--concurrency", help="Load points (bench concurrency) of every config."
+    ),
+    input_len: int = typer.Option(128, "--input-len", help="Prompt tokens per request."),
+    output_len: int = typer.Option(64, "--output-len", help="Output tokens per request."),
+    num_prompts: int = typer.Option(None, "--num-prompts", help="Requests per load point."),
+    hosts: str = typer.Option(
+        "local", "--hosts", help="Host pool a,b,c (hosts.yaml): one server per host at a time."
+    ),
+    budget: str = typer.Option(
+        None, "--budget", help="Trials (40) or a duration (90s, 15m); default: the whole grid."
+    ),
+    strategy: str = typer.Option(
+        "auto", "--strategy", help="auto (grid if it fits the budget) | grid | coordinate."
+    ),
+    sets: list[str] = typer.Option(
+        [], "--set", help="Override for every trial, e.g. sim.speed=10."
+    ),
+    sglang_version: str = typer.Option(
+        None, "--sglang-version", help="Validate each trial's flags for this release; skip misfits."
+    ),
+    timeout: float = typer.Option(
+        None, "--timeout", help="Seconds to wait for READY per trial (default 7200).", min=0
+    ),
+    stall_budgets: list[str] = typer.Option(
+        [], "--stall-budget", help="Start-up: PHASE=SECONDS without progress = STALLED."
+    ),
+    host_lost_after: float = typer.Option(
+        60.0, "--host-lost-after", help="Seconds a host may stay unreachable before it leaves."
+    ),
+    write_profile: str = typer.Option(
+        None, "--write-profile", help="Save the best config as this profile (extends --profile)."
+    ),
+    resume: str = typer.Option(None, "--resume", help="Continue this tune id (finished kept)."),
+    simulate: bool = typer.Option(False, "--simulate", help="Launch the simulator, same flags."),
+    as_json: bool = typer.Option(False, "--json", help="Print the stored tune as JSON."),
+) -> None:
+    """Search server flags x load points for the best configuration that meets the SLOs.
+
+    Each config is launched once per host of the pool (flags change: relaunch; loads reuse the
+    server), benched at every --concurrency, stopped. Crashes and stalls are failed trials with
+    their diagnosis; a flag the --sglang-version lacks is skipped before launch; a host that
+    stops answering leaves the pool and its trial is re-queued. The whole grid runs when it
+    fits --budget, else a coordinate search from the profile's values. Stored under
+    $GLMSERVE_HOME/tunes/<id>/ (tune.json, tune.md); Ctrl-C stops the servers, --resume goes on.
+    Exit 0 with a best config, 3 when no trial met the SLOs, 130 on Ctrl-C.
+
+    Example: glmserve tune --simulate --profile trtllm_mla --set sim.gpu-arch=sm100
+    --search server.max-running-requests=8,32 --search server.cuda-graph-max-bs=8,64
+    --slo tpot_p99_ms=60 --hosts la,lb --budget 12
+    """
+    from glmserve.cli.sweep_cmds import _csv_ints
+    from glmserve.errors import ConfigError, ServerCrashed
+    from glmserve.tune import resume_tune, start_tune
+    from glmserve.tune import state as st
+    from glmserve.tune.profile_out import write_profile as write_winner
+    from glmserve.tune.runner import LifecycleJobRunner, TuneOptions, run_tune
+    from glmserve.tune.space import parse_budget, parse_search, parse_slo
+    from glmserve.watch import parse_stall_budgets
+
+    def say(msg: str) -> None:
+        err.print(f"tune: {msg}", highlight=False, markup=False)
+
+    if resume:
+        if profile or search:
+            raise ConfigError("--resume: the tune keeps its own --profile and --search")
+        tu, server = resume_tune(resume)
+    else:
+        if not profile:
+            raise ConfigError("--profile is required (or --resume TUNE_ID)")
+        opts = TuneOptions(
+            input_len=input_len,
+            output_len=output_len,
+            num_prompts=num_prompts,
+            overrides=list(sets),
+            timeout_s=timeout,
+            stall_budgets=list(stall_budgets),
+            sglang_version=sglang_version,
+            host_lost_s=host_lost_after,
+        )
+        parse_stall_budgets(opts.stall_budgets)
+        pool = [h.strip() for h in hosts.split(",") if h.strip()]
+        if not pool:
+            raise ConfigError("--hosts: give at least one host name")
+        tu, server = start_tune(
+            profile,
+            parse_search(search),
+            _csv_ints(concurrency, "--concurrency"),
+            objective,
+            parse_slo(slo),
+            pool,
+            parse_budget(budget),
+            simulate,
+            opts,
+            strategy,
+        )
+    say(f"{tu.tune_id}: {tu.profile}, strategy {tu.strategy}, hosts {', '.join(tu.hosts)}")
+    run_tune(tu, LifecycleJobRunner(tu, say), server, say)
+    best = st.best_trial(tu)
+    if as_json:
+        emit_json(tu.to_dict())
+    else:
+        out.print(st.render_markdown(tu), highlight=False, markup=False)
+        err.print(f"saved {st.tune_dir(tu.tune_id)}/tune.json and tune.md", highlight=False)
+    if write_profile:
+        if best is None:
+            raise ServerCrashed(f"tune {tu.tune_id}: no trial met the SLOs; no profile written")
+        path = write_winner(tu, write_profile, tu.options.get("sglang_version"))
+        err.print(f"wrote profile {write_profile} ({path})", highlight=False)
+    if best is None:
+        raise ServerCrashed(f"tune {tu.tune_id}: no trial met the SLOs")

@@ -1,0 +1,579 @@
+"""The tune loop: a search strategy proposes configs, a host pool runs them concurrently.
+
+Each config is one *job*: launch the profile with the config's server flags on one host, watch
+it to READY, bench every load on the same server (a load-only change reuses it), stop it.
+Every host of the pool runs one job at a time, in its own thread; jobs are independent. A
+crash or stall is a result (every trial of the config is recorded with the diagnosis); a flag
+the target release does not have is skipped before launch; a host that stops answering is
+taken out of the pool and its job re-queued for the others.
+
+Strategies: ``grid`` runs every config when the budget holds them all; otherwise
+``coordinate`` starts from the profile's own values and, one flag at a time, tries that flag's
+other values (in parallel) and moves to the best config found so far, until a whole pass
+improves nothing or the budget is spent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from glmserve.errors import (
+    EXIT_INTERRUPTED,
+    ConfigError,
+    FlagValidationError,
+    GlmserveError,
+    TransportError,
+)
+from glmserve.sweep import LifecycleBackend, StepOutcome, _diagnosis
+from glmserve.tune import state as st
+from glmserve.tune.space import Budget, config_key, grid, level_metrics, seed_config
+
+Say = Callable[[str], None]
+_OPEN_LOCK = threading.Lock()
+
+
+class TuneInterrupted(GlmserveError):
+    """Ctrl-C/SIGTERM: running servers were stopped and the tune saved; exit 130."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
+class HostLost(Exception):
+    """The host stopped answering: take it out of the pool, re-queue its job."""
+
+
+@dataclass
+class TuneOptions:
+    """How every trial is run; stored in tune.json so ``--resume`` repeats it."""
+
+    input_len: int = 128
+    output_len: int = 64
+    num_prompts: int | None = None
+    overrides: list[str] = field(default_factory=list)  # --set, applied to every trial
+    timeout_s: float | None = None
+    stall_budgets: list[str] = field(default_factory=list)
+    stall_timeout_s: float = 60.0
+    sglang_version: str | None = None
+    base_port: int = 30000
+    sim_speed: float = 1.0  # the profile's sim.speed (simulated figures are scaled back)
+    host_lost_s: float = 60.0  # a host unreachable this long leaves the pool
+
+
+# --------------------------------------------------------------------------- strategy
+
+
+def choose_strategy(n_configs: int, n_loads: int, budget: Budget | None, requested: str) -> str:
+    """``grid`` when the whole grid fits the trial budget (or there is no budget), else
+    ``coordinate``; a duration budget cannot promise the grid, so it gets ``coordinate``."""
+    if requested != "auto":
+        return requested
+    if budget is None:
+        return "grid"
+    if budget.trials is not None and budget.trials >= n_configs * n_loads:
+        return "grid"
+    return "coordinate"
+
+
+class Search:
+    """Drives a strategy over ``tune``; ``evaluate`` runs configs through the pool."""
+
+    def __init__(self, tune: st.Tune, evaluate: Callable[[list[dict[str, str]]], None]) -> None:
+        self.tune = tune
+        self.evaluate = evaluate
+        b = tune.budget or {}
+        self.trial_budget: int | None = b.get("trials")
+        self.deadline: float | None = (time.time() + b["seconds"]) if b.get("seconds") else None
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.time() >= self.deadline
+
+    def _spent(self) -> int:
+        return len(self.tune.trials)
+
+    def affordable(self, configs: list[dict[str, str]]) -> list[dict[str, str]]:
+        """The configs (in order) that still fit the trial budget; known ones are free."""
+        if self.trial_budget is None:
+            return configs
+        left = self.trial_budget - self._spent()
+        out = []
+        for c in configs:
+            if self._known(c):
+                out.append(c)
+            elif left >= len(self.tune.loads):
+                out.append(c)
+                left -= len(self.tune.loads)
+        return out
+
+    def _known(self, config: dict[str, str]) -> bool:
+        return self.tune.trial(config, self.tune.loads[0]) is not None
+
+    def run(self, profile_server: dict[str, Any]) -> None:
+        if self.tune.strategy == "grid":
+            self.evaluate(self.affordable(grid(self.tune.space)))
+        else:
+            self._coordinate(profile_server)
+
+    def _coordinate(self, profile_server: dict[str, Any]) -> None:
+        """Start at the profile's values; each pass runs every one-flag change of the best
+        config so far (concurrently: they are independent), then moves to the best config
+        found. Ends when a pass improves nothing, or the budget is spent."""
+        best = seed_config(self.tune.space, profile_server)
+        self.evaluate(self.affordable([best]))
+        while not self.out_of_time():
+            cands = [
+                {**best, k: v} for k, values in self.tune.space for v in values if v != best[k]
+            ]
+            todo = [c for c in self.affordable(cands) if not self._done(c)]
+            if todo:
+                self.evaluate(todo)
+            new = self._best_config() or best
+            if new == best:
+                return
+            best = new
+
+    def _done(self, config: dict[str, str]) -> bool:
+        ts = [self.tune.trial(config, load) for load in self.tune.loads]
+        return all(t is not None and t.finished for t in ts)
+
+    def _best_config(self) -> dict[str, str] | None:
+        """The config whose best feasible trial has the highest objective."""
+        top = st.best_trial(self.tune)
+        return dict(top.config) if top is not None else None
+
+
+# --------------------------------------------------------------------------- pool
+
+
+class JobRunner:
+    """What runs one config's trials on one host; ``LifecycleJobRunner`` is the real one."""
+
+    def run_job(self, tune: st.Tune, host: str, slot: int, trials: list[st.Trial]) -> None:
+        raise NotImplementedError
+
+    def stop_all(self) -> None:
+        """Stop every server a job is running now (Ctrl-C), from the main thread."""
+
+
+class Pool:
+    """Hosts that run jobs, one at a time each; a lost host leaves the pool for good."""
+
+    def __init__(self, tune: st.Tune, runner: JobRunner, say: Say) -> None:
+        self.tune = tune
+        self.runner = runner
+        self.say = say
+        self.lock = threading.RLock()
+        self.interrupted = threading.Event()
+        self.deadline: float | None = None  # --budget DURATION: no job starts after it
+        self.threads: list[threading.Thread] = []
+
+    def live_hosts(self) -> list[tuple[int, str]]:
+        return [(i, h) for i, h in enumerate(self.tune.hosts) if h not in self.tune.lost_hosts]
+
+    def save(self) -> None:
+        with self.lock:
+            st.save_tune(self.tune)
+
+    def evaluate(self, configs: list[dict[str, str]]) -> None:
+        """Run every config's unfinished trials; returns when all are done (or no host is left)."""
+        queue: deque[list[st.Trial]] = deque()
+        with self.lock:
+            for c in configs:
+                trials = []
+                for load in self.tune.loads:
+                    t = self.tune.trial(c, load)
+                    if t is None:
+                        t = st.Trial(config=dict(c), concurrency=load)
+                        self.tune.trials.append(t)
+                    if not t.finished:
+                        trials.append(t)
+                if trials:
+                    queue.append(trials)
+            st.save_tune(self.tune)
+        if not queue:
+            return
+        threads = [
+            threading.Thread(target=self._worker, args=(slot, host, queue), daemon=True)
+            for slot, host in self.live_hosts()
+        ]
+        self.threads = threads
+        for th in threads:
+            th.start()
+        self._join(threads)
+        if queue and not self.interrupted.is_set():
+            raise TransportError(
+                "every host of the pool became unreachable: "
+                + ", ".join(self.tune.lost_hosts)
+                + f" (resume with --resume {self.tune.tune_id})"
+            )
+
+    def _join(self, threads: list[threading.Thread]) -> None:
+        try:
+            while any(th.is_alive() for th in threads):
+                for th in threads:
+                    th.join(0.2)
+        except KeyboardInterrupt:
+            self.shutdown()
+            raise
+
+    def shutdown(self) -> None:
+        """Ctrl-C, wherever the main thread was: start nothing new, stop every running
+        server, wait for each job to end at its next step, then stop what a job launched in
+        the meantime. Idempotent."""
+        if self.interrupted.is_set():
+            return
+        self.interrupted.set()
+        self.say("interrupted: stopping the running servers")
+        self.runner.stop_all()
+        for th in self.threads:
+            if th.ident is not None:  # started (Ctrl-C may land while they are started)
+                th.join(120)
+        self.runner.stop_all()
+
+    def _worker(self, slot: int, host: str, queue: deque[list[st.Trial]]) -> None:
+        while not self.interrupted.is_set():
+            with self.lock:
+                if not queue:
+                    return
+                if self.deadline is not None and time.time() >= self.deadline:
+                    queue.clear()  # the duration budget is spent: start nothing new
+                    return
+                trials = queue.popleft()
+            try:
+                self.runner.run_job(self.tune, host, slot, trials)
+            except HostLost as exc:
+                with self.lock:
+                    if host not in self.tune.lost_hosts:
+                        self.tune.lost_hosts.append(host)
+                    for t in trials:
+                        if not t.finished:
+                            left = f"; its run {t.run_id} may still be up there" if t.run_id else ""
+                            t.requeued_from.append(host)
+                            t.status, t.host, t.run_id = st.PENDING, None, None
+                            t.error = f"re-queued: host {host} lost ({exc}){left}"
+                    queue.appendleft(trials)
+                    st.save_tune(self.tune)
+                self.say(f"{host}: unreachable, taken out of the pool; its trial is re-queued")
+                return
+            except Exception as exc:  # never lose the other hosts' work to one job's bug
+                status = st.INTERRUPTED if self.interrupted.is_set() else st.FAILED
+                with self.lock:
+                    for t in trials:
+                        if not t.finished:
+                            t.status, t.error, t.ended_at = status, str(exc), time.time()
+                    st.save_tune(self.tune)
+                self.say(f"{host}: {config_key(trials[0].config)}: failed: {exc}")
+
+
+@contextlib.contextmanager
+def _term_as_interrupt() -> Iterator[None]:
+    """SIGTERM takes the Ctrl-C path (stop servers, save, exit 130), as in sweeps."""
+    import os
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    owner = os.getpid()
+
+    def on_term(signum: int, frame: Any) -> None:
+        if os.getpid() != owner:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def run_tune(tune: st.Tune, runner: JobRunner, profile_server: dict[str, Any], say: Say) -> st.Tune:
+    """Run (or resume) ``tune`` to the end of its strategy; saves after every step."""
+    pool = Pool(tune, runner, say)
+    with tune_lock(tune), _term_as_interrupt():
+        for t in tune.trials:  # what a previous process left running is to be run again
+            if t.status in (st.RUNNING, st.INTERRUPTED):
+                t.status = st.PENDING
+        tune.status = st.RUNNING
+        pool.save()
+        try:
+            search = Search(tune, pool.evaluate)
+            pool.deadline = search.deadline
+            search.run(profile_server)
+        except KeyboardInterrupt:
+            pool.shutdown()
+            with pool.lock:
+                for t in tune.trials:
+                    if t.status in (st.RUNNING, st.PENDING) and t.started_at:
+                        t.status, t.error = st.INTERRUPTED, "interrupted (Ctrl-C)"
+                tune.status = "interrupted"
+                st.save_tune(tune)
+            raise TuneInterrupted(
+                f"tune {tune.tune_id} interrupted; servers stopped. "
+                f"Continue with: glmserve tune --resume {tune.tune_id}"
+            ) from None
+        tune.status = "done"
+        pool.save()
+    return tune
+
+
+@contextlib.contextmanager
+def tune_lock(tune: st.Tune) -> Iterator[None]:
+    """One process per tune (the sweep's flock on the tune's own directory)."""
+    import fcntl
+    import os
+
+    d = st.tune_dir(tune.tune_id)
+    d.mkdir(parents=True, exist_ok=True)
+    with (d / ".lock").open("a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(
+                f"tune {tune.tune_id} is being run by another glmserve process"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------------- real jobs
+
+
+def sim_scale(tune: st.Tune) -> float:
+    """A simulated tune at ``sim.speed=N`` reports figures in the modelled box's units."""
+    return float(tune.options.get("sim_speed") or 1.0) if tune.simulate else 1.0
+
+
+class LifecycleJobRunner(JobRunner):
+    """Runs jobs through the sweep's ``LifecycleBackend`` (profiles -> preflight -> launch ->
+    Watcher -> bench -> stop), one backend per host."""
+
+    def __init__(self, tune: st.Tune, say: Say) -> None:
+        self.tune = tune
+        self.say = say
+        self.opts = TuneOptions(
+            **{k: v for k, v in tune.options.items() if k in TuneOptions.__dataclass_fields__}
+        )
+        self.live: dict[str, tuple[Any, str]] = {}  # host -> (backend, run id) running now
+        self.stopping = threading.Event()  # Ctrl-C: what a job sees next is not a result
+        from glmserve.store import RunStore
+
+        with _OPEN_LOCK:
+            RunStore.open().close()  # create the store (WAL) before any worker thread opens it
+        self.lock = threading.Lock()
+
+    def _backend(self, host: str) -> Any:
+        """One backend (and run store connection) per job, opened one at a time: two first
+        opens at once can meet SQLite's "database is locked" while WAL mode is set up."""
+        with _OPEN_LOCK:
+            return _TuneBackend(host, self.tune.simulate, self.opts.host_lost_s)
+
+    def _port(self, host: str, slot: int) -> int:
+        """The job's server port: a free one for a local host (local hosts share this
+        machine, whose ephemeral ports come and go), else the profile's port + the host's
+        index in the pool (hosts that are one machine then never clash)."""
+        from glmserve.hosts import get_host
+        from glmserve.transport import free_local_port
+
+        if get_host(host).is_local:
+            return free_local_port()
+        return self.opts.base_port + slot
+
+    def _sweep_opts(self, trials: list[st.Trial], port: int, load: int) -> Any:
+        from glmserve.sweep import SweepOptions
+
+        o = self.opts
+        sets = [*o.overrides, *(f"server.{k}={v}" for k, v in trials[0].config.items())]
+        sets.append(f"server.port={port}")
+        return SweepOptions(
+            bench=["concurrency"],
+            concurrency=[load],
+            input_len=o.input_len,
+            output_len=o.output_len,
+            num_prompts=o.num_prompts,
+            overrides=sets,
+            timeout_s=o.timeout_s,
+            stall_timeout_s=o.stall_timeout_s,
+            stall_budgets=list(o.stall_budgets),
+            sglang_version=o.sglang_version,
+        )
+
+    def _mark(self, trials: list[st.Trial], **kw: Any) -> None:
+        with self.lock:
+            for t in trials:
+                for k, v in kw.items():
+                    setattr(t, k, v)
+            st.save_tune(self.tune)
+
+    def _reachable(self, host: str) -> bool:
+        from glmserve.hosts import get_host
+        from glmserve.transport import transport_for
+
+        try:
+            return transport_for(get_host(host)).run("true", timeout=15).ok
+        except GlmserveError:
+            return False
+
+    def run_job(self, tune: st.Tune, host: str, slot: int, trials: list[st.Trial]) -> None:
+        name = config_key(trials[0].config)
+        now = time.time()
+        self._mark(trials, status=st.RUNNING, host=host, started_at=now, ended_at=None, error=None)
+        backend = self._backend(host)
+        port = self._port(host, slot)
+        opts = self._sweep_opts(trials, port, trials[0].concurrency)
+        try:
+            spec = backend.prepare(tune.profile, opts)
+        except FlagValidationError as exc:
+            self._mark(
+                trials, status=st.SKIPPED, error=f"not on this release: {exc}", ended_at=time.time()
+            )
+            self.say(f"{name}: skipped before launch: {exc}")
+            return
+        try:
+            self._launch_and_bench(tune, host, port, trials, backend, spec)
+        except TransportError as exc:
+            if not self._reachable(host):
+                raise HostLost(str(exc)) from exc
+            self._mark(
+                [t for t in trials if not t.finished],
+                status=st.FAILED,
+                error=str(exc),
+                ended_at=time.time(),
+            )
+
+    def _launch_and_bench(
+        self, tune: st.Tune, host: str, port: int, trials: list[st.Trial], backend: Any, spec: Any
+    ) -> None:
+        name = config_key(trials[0].config)
+        problem = backend.check(spec)
+        if problem:
+            self._mark(
+                trials, status=st.SKIPPED, error=f"check failed: {problem}", ended_at=time.time()
+            )
+            self.say(f"{name}: skipped on {host}: {problem}")
+            return
+        run_id = backend.launch(spec)
+        with self.lock:
+            self.live[host] = (backend, run_id)
+        self._mark(trials, run_id=run_id)
+        self.say(f"{host}: {name}: launched run {run_id}")
+        try:
+            self._watch_and_bench(tune, host, port, trials, backend, run_id)
+        finally:
+            with self.lock:
+                self.live.pop(host, None)
+            with contextlib.suppress(GlmserveError):
+                backend.stop(run_id)
+
+    def _interrupted(self, trials: list[st.Trial]) -> bool:
+        """After Ctrl-C a stopped server looks crashed: record the trials as interrupted
+        (``--resume`` runs them again), never as results."""
+        if not self.stopping.is_set():
+            return False
+        self._mark(
+            [t for t in trials if not t.finished],
+            status=st.INTERRUPTED,
+            error="interrupted (Ctrl-C); the server was stopped",
+            ended_at=time.time(),
+        )
+        return True
+
+    def _watch_and_bench(
+        self, tune: st.Tune, host: str, port: int, trials: list[st.Trial], backend: Any, run_id: str
+    ) -> None:
+        name = config_key(trials[0].config)
+        if self._interrupted(trials):
+            return
+        outcome = backend.watch(run_id, self._sweep_opts(trials, port, trials[0].concurrency))
+        if self._interrupted(trials):
+            return
+        if outcome.state != "READY":
+            status = st.CRASHED if outcome.state in ("CRASHED", "EXITED") else st.STALLED
+            self._mark(trials, status=status, diagnosis=outcome.diagnosis, ended_at=time.time())
+            d = outcome.diagnosis or {}
+            self.say(f"{host}: {name}: {outcome.state}: {d.get('category')} {d.get('root_cause')}")
+            return
+        scale = sim_scale(tune)
+        for i, t in enumerate(trials):
+            if self._interrupted(trials[i:]):
+                return
+            self._mark([t], started_at=time.time())
+            result = backend.bench(
+                run_id, "concurrency", self._sweep_opts(trials, port, t.concurrency)
+            )
+            if self._interrupted(trials[i:]):
+                return
+            level = (result.get("levels") or [{}])[0]
+            if not result.get("complete", True) or level.get("errors"):
+                if not self._reachable(host):  # the bench's forward died with the host
+                    raise HostLost(f"host {host} stopped answering during the bench")
+                after = backend.assess(run_id)
+                if after.state in ("CRASHED", "EXITED"):
+                    self._mark(
+                        trials[i:],
+                        status=st.CRASHED,
+                        diagnosis=after.diagnosis,
+                        ended_at=time.time(),
+                    )
+                    return
+            metrics = level_metrics(level, tune.slo, scale)
+            status = st.OK if metrics["completed"] else st.FAILED
+            err = None if status == st.OK else "bench: every request failed"
+            self._mark([t], status=status, metrics=metrics, error=err, ended_at=time.time())
+            v = metrics.get(tune.objective)
+            self.say(
+                f"{host}: {t.key}: {tune.objective} {'-' if v is None else f'{v:.1f}'}"
+                + (
+                    ""
+                    if metrics["meets_slo"]
+                    else f" (misses SLO: {', '.join(metrics['slo_violations'])})"
+                )
+            )
+
+    def stop_all(self) -> None:
+        self.stopping.set()
+        with self.lock:
+            live = [(host, run_id) for host, (_b, run_id) in self.live.items()]
+        for host, run_id in live:  # a fresh backend: a run store opens per thread
+            with contextlib.suppress(GlmserveError):
+                self._backend(host).stop(run_id)
+
+
+class _TuneBackend(LifecycleBackend):
+    """The sweep's backend, but a watch gives up on a silent host after ``host_lost_s`` (the
+    pool has other hosts to run the trial on; a lone sweep waits longer for a reconnect)."""
+
+    def __init__(self, host: str, simulate: bool, host_lost_s: float) -> None:
+        super().__init__(host, simulate, say=lambda m: None)
+        self.host_lost_s = host_lost_s
+
+    def watch(self, run_id: str, opts: Any) -> Any:
+        from glmserve.lifecycle import transport_for_run
+        from glmserve.watch import Watcher, parse_stall_budgets
+
+        run = self.store.get_run(run_id)
+        w = Watcher(
+            run,
+            transport_for_run(run),
+            self.store,
+            poll_s=0.2 if self.simulate else 1.0,
+            timeout_s=opts.timeout_s,
+            stall_budgets=parse_stall_budgets(opts.stall_budgets),
+            reconnect_give_up_s=self.host_lost_s,
+        )
+        res = w.watch()
+        return StepOutcome(res.state, _diagnosis(res.diagnosis))

@@ -1,0 +1,240 @@
+"""``glmserve tune`` without servers: parsing, scoring, the strategies and the host pool,
+driven through the ``JobRunner`` seam by a runner whose outcome is a known function."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from glmserve.errors import ConfigError
+from glmserve.tune import state as st
+from glmserve.tune.profile_out import changed_keys
+from glmserve.tune.runner import HostLost, JobRunner, choose_strategy, run_tune
+from glmserve.tune.space import (
+    Budget,
+    grid,
+    level_metrics,
+    pareto_front,
+    parse_budget,
+    parse_search,
+    parse_slo,
+    seed_config,
+)
+
+SPACE = [("a", ["1", "2", "3"]), ("b", ["1", "2", "3"]), ("c", ["x", "y"])]
+
+
+def surface(config: dict[str, str], load: int) -> float:
+    """A separable surface with its optimum at a=3, b=2, c=y, load 8 (no flag at its seed)."""
+    a, b = int(config["a"]), int(config["b"])
+    return load * (10 * a - 8 * (b - 2) ** 2 + (5 if config["c"] == "y" else 0))
+
+
+class FakeRunner(JobRunner):
+    """Scores each trial with ``surface``; 'a=1,b=3' OOMs; a lost host raises HostLost once."""
+
+    def __init__(self, lose: str | None = None) -> None:
+        self.lose = lose
+        self.jobs: list[tuple[str, str]] = []
+
+    def run_job(self, tune, host, slot, trials):
+        self.jobs.append((host, trials[0].key))
+        if host == self.lose:
+            raise HostLost("ssh: connect to host: Connection refused")
+        for t in trials:
+            t.host, t.started_at = host, time.time()
+            if t.config["a"] == "1" and t.config["b"] == "3":
+                t.status = st.CRASHED
+                t.diagnosis = {"category": "OOM", "root_cause": "CUDA out of memory"}
+                continue
+            v = surface(t.config, t.concurrency)
+            t.status, t.metrics = st.OK, {"output_tok_s": v, "meets_slo": True, "tpot_p99_ms": v}
+            t.ended_at = time.time()
+
+
+def make(budget: Budget | None, strategy: str, hosts=("h1", "h2")) -> st.Tune:
+    n = len(grid(SPACE))
+    return st.Tune(
+        tune_id=st.new_tune_id(),
+        profile="p",
+        search=[[k, v] for k, v in SPACE],
+        loads=[2, 8],
+        objective="output_tok_s",
+        slo={},
+        budget=None if budget is None else budget.__dict__,
+        hosts=list(hosts),
+        strategy=choose_strategy(n, 2, budget, strategy),
+    )
+
+
+def best_key(t: st.Tune) -> str:
+    return st.best_trial(t).key
+
+
+def test_coordinate_search_finds_the_grid_optimum_in_fewer_trials():
+    full = run_tune(make(None, "auto"), FakeRunner(), {}, lambda m: None)
+    assert full.strategy == "grid" and len(full.trials) == 36
+    small = run_tune(make(Budget(trials=24), "auto"), FakeRunner(), {"a": 1}, lambda m: None)
+    assert small.strategy == "coordinate"
+    assert best_key(small) == best_key(full) == "a=3,b=2,c=y@c8"
+    assert len(small.trials) < len(full.trials) and len(small.trials) <= 24
+    # the OOM config is a failed trial with its diagnosis; the search went on
+    assert any(t.status == st.CRASHED for t in full.trials)
+    assert "CUDA out of memory" in st.render_markdown(full)
+
+
+def test_a_lost_host_leaves_the_pool_and_its_job_runs_on_another():
+    h2_took_one = threading.Event()
+
+    class Lossy(FakeRunner):
+        def run_job(self, tune, host, slot, trials):
+            if host == "h2":
+                h2_took_one.set()
+            else:
+                assert h2_took_one.wait(10)  # h2 holds a job when it is lost
+            super().run_job(tune, host, slot, trials)
+
+    runner = Lossy(lose="h2")
+    tune = run_tune(make(None, "grid"), runner, {}, lambda m: None)
+    assert tune.lost_hosts == ["h2"] and tune.status == "done"
+    assert all(t.status in (st.OK, st.CRASHED) and t.host == "h1" for t in tune.trials)
+    lost_key = next(k for h, k in runner.jobs if h == "h2")
+    requeued = next(t for t in tune.trials if t.key == lost_key)
+    assert requeued.requeued_from == ["h2"]
+
+
+def test_every_host_lost_is_an_error_and_the_tune_is_resumable():
+    from glmserve.errors import TransportError
+
+    tune = make(None, "grid", hosts=("h2",))
+    with pytest.raises(TransportError, match="every host"):
+        run_tune(tune, FakeRunner(lose="h2"), {}, lambda m: None)
+    again = st.load_tune(tune.tune_id)
+    again.lost_hosts, again.hosts = [], ["h1"]
+    done = run_tune(again, FakeRunner(), {}, lambda m: None)
+    assert all(t.finished for t in done.trials) and best_key(done) == "a=3,b=2,c=y@c8"
+
+
+def test_jobs_run_concurrently_one_per_host():
+    seen: dict[str, int] = {}
+    both = threading.Barrier(2, timeout=10)
+
+    class Overlap(FakeRunner):
+        def run_job(self, tune, host, slot, trials):
+            seen[host] = seen.get(host, 0) + 1
+            if seen[host] == 1:
+                both.wait()  # each host's first job waits for the other's: they overlap
+            super().run_job(tune, host, slot, trials)
+
+    run_tune(make(None, "grid"), Overlap(), {}, lambda m: None)
+    assert set(seen) == {"h1", "h2"}
+
+
+def test_parsing_refuses_bad_input_with_one_line():
+    assert parse_search(["server.max-running-requests=8,32"]) == [
+        ("max-running-requests", ["8", "32"])
+    ]
+    for bad in (["max-running-requests=8"], ["server.x=1,1"], ["server.x="], []):
+        with pytest.raises(ConfigError):
+            parse_search(bad)
+    assert parse_slo("ttft_p99_ms=2000,tpot_p99_ms=50") == {
+        "ttft_p99_ms": 2000.0,
+        "tpot_p99_ms": 50.0,
+    }
+    for bad in ("ttft=1", "tpot_p99_ms=-1", "tpot_p99_ms=nan"):
+        with pytest.raises(ConfigError):
+            parse_slo(bad)
+    assert parse_budget("40") == Budget(trials=40)
+    assert parse_budget("15m") == Budget(seconds=900.0)
+    for bad in ("0", "1.5", "ten"):
+        with pytest.raises(ConfigError):
+            parse_budget(bad)
+
+
+def test_metrics_slo_goodput_pareto_and_seed():
+    level = {
+        "output_tok_s": 1000.0,
+        "completed": 10,
+        "errors": 0,
+        "ttft_ms": {"p50": 10.0, "p99": 40.0},
+        "tpot_ms": {"p99": 6.0},
+        "decode_tok_s": {"p50": 100.0},
+    }
+    m = level_metrics(level, {"tpot_p99_ms": 50.0}, scale=10.0)  # sim at 10x: box units
+    assert (m["output_tok_s"], m["tpot_p99_ms"], m["ttft_p99_ms"]) == (100.0, 60.0, 400.0)
+    assert not m["meets_slo"] and m["goodput"] == 0.0
+    assert m["slo_violations"] == ["tpot_p99_ms 60.0 > 50"]
+    assert level_metrics(level, {"tpot_p99_ms": 50.0})["goodput"] == 1000.0
+    front = pareto_front([(100, 10, "a"), (200, 20, "b"), (150, 30, "c"), (200, 25, "d")])
+    assert front == ["a", "b"]
+    assert seed_config(SPACE, {"a": 2, "b": 9}) == {"a": "2", "b": "1", "c": "x"}
+
+
+def test_write_profile_sets_only_what_changed():
+    parent = {"mem-fraction-static": 0.92, "max-running-requests": 64, "port": 8000}
+    got = changed_keys(
+        parent,
+        {"mem-fraction-static": "0.92", "max-running-requests": "16"},
+        ["server.port=9000", "sim.speed=10", "server.disable-cuda-graph=false"],
+    )
+    assert got == {"max-running-requests": 16, "disable-cuda-graph": False}
+
+
+def test_a_duration_budget_starts_no_job_after_its_deadline():
+    class Slow(FakeRunner):
+        def run_job(self, tune, host, slot, trials):
+            super().run_job(tune, host, slot, trials)
+            end = time.time() + 0.25  # each job outlasts the whole budget
+            while time.time() < end:
+                time.sleep(0.01)
+
+    tune = make(Budget(seconds=0.2), "auto", hosts=("h1",))
+    assert tune.strategy == "coordinate"
+    runner = Slow()
+    done = run_tune(tune, runner, {}, lambda m: None)
+    # the seed ran; its neighbours were never started (the budget was spent)
+    assert len(runner.jobs) == 1 and done.status == "done"
+    assert all(t.status == st.OK for t in done.trials)
+
+
+def test_report_renders_a_tune_page_with_pareto_plot_trials_and_diagnoses(tmp_path):
+    from glmserve.report import load_report_data, render_html, write_html
+
+    tune = run_tune(make(None, "grid"), FakeRunner(), {}, lambda m: None)
+    page = render_html(load_report_data([tune.tune_id]))
+    assert f'data-tune="{tune.tune_id}"' in page and 'data-chart="tune-pareto"' in page
+    front = st.pareto(tune)
+    assert page.count('<circle class="front"') == len(front) >= 1
+    ok = [t for t in tune.trials if t.status == st.OK]
+    assert page.count("<circle ") == len(ok)
+    assert page.count('<tr class="status-') == len(tune.trials)
+    assert "CUDA out of memory" in page and "Best:</b> a=3, b=2, c=y at concurrency 8" in page
+    assert "src=" not in page and "href=" not in page  # self-contained
+    assert write_html(load_report_data([tune.tune_id]), tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--search", "mem-fraction-static=0.9"], "--search 'mem-fraction-static=0.9'"),
+        (["--search", "server.max-running-requests=8", "--slo", "p99=1"], "--slo 'p99=1'"),
+        (["--search", "server.max-running-requests=8", "--budget", "ten"], "--budget 'ten'"),
+        (["--search", "server.max-running-requests=8", "--hosts", "nosuch"], "nosuch"),
+        (["--search", "server.max-running-requests=8", "--objective", "speed"], "--objective"),
+        (
+            ["--search", "server.max-running-requests=8", "--budget", "1", "--concurrency", "1,4"],
+            "one config costs 2 trials",
+        ),
+        (["--resume", "tu-nope"], "unknown tune"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(args, needle):
+    from tests.fixtures.cli import run_glmserve
+
+    prof = [] if args[0] == "--resume" else ["--profile", "trtllm_mla"]
+    res = run_glmserve("tune", *prof, *args)
+    assert res.returncode == 2, res.stderr
+    assert needle in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
