@@ -145,7 +145,13 @@ def test_budgeted_search_finds_the_grid_best_in_fewer_trials_ooms_recorded_profi
         [*render, "tuned", "--sglang-version", "0.5.9"], capture_output=True, text=True, timeout=60
     )
     assert rendered.returncode == 0, rendered.stderr
-    parent = subprocess.run([*render, "tunebase"], capture_output=True, text=True, timeout=60)
+    # the same release for both: without one, render spells the newest release in range
+    parent = subprocess.run(
+        [*render, "tunebase", "--sglang-version", "0.5.9"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     new, old = rendered.stdout.split(), parent.stdout.split()
     diff = {(a, b) for a, b in zip(old, new, strict=True) if a != b}
     assert diff == {("4", "32"), ("4", "16")}
