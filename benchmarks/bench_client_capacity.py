@@ -49,8 +49,8 @@ from pathlib import Path
 import httpx
 
 from glmserve.bench import groundtruth as gt
+from glmserve.bench.metrics import aggregate_tok_s, level_metrics
 from glmserve.bench.runner import BenchSettings, LevelRun, Progress, prepare_requests, run_level
-from glmserve.metrics import aggregate_tok_s, level_metrics
 
 VOCAB = 32000
 

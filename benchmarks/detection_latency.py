@@ -80,7 +80,7 @@ def trial(
 
 
 def _free_port() -> int:
-    from glmserve.transport import free_local_port
+    from glmserve.remote.transport import free_local_port
 
     return free_local_port()
 
@@ -89,9 +89,9 @@ def poll_round_trip(host: str, env: dict[str, str]) -> float:
     """Median seconds of one watcher poll's host work: the same single command the watcher
     sends (process-group probe + log read by offset)."""
     os.environ.update(env)
-    from glmserve.hosts import get_host
-    from glmserve.lifecycle import probe_script
-    from glmserve.transport import log_read_script, transport_for
+    from glmserve.remote.hosts import get_host
+    from glmserve.remote.process import probe_script
+    from glmserve.remote.transport import log_read_script, transport_for
 
     t = transport_for(get_host(host))
     t.run("true")
@@ -165,8 +165,8 @@ def main() -> None:
                 )
     finally:
         if sshd is not None:
-            from glmserve.hosts import get_host
-            from glmserve.transport import SshTransport
+            from glmserve.remote.hosts import get_host
+            from glmserve.remote.transport import SshTransport
 
             SshTransport(get_host("sshbox")).disconnect()
             sshd.stop()

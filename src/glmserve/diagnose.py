@@ -104,7 +104,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from glmserve.spec import SM100_ONLY_ATTENTION_BACKENDS
+from glmserve.config.spec import SM100_ONLY_ATTENTION_BACKENDS
 
 MAX_LINE_CHARS = 16_384  # longer lines are cut before matching (server_args lines are ~6K)
 MAX_ROOT_CAUSE_CHARS = 600

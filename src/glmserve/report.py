@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from glmserve.errors import ConfigError, RunNotFound
-from glmserve.profiler import PROFILED_EVENT
+from glmserve.profiling import PROFILED_EVENT
 from glmserve.sweep import OK, Sweep, list_sweep_ids, load_sweep, speed_note, sweep_rows
 
 PALETTE = ["#4269d0", "#efb118", "#ff725c", "#6cc5b0", "#3ca951", "#ff8ab7", "#a463f2", "#97bbf5"]
@@ -119,8 +119,8 @@ def _argv_of(results: list[dict[str, Any]], profile: str | None) -> list[str] | 
             return [str(a) for a in argv]
     if not profile:
         return None
+    from glmserve.config.profiles import load_profile
     from glmserve.errors import GlmserveError
-    from glmserve.profiles import load_profile
 
     try:
         return list(load_profile(profile).argv)

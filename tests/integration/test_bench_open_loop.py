@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from glmserve.bench import groundtruth as gt
+from glmserve.bench.metrics import percentile, stream_metrics
 from glmserve.cli import main
-from glmserve.metrics import percentile, stream_metrics
 
 SIM = ["--tp-size", "2", "--disable-cuda-graph", "--sim-speed", "2"]
 # Inside the spread this load gives (TTFT ~10-60 ms, TPOT ~49-60 ms), so goodput is neither

@@ -11,10 +11,10 @@ import httpx
 import pytest
 from tests.fixtures.cli import run_glmserve as cli
 
-from glmserve.hosts import get_host
-from glmserve.lifecycle import open_endpoint, probe_group, stop_run
+from glmserve.remote.hosts import get_host
+from glmserve.remote.process import open_endpoint, probe_group, stop_run
+from glmserve.remote.transport import SshTransport, free_local_port
 from glmserve.store import RunStore
-from glmserve.transport import SshTransport, free_local_port
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 

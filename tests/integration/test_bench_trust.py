@@ -192,8 +192,8 @@ def test_a_group_node_dying_mid_bench_ends_the_bench_naming_it(tmp_path):
     still answer HTTP, then hang in the collectives on real GPUs) ends the bench, exit 3."""
     from dataclasses import replace
 
-    from glmserve import profiles
-    from glmserve.multinode import launch_group, mark_followers_ready, stop_group, watch_group
+    from glmserve.config import profiles
+    from glmserve.deploy.group import launch_group, mark_followers_ready, stop_group, watch_group
 
     cfg_dir = Path(os.environ["GLMSERVE_CONFIG_DIR"])
     cfg_dir.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from glmserve.argspec import DUMP_SNIPPET, load_argspec, validate_argv
-from glmserve.scriptparse import extract_launch_argv
+from glmserve.argspec.scriptparse import extract_launch_argv
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 

@@ -95,7 +95,7 @@ def test_simulated_sweep_table_json_markdown_and_report(tmp_path):
 
 
 @pytest.mark.slow
-def test_flashinfer_gtc_beats_plain_flashinfer_for_the_seeds_reason():
+def test_flashinfer_gtc_beats_plain_flashinfer_because_of_the_whole_pool_cast():
     port = free_port()
     proc = subprocess.run(
         glmserve("sweep", "--simulate", "--profiles", "flashinfer,flashinfer_gtc",
@@ -168,10 +168,10 @@ def test_ctrl_c_mid_sweep_stops_the_server_and_resume_continues():
 def test_sweep_over_ssh_captures_traces_and_stops_every_server(ssh_host):
     """Remote host through a real sshd: launch, watch, bench, profile capture (traces copied
     back over the ssh transport), stop, for each profile."""
-    from glmserve.hosts import get_host
-    from glmserve.lifecycle import probe_group
+    from glmserve.remote.hosts import get_host
+    from glmserve.remote.process import probe_group
+    from glmserve.remote.transport import SshTransport
     from glmserve.store import RunStore
-    from glmserve.transport import SshTransport
 
     port = free_port()
     proc = subprocess.run(

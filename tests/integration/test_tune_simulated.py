@@ -163,10 +163,10 @@ def test_ctrl_c_stops_every_server_then_resume_finishes_and_keeps_what_was_done(
     import signal
     import time
 
-    from glmserve.hosts import get_host
-    from glmserve.lifecycle import probe_group
+    from glmserve.remote.hosts import get_host
+    from glmserve.remote.process import probe_group
+    from glmserve.remote.transport import LocalTransport
     from glmserve.store import RunStore
-    from glmserve.transport import LocalTransport
 
     home = Path(os.environ["GLMSERVE_HOME"])
     args = [

@@ -17,10 +17,10 @@ import pytest
 from tests.fixtures.cli import GLMSERVE
 from tests.fixtures.sshd import SshdServer, start_sshd
 
-from glmserve.hosts import get_host
-from glmserve.lifecycle import probe_group
+from glmserve.remote.hosts import get_host
+from glmserve.remote.process import probe_group
+from glmserve.remote.transport import LocalTransport, SshTransport, free_local_port
 from glmserve.store import RunStore
-from glmserve.transport import LocalTransport, SshTransport, free_local_port
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 

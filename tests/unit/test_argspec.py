@@ -21,8 +21,8 @@ from glmserve.argspec import (
     parse_argspec,
     validate_argv,
 )
+from glmserve.argspec.scriptparse import extract_launch_argv
 from glmserve.errors import ConfigError
-from glmserve.scriptparse import extract_launch_argv
 
 SCRIPTS = Path(__file__).parent.parent / "data" / "scripts"
 SEED_ARGV, _ = extract_launch_argv(
@@ -124,12 +124,12 @@ def test_bad_spec_file_names_file_and_line(tmp_path: Path) -> None:
 # --- version drift: the seed script -------------------------------------------------------
 
 
-def test_seed_is_accepted_by_059() -> None:
+def test_reference_script_is_accepted_by_059() -> None:
     report = validate_argv(SEED_ARGV, spec("0.5.9"))
     assert report.ok, [f.format() for f in report.errors]
 
 
-def test_seed_trtllm_choice_is_invalid_on_058() -> None:
+def test_reference_script_trtllm_choice_is_invalid_on_058() -> None:
     report = validate_argv(SEED_ARGV, spec("0.5.8"))
     flags = sorted(f.flag for f in report.errors)
     assert flags == ["--nsa-decode-backend", "--nsa-prefill-backend"]
@@ -139,7 +139,7 @@ def test_seed_trtllm_choice_is_invalid_on_058() -> None:
         assert "0.5.9" in finding.suggestion  # where the choice exists
 
 
-def test_seed_nsa_flags_are_unknown_on_0523_with_dsa_suggestion() -> None:
+def test_reference_script_nsa_flags_are_unknown_on_0523_with_dsa_suggestion() -> None:
     report = validate_argv(SEED_ARGV, spec("0.5.23"))
     by_flag = {f.flag: f for f in report.errors}
     assert set(by_flag) == {"--nsa-decode-backend", "--nsa-prefill-backend"}

@@ -23,14 +23,16 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return int(exc.value.code), captured.out, captured.err
 
 
-def test_seed_ok_on_059(capsys: pytest.CaptureFixture[str]) -> None:
+def test_reference_script_ok_on_059(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "--sglang-version", "0.5.9", SEED)
     assert code == 0
     assert "ok for sglang 0.5.9" in out
     assert "error:" not in out
 
 
-def test_seed_fails_on_058_naming_script_lines(capsys: pytest.CaptureFixture[str]) -> None:
+def test_reference_script_fails_on_058_naming_script_lines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     code, out, err = run(capsys, "--sglang-version", "0.5.8", SEED)
     assert code == 2
     lines = [line for line in out.splitlines() if ": error: " in line]
@@ -40,7 +42,9 @@ def test_seed_fails_on_058_naming_script_lines(capsys: pytest.CaptureFixture[str
     assert "2 errors" in err and "0.5.8" in err
 
 
-def test_seed_fails_on_0523_with_dsa_replacements(capsys: pytest.CaptureFixture[str]) -> None:
+def test_reference_script_fails_on_0523_with_dsa_replacements(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     code, out, _ = run(capsys, "--sglang-version", "0.5.23", SEED)
     assert code == 2
     assert "--nsa-decode-backend" in out and "--dsa-decode-backend" in out

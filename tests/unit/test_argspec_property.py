@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from glmserve.argspec import DUMP_SNIPPET, parse_argspec, validate_argv
-from glmserve.scriptparse import extract_launch_argv
+from glmserve.argspec.scriptparse import extract_launch_argv
 
 
 def _build_parser() -> argparse.ArgumentParser:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from glmserve.bench.client import make_client, stream_request
+from glmserve.bench.metrics import StreamRecord, stream_metrics
 from glmserve.bench.runner import (
     BenchSettings,
     LevelRun,
@@ -24,7 +25,6 @@ from glmserve.bench.runner import (
 )
 from glmserve.bench.workload import build_request
 from glmserve.errors import TransportError
-from glmserve.metrics import StreamRecord, stream_metrics
 
 
 class FakeServer:

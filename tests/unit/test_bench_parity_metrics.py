@@ -11,8 +11,7 @@ import statistics
 import pytest
 from scipy import stats
 
-from glmserve.bench.runner import arrival_offsets
-from glmserve.metrics import (
+from glmserve.bench.metrics import (
     StreamRecord,
     level_metrics,
     meets_slo,
@@ -21,6 +20,7 @@ from glmserve.metrics import (
     stream_metrics,
     summarize,
 )
+from glmserve.bench.runner import arrival_offsets
 
 
 def stream(send: float, ttft: float, itl: float, n: int, prompt: int = 10) -> StreamRecord:

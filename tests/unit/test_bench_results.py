@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from glmserve.bench.compare import compare_results, render_compare
 from glmserve.bench.results import (
     BenchResult,
     build_result,
@@ -12,7 +13,6 @@ from glmserve.bench.results import (
     render_plain,
     render_table,
 )
-from glmserve.compare import compare_results, render_compare
 from glmserve.errors import ConfigError
 
 

@@ -7,7 +7,7 @@ import asyncio
 import httpx
 import pytest
 
-from glmserve.bench.transport import FastTransport, _Conn
+from glmserve.bench.fasthttp import FastTransport, _Conn
 
 
 class _FakeTransport:

@@ -155,11 +155,11 @@ def test_stored_server_args_line_is_what_the_release_prints(tmp_path: Path) -> N
 
 def _watch(tmp_path: Path, monkeypatch, log: str, alive_polls: int):  # type: ignore[no-untyped-def]
     """Watch a run whose log is ``log`` and whose process lives for ``alive_polls`` polls."""
-    from glmserve import watch
-    from glmserve.hosts import HostConfig
-    from glmserve.lifecycle import Ownership
+    from glmserve.deploy import watch
+    from glmserve.remote.hosts import HostConfig
+    from glmserve.remote.process import Ownership
+    from glmserve.remote.transport import LocalTransport
     from glmserve.store import RunRecord, RunStore
-    from glmserve.transport import LocalTransport
 
     polls = iter(range(10_000))
     monkeypatch.setattr(
@@ -264,10 +264,10 @@ def test_a_partition_the_quantization_block_does_not_divide_is_bad_args() -> Non
 def test_status_of_a_dead_run_after_a_soft_watchdog_is_crashed(tmp_path: Path) -> None:
     """`glmserve status` (assess_run) on a run whose processes are gone: the soft watchdog
     line is the root cause; with the server alive the same log is READY."""
-    from glmserve.hosts import HostConfig
+    from glmserve.deploy.watch import assess_run
+    from glmserve.remote.hosts import HostConfig
+    from glmserve.remote.transport import LocalTransport
     from glmserve.store import RunRecord, RunStore
-    from glmserve.transport import LocalTransport
-    from glmserve.watch import assess_run
 
     (tmp_path / "server.log").write_text("\n".join([READY, SOFT]) + "\n")
     store = RunStore.open()

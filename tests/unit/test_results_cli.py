@@ -11,8 +11,8 @@ import test_bench_client
 from rich.console import Console
 from test_bench_cli import bench_json, run_cli
 
+from glmserve.bench.metrics import StreamRecord
 from glmserve.bench.results import BenchResult, render_table, summarize_level
-from glmserve.metrics import StreamRecord
 
 fake = test_bench_client.fake
 
@@ -98,7 +98,7 @@ def _row(rid: int, levels: list[int], output_len: int = 16, speed: float | None 
 
 
 def test_compare_flags_concurrency_sets_and_output_lengths():
-    from glmserve.compare import compare_notes, compare_results
+    from glmserve.bench.compare import compare_notes, compare_results
 
     table = compare_results([_row(1, [1, 4]), _row(2, [1, 4, 64]), _row(3, [1, 4], 32)])
     r2, r3 = table["rows"][1], table["rows"][2]

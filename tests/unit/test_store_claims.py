@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from glmserve.hosts import get_host
-from glmserve.lifecycle import read_log_bytes, read_log_tail
+from glmserve.remote.hosts import get_host
+from glmserve.remote.process import read_log_bytes, read_log_tail
+from glmserve.remote.transport import LocalTransport
 from glmserve.store import MIGRATIONS, PortClaimed, RunRecord, RunStore, _run_migration
-from glmserve.transport import LocalTransport
 
 
 def _run(run_id: str, port: int = 30000, host: str = "local", claim: bool = True) -> RunRecord:

@@ -20,7 +20,7 @@ from glmserve.tune.space import (
     parse_budget,
     parse_search,
     parse_slo,
-    seed_config,
+    starting_config,
 )
 
 SPACE = [("a", ["1", "2", "3"]), ("b", ["1", "2", "3"]), ("c", ["x", "y"])]
@@ -153,7 +153,7 @@ def test_parsing_refuses_bad_input_with_one_line():
             parse_budget(bad)
 
 
-def test_metrics_slo_goodput_pareto_and_seed():
+def test_metrics_slo_goodput_pareto_and_starting_config():
     level = {
         "output_tok_s": 1000.0,
         "completed": 10,
@@ -169,7 +169,7 @@ def test_metrics_slo_goodput_pareto_and_seed():
     assert level_metrics(level, {"tpot_p99_ms": 50.0})["goodput"] == 1000.0
     front = pareto_front([(100, 10, "a"), (200, 20, "b"), (150, 30, "c"), (200, 25, "d")])
     assert front == ["a", "b"]
-    assert seed_config(SPACE, {"a": 2, "b": 9}) == {"a": "2", "b": "1", "c": "x"}
+    assert starting_config(SPACE, {"a": 2, "b": 9}) == {"a": "2", "b": "1", "c": "x"}
 
 
 def test_write_profile_sets_only_what_changed():

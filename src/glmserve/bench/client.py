@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 
-from glmserve.bench.transport import ARRIVAL, SENT_AT, FastTransport
+from glmserve.bench.fasthttp import ARRIVAL, SENT_AT, FastTransport
+from glmserve.bench.metrics import StreamRecord, spread_total
 from glmserve.bench.workload import Request
-from glmserve.metrics import StreamRecord, spread_total
 
 try:  # orjson is ~5x faster on the cumulative native chunks; plain json works too
     import orjson

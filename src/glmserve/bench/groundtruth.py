@@ -3,7 +3,7 @@
 The simulator records, per request, the ``time.perf_counter`` time at which each token's chunk
 was written to the socket (``emit_times``). On one Linux machine perf_counter is
 CLOCK_MONOTONIC in every process, so these times share the client's time base and the same
-definitions as ``glmserve.metrics`` can be applied to them directly. Pure: trace dict in,
+definitions as ``glmserve.bench.metrics`` can be applied to them directly. Pure: trace dict in,
 numbers out (used by the accuracy tests and ``benchmarks/bench_client_capacity.py``).
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from typing import Any
 
-from glmserve.metrics import StreamRecord, percentile, stream_metrics
+from glmserve.bench.metrics import StreamRecord, percentile, stream_metrics
 
 
 def trace_records(trace: dict[str, Any], since: float | None = None) -> list[StreamRecord]:

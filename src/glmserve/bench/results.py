@@ -13,8 +13,8 @@ from typing import Any
 
 from rich.table import Table
 
+from glmserve.bench.metrics import PERCENTILES, level_metrics, percentile
 from glmserve.errors import ConfigError
-from glmserve.metrics import PERCENTILES, level_metrics, percentile
 
 RESULT_VERSION = 1
 
@@ -103,7 +103,7 @@ def e2e_trend(records: list[Any]) -> float | None:
     """Median E2E of the last quarter of successful requests (by send time) over that of the
     first quarter: about 1 under a load the server keeps up with, growing when requests queue.
     None with fewer than 8 requests."""
-    from glmserve.metrics import stream_metrics
+    from glmserve.bench.metrics import stream_metrics
 
     ok = sorted((r for r in records if r.ok and r.send is not None), key=lambda r: r.send)
     if len(ok) < 8:

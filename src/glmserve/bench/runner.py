@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 
 from glmserve.bench.client import make_client, prepare_request, stream_request
+from glmserve.bench.metrics import StreamRecord
 from glmserve.bench.workload import (
     Request,
     build_request,
@@ -46,7 +47,6 @@ from glmserve.bench.workload import (
     make_prompts,
 )
 from glmserve.errors import TransportError
-from glmserve.metrics import StreamRecord
 
 SLOTS_PER_PROCESS = 128
 CONNECT_FAILED = "connect failed"

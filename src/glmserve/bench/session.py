@@ -30,8 +30,8 @@ from glmserve.bench.runner import (
     run_level,
     run_warmup,
 )
+from glmserve.deploy.identity import RunMonitor, Verdict
 from glmserve.errors import EXIT_INTERRUPTED, ConfigError, GlmserveError, TransportError
-from glmserve.identity import RunMonitor, Verdict
 
 
 class BenchInterrupted(GlmserveError):
@@ -86,7 +86,7 @@ def bench_run(ident: str | None) -> tuple[str | None, dict[str, Any] | None]:
     """
     if ident is None:
         return None, None
-    from glmserve.multinode import group_summary, serving_run
+    from glmserve.deploy.group import group_summary, serving_run
     from glmserve.store import RunStore
 
     with RunStore.open() as store:
@@ -104,7 +104,7 @@ def _check_followers_alive(followers: list[Any]) -> None:
     """Refuse to bench a group with a dead node > 0: node 0 still answers HTTP, but its
     requests would hang in the collectives that need the missing ranks."""
     from glmserve.errors import ServerCrashed
-    from glmserve.lifecycle import run_ownership, transport_for_run
+    from glmserve.remote.process import run_ownership, transport_for_run
 
     for run in followers:
         owned = run_ownership(transport_for_run(run), run)
@@ -148,7 +148,7 @@ def host_gpus(run: Any) -> list[str] | None:
     """The run host's GPUs (one ``nvidia-smi`` line each), None where there is no nvidia-smi
     (a simulated run on a CPU box) or the host does not answer within a few seconds."""
     from glmserve.errors import GlmserveError
-    from glmserve.lifecycle import transport_for_run
+    from glmserve.remote.process import transport_for_run
 
     try:
         res = transport_for_run(run).run(GPU_QUERY, timeout=15)
@@ -235,9 +235,9 @@ def endpoint(
         return
     if run_id is None:
         raise ConfigError("give a RUN id or --url URL")
-    from glmserve.identity import serving_endpoint
-    from glmserve.lifecycle import transport_for_run
-    from glmserve.multinode import serving_run
+    from glmserve.deploy.group import serving_run
+    from glmserve.deploy.identity import serving_endpoint
+    from glmserve.remote.process import transport_for_run
     from glmserve.store import RunStore
 
     with RunStore.open() as store:

@@ -66,6 +66,6 @@ def _root(
     """glmserve: SGLang launch/watch/bench/compare. Exit codes: 0 ok, 1 gate failed,
     2 usage/config, 3 server crashed, 4 stalled/timeout, 5 connection/transport, 130 Ctrl-C."""
     STATE["debug"] = debug
-    from glmserve.hosts import set_cli_ssh_config
+    from glmserve.remote.hosts import set_cli_ssh_config
 
     set_cli_ssh_config(ssh_config)

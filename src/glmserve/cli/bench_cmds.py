@@ -9,12 +9,12 @@ from typing import Any
 
 import typer
 
+from glmserve.bench.metrics import parse_percentiles, parse_slo
 from glmserve.bench.results import parse_output_gate, render_plain, render_table
 from glmserve.bench.runner import BenchSettings, LevelRun, Progress
 from glmserve.bench.session import BenchInterrupted, Gates, run_bench
 from glmserve.cli._app import app, emit_json, err, is_interactive, out
 from glmserve.errors import BenchmarkGateFailed, ConfigError
-from glmserve.metrics import parse_percentiles, parse_slo
 from glmserve.store import StoreError
 
 
@@ -332,7 +332,7 @@ def compare(
 
       glmserve compare r-base r-trtllm --baseline r-base --json
     """
-    from glmserve.compare import compare_notes, compare_results, load_entries, render_compare
+    from glmserve.bench.compare import compare_notes, compare_results, load_entries, render_compare
 
     entries = load_entries(items or [], last, baseline)
     table = compare_results(entries, baseline)

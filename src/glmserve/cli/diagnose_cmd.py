@@ -28,7 +28,7 @@ from glmserve.errors import (
 )
 
 if TYPE_CHECKING:
-    from glmserve.transport import Transport
+    from glmserve.remote.transport import Transport
 
 READ_CHUNK = 1 << 20  # bytes per read of a file or stdin
 # A file or stdin whose first EVIDENCE_WITHIN bytes hold no SGLang line is refused without
@@ -111,7 +111,7 @@ def _diagnose_target(target: str) -> tuple[Diagnosis, str]:
     if _looks_like_path(target):  # not a run id: say what is missing
         raise ConfigError(f"{target}: no such log file")
     try:
-        from glmserve.lifecycle import transport_for_run  # lazy: lifecycle pulls in ssh/sqlite
+        from glmserve.remote.process import transport_for_run  # lazy: lifecycle pulls in ssh/sqlite
         from glmserve.store import RunStore
     except ImportError as exc:
         raise ConfigError(f"no such log file or run: {target}") from exc

@@ -28,15 +28,15 @@ from glmserve.errors import (
 
 
 def _spec(profile: str, sets: list[str], simulate: bool, host_name: str | None):  # type: ignore[no-untyped-def]
-    from glmserve import profiles
-    from glmserve.hosts import get_host
+    from glmserve.config import profiles
+    from glmserve.remote.hosts import get_host
 
     host = get_host(host_name)
     spec = profiles.load_profile(profile, list(sets))
     if simulate:
         py = None if host.is_local else host.python  # local: this interpreter (has glmserve)
         spec = profiles.simulate(spec, python=py)
-    from glmserve.lifecycle import host_adjusted_spec
+    from glmserve.remote.process import host_adjusted_spec
 
     return host, host_adjusted_spec(spec, host)
 
@@ -56,7 +56,7 @@ def _group_of(profile: str, sets: list[str], nodes: str | None, host: str | None
     if nodes is not None and not group:
         raise ConfigError(f"--nodes: expected host names like a,b, got {nodes!r}")
     if not group and not host:
-        from glmserve import profiles
+        from glmserve.config import profiles
 
         group = profiles.load_profile(profile, list(sets)).nodes
     return list(group)
@@ -84,8 +84,8 @@ def check(
     Example: glmserve check --profile trtllm_mla --host gpu8
     Example (two nodes): glmserve check --profile trtllm_mla --nodes gpu8a,gpu8b
     """
-    from glmserve.preflight import run_checks
-    from glmserve.transport import transport_for
+    from glmserve.deploy.preflight import run_checks
+    from glmserve.remote.transport import transport_for
 
     group = _group_of(profile, sets, nodes, host)
     if group:
@@ -121,8 +121,8 @@ def _check_group(
     reached (after showing what the others said), else 2 if anything blocks."""
     from dataclasses import replace as dc_replace
 
-    from glmserve.multinode import plan_group
-    from glmserve.preflight import run_group_checks
+    from glmserve.deploy.group import plan_group
+    from glmserve.deploy.preflight import run_group_checks
 
     _h, spec = _spec(profile, sets, simulate, group[0])  # simulator python: node 0's host
     hosts, specs = plan_group(dc_replace(spec, nodes=group))
@@ -264,9 +264,9 @@ def launch(
     Example: glmserve launch --profile trtllm_mla --host gpu8 --timeout 1800
     Example (two nodes): glmserve launch --profile trtllm_mla --nodes gpu8a,gpu8b
     """
-    from glmserve.lifecycle import launch_run, transport_for_run
+    from glmserve.deploy.watch import Watcher, check_stall_timeout, parse_stall_budgets
+    from glmserve.remote.process import launch_run, transport_for_run
     from glmserve.store import RunStore
-    from glmserve.watch import Watcher, check_stall_timeout, parse_stall_budgets
 
     budgets = parse_stall_budgets(stall_budgets)  # a typo fails before anything starts
     check_stall_timeout(stall_timeout)
@@ -370,7 +370,7 @@ def _launch_group(
     """``launch`` for a host group: start every node, watch all, stop all if one fails."""
     from dataclasses import replace as dc_replace
 
-    from glmserve.multinode import launch_group, mark_followers_ready, stop_group, watch_group
+    from glmserve.deploy.group import launch_group, mark_followers_ready, stop_group, watch_group
     from glmserve.store import RunStore
 
     _h, spec = _spec(profile, sets, simulate, group[0])  # simulator python: node 0's host
@@ -470,11 +470,11 @@ def status(
 
     Example: glmserve status --json
     """
-    from glmserve.identity import identity_problems
-    from glmserve.lifecycle import launch_in_progress
-    from glmserve.multinode import resolve_runs
+    from glmserve.deploy.group import resolve_runs
+    from glmserve.deploy.identity import identity_problems
+    from glmserve.deploy.watch import assess_run
+    from glmserve.remote.process import launch_in_progress
     from glmserve.store import RunStore
-    from glmserve.watch import assess_run
 
     store = RunStore.open()
     if run_id:
@@ -596,8 +596,13 @@ def logs(
     Example: glmserve logs 3f2a -f -n 50
     Example (a group): glmserve logs g1a2b3c4 -n 20 -f
     """
-    from glmserve.lifecycle import read_log_bytes, read_log_tail, run_ownership, transport_for_run
-    from glmserve.multinode import group_runs
+    from glmserve.deploy.group import group_runs
+    from glmserve.remote.process import (
+        read_log_bytes,
+        read_log_tail,
+        run_ownership,
+        transport_for_run,
+    )
     from glmserve.store import RunStore
 
     store = RunStore.open()
@@ -640,7 +645,7 @@ def logs(
 
 def _group_logs(runs: list[Any], follow: bool, lines: int | None, poll: float) -> None:
     """``logs GROUP``: every node's log, prefixed; -f until every node's server ended."""
-    from glmserve.multinode import GroupLogs
+    from glmserve.deploy.group import GroupLogs
 
     def note(msg: str) -> None:
         err.print(f"({msg})", highlight=False, markup=False)
@@ -678,8 +683,8 @@ def stop(
 
     Example: glmserve stop 3f2a
     """
-    from glmserve.lifecycle import stop_failure, stop_run, stop_runs
-    from glmserve.multinode import resolve_runs
+    from glmserve.deploy.group import resolve_runs
+    from glmserve.remote.process import stop_failure, stop_run, stop_runs
     from glmserve.store import RunStore
 
     store = RunStore.open()

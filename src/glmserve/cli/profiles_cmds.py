@@ -31,7 +31,7 @@ def profiles_cmd(
 
     Example: glmserve profiles --json
     """
-    from glmserve.profiles import list_profile_summaries, no_profiles_message
+    from glmserve.config.profiles import list_profile_summaries, no_profiles_message
 
     rows = list_profile_summaries()
     if not rows:
@@ -87,10 +87,10 @@ def render_cmd(
       glmserve render --profile trtllm_mla --format argv --sglang-version 0.5.23
       glmserve render --profile flashinfer_gtc --set server.port=8001 --json
     """
-    from glmserve.portable import for_release, render_target
-    from glmserve.profiles import load_profile
-    from glmserve.profiles import simulate as to_simulator
-    from glmserve.render import render_json, render_script
+    from glmserve.argspec.portable import for_release, render_target
+    from glmserve.config.profiles import load_profile
+    from glmserve.config.profiles import simulate as to_simulator
+    from glmserve.config.render import render_json, render_script
 
     spec = load_profile(profile, overrides)
     # The simulator takes any release's flags, as `launch --simulate` passes them: only an

@@ -110,6 +110,7 @@ def sweep(
 
     Example: glmserve sweep --simulate --profiles flashinfer_gtc,trtllm_mla,cutlass_mla
     """
+    from glmserve.deploy.watch import parse_stall_budgets
     from glmserve.errors import ConfigError, ServerCrashed
     from glmserve.sweep import (
         OK,
@@ -122,7 +123,6 @@ def sweep(
         start_sweep,
         sweep_dir,
     )
-    from glmserve.watch import parse_stall_budgets
 
     def say(msg: str) -> None:
         err.print(f"sweep: {msg}", highlight=False, markup=False)
@@ -161,7 +161,7 @@ def sweep(
         if nodes is not None and len(group) < 2:
             raise ConfigError(f"--nodes: expected at least 2 host names like a,b, got {nodes!r}")
         names = [p.strip() for p in profiles.split(",") if p.strip()]
-        from glmserve.profiles import load_profile
+        from glmserve.config.profiles import load_profile
 
         for name in names:  # fail fast on a typo before anything is launched
             load_profile(name, list(sets))
@@ -261,7 +261,7 @@ def profile(
 
     Example: glmserve profile 3fa2c1d0 --steps 5 --load concurrency:8
     """
-    from glmserve.profiler import analyze_path, capture_profile
+    from glmserve.profiling import analyze_path, capture_profile
 
     if not Path(run_id).exists() and ("/" in run_id or "." in run_id):
         from glmserve.errors import ConfigError

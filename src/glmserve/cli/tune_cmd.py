@@ -71,13 +71,13 @@ def tune(
     --slo tpot_p99_ms=60 --hosts la,lb --budget 12
     """
     from glmserve.cli.sweep_cmds import _csv_ints
+    from glmserve.deploy.watch import parse_stall_budgets
     from glmserve.errors import ConfigError, ServerCrashed
     from glmserve.tune import resume_tune, start_tune
     from glmserve.tune import state as st
     from glmserve.tune.profile_out import write_profile as write_winner
     from glmserve.tune.runner import LifecycleJobRunner, TuneOptions, run_tune
     from glmserve.tune.space import parse_budget, parse_search, parse_slo
-    from glmserve.watch import parse_stall_budgets
 
     def say(msg: str) -> None:
         err.print(f"tune: {msg}", highlight=False, markup=False)

@@ -1,7 +1,7 @@
 """`glmserve validate`: lint a hand-written launch script or a raw argv against one release.
 
 Only parses options, reads the script and prints; the verdict is glmserve.argspec and the
-script reading is glmserve.scriptparse.
+script reading is glmserve.argspec.scriptparse.
 """
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from pathlib import Path
 import typer
 
 from glmserve.argspec import ArgSpec, available_versions, load_argspec, load_release_spec
-from glmserve.cli._app import app, emit_json, err, out
-from glmserve.errors import ConfigError, FlagValidationError
-from glmserve.scriptparse import (
+from glmserve.argspec.scriptparse import (
     LaunchInvocation,
     check_argv,
     check_launch,
     find_launch,
     read_script,
 )
+from glmserve.cli._app import app, emit_json, err, out
+from glmserve.errors import ConfigError, FlagValidationError
 
 _SUMMARY = (
     "Check sglang.launch_server flags against one SGLang release's argparse, the way that "
@@ -145,7 +145,7 @@ def _script_invocation(items: list[str]) -> LaunchInvocation | None:
 
 def _hint_fix(invocation: LaunchInvocation, spec: ArgSpec, target: str) -> None:
     """Say when ``--fix`` would migrate some of the rejected flags (renames, successors)."""
-    from glmserve.portable import translate_argv
+    from glmserve.argspec.portable import translate_argv
 
     changes = translate_argv(invocation.argv, spec).changes
     if changes:
@@ -160,7 +160,7 @@ def _hint_fix(invocation: LaunchInvocation, spec: ArgSpec, target: str) -> None:
 def _fix_script(items: list[str], spec: ArgSpec, diff_only: bool) -> None:
     """``--fix``: migrate the script for ``spec``'s release; write it (or print the diff)
     only when the migrated launch command passes that release's argparse."""
-    from glmserve.portable import fix_script
+    from glmserve.argspec.portable import fix_script
 
     if len(items) != 1 or items[0].startswith("-"):
         raise ConfigError("--fix/--diff take one launch script, not raw flags")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from glmserve.spec import SM100_ONLY_ATTENTION_BACKENDS
+from glmserve.config.spec import SM100_ONLY_ATTENTION_BACKENDS
 
 SITE = "/root/venv/lib/python3.12/site-packages"
 SG = f"{SITE}/sglang/srt"

@@ -28,8 +28,8 @@ def start_tune(
     strategy: str = "auto",
 ) -> tuple[st.Tune, dict[str, Any]]:
     """A new, saved tune (nothing run yet) and the profile's server section (the seed)."""
-    from glmserve import profiles
-    from glmserve.hosts import get_host
+    from glmserve.config import profiles
+    from glmserve.remote.hosts import get_host
 
     if objective not in OBJECTIVES:
         raise ConfigError(f"--objective {objective!r}: choose from {', '.join(OBJECTIVES)}")
@@ -74,7 +74,7 @@ def start_tune(
 
 
 def resume_tune(tune_id: str) -> tuple[st.Tune, dict[str, Any]]:
-    from glmserve import profiles
+    from glmserve.config import profiles
 
     tune = st.load_tune(tune_id)
     tune.lost_hosts = []  # a resume gives every host of the pool another chance

@@ -34,7 +34,7 @@ def changed_keys(
 def write_profile(tune: st.Tune, name: str, sglang_version: str | None = None) -> Path:
     """Write ``<user config>/profiles/NAME.yaml`` for the best trial and check that it renders
     (and validates against ``sglang_version`` when given). Returns the path."""
-    from glmserve import profiles
+    from glmserve.config import profiles
 
     profiles.check_profile_name(name)
     best = st.best_trial(tune)

@@ -32,7 +32,7 @@ from glmserve.errors import (
 )
 from glmserve.sweep import LifecycleBackend, StepOutcome, _diagnosis
 from glmserve.tune import state as st
-from glmserve.tune.space import Budget, config_key, grid, level_metrics, seed_config
+from glmserve.tune.space import Budget, config_key, grid, level_metrics, starting_config
 
 Say = Callable[[str], None]
 _OPEN_LOCK = threading.Lock()
@@ -123,7 +123,7 @@ class Search:
         """Start at the profile's values; each pass runs every one-flag change of the best
         config so far (concurrently: they are independent), then moves to the best config
         found. Ends when a pass improves nothing, or the budget is spent."""
-        best = seed_config(self.tune.space, profile_server)
+        best = starting_config(self.tune.space, profile_server)
         self.evaluate(self.affordable([best]))
         while not self.out_of_time():
             cands = [
@@ -386,8 +386,8 @@ class LifecycleJobRunner(JobRunner):
         """The job's server port: a free one for a local host (local hosts share this
         machine, whose ephemeral ports come and go), else the profile's port + the host's
         index in the pool (hosts that are one machine then never clash)."""
-        from glmserve.hosts import get_host
-        from glmserve.transport import free_local_port
+        from glmserve.remote.hosts import get_host
+        from glmserve.remote.transport import free_local_port
 
         if get_host(host).is_local:
             return free_local_port()
@@ -420,8 +420,8 @@ class LifecycleJobRunner(JobRunner):
             st.save_tune(self.tune)
 
     def _reachable(self, host: str) -> bool:
-        from glmserve.hosts import get_host
-        from glmserve.transport import transport_for
+        from glmserve.remote.hosts import get_host
+        from glmserve.remote.transport import transport_for
 
         try:
             return transport_for(get_host(host)).run("true", timeout=15).ok
@@ -562,8 +562,8 @@ class _TuneBackend(LifecycleBackend):
         self.host_lost_s = host_lost_s
 
     def watch(self, run_id: str, opts: Any) -> Any:
-        from glmserve.lifecycle import transport_for_run
-        from glmserve.watch import Watcher, parse_stall_budgets
+        from glmserve.deploy.watch import Watcher, parse_stall_budgets
+        from glmserve.remote.process import transport_for_run
 
         run = self.store.get_run(run_id)
         w = Watcher(

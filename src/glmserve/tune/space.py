@@ -106,7 +106,7 @@ def grid(space: list[tuple[str, list[str]]]) -> list[dict[str, str]]:
     return configs
 
 
-def seed_config(
+def starting_config(
     space: list[tuple[str, list[str]]], profile_server: dict[str, Any]
 ) -> dict[str, str]:
     """The profile's own value where it is one of the searched values, else the first value."""

@@ -1,0 +1,123 @@
+"""Validate a LaunchSpec's argv against one SGLang release and word the findings in profile
+terms (file:line and key), so a user fixes the YAML, not the rendered argv."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from glmserve.config.spec import LaunchSpec
+from glmserve.errors import FlagValidationError
+
+
+def flag_at(argv: list[str], index: int | None) -> str | None:
+    """The flag an argv token belongs to (the token itself, or the nearest flag before it)."""
+    if index is None or not argv:
+        return None
+    for i in range(min(index, len(argv) - 1), -1, -1):
+        tok = argv[i]
+        if tok.startswith("--"):
+            return tok.split("=", 1)[0]
+    return None
+
+
+def locate(spec: LaunchSpec, finding: Any) -> str:
+    """``file:line (key server.x)`` for a finding, falling back to the profile name."""
+    flag = flag_at(spec.argv, getattr(finding, "index", None)) or getattr(finding, "flag", None)
+    origin = spec.origins.get(flag or "")
+    if origin is None:
+        return f"profile {spec.profile}"
+    where = f"{origin.file}:{origin.line}" if origin.line else origin.file
+    return f"{where} ({origin.key})"
+
+
+def format_finding(spec: LaunchSpec, finding: Any) -> str:
+    """``file:line (key): message``; the caller prefixes the severity (error/warning)."""
+    text = f"{locate(spec, finding)}: {finding.message}"
+    if getattr(finding, "suggestion", None):
+        text += f" ({finding.suggestion})"
+    return text
+
+
+def version_in_range(version: str, spec_range: str | None) -> bool:
+    if not spec_range:
+        return True
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version) in SpecifierSet(spec_range)
+    except InvalidVersion:
+        return True
+
+
+def validate_spec(spec: LaunchSpec, sglang_version: str) -> list[str]:
+    """Raise FlagValidationError (exit 2) listing every error; return warning lines."""
+    from glmserve.argspec import load_release_spec, validate_argv
+
+    argspec = load_release_spec(sglang_version)
+    report = validate_argv(list(spec.argv), argspec, patches=spec.patches)
+    warnings = [format_finding(spec, f) for f in report.warnings]
+    version = getattr(argspec, "version", sglang_version)
+    patch_errors = patch_requirement_errors(spec, str(version))
+    if not version_in_range(str(version), spec.sglang_range):
+        warnings.append(
+            f"profile {spec.profile}: targets sglang {spec.sglang_range}, "
+            f"validating against {version}"
+        )
+    if report.errors or patch_errors:
+        lines = [format_finding(spec, f) for f in report.errors] + patch_errors
+        head = f"{len(lines)} flag error(s) for sglang {version}: " + lines[0]
+        msg = head if len(lines) == 1 else head + "\n" + "\n".join(lines[1:])
+        raise FlagValidationError(msg, findings=report.errors)
+    return warnings
+
+
+_PATCH_ARG_FLAGS = {  # SGLang flag -> dest, the args the patch's requirements read
+    "--disable-cuda-graph": "disable_cuda_graph",
+    "--cuda-graph-max-bs": "cuda_graph_max_bs",
+    "--cuda-graph-backend-decode": "cuda_graph_backend_decode",
+    "--kv-cache-dtype": "kv_cache_dtype",
+    "--dtype": "dtype",
+}
+
+
+def patch_args(argv: list[str]) -> dict[str, Any]:
+    """The few server args the runtime patch's requirements read, from a rendered argv."""
+    out: dict[str, Any] = {}
+    for i, tok in enumerate(argv):
+        flag, eq, inline = tok.partition("=")
+        dest = _PATCH_ARG_FLAGS.get(flag)
+        if dest is None:
+            continue
+        if dest == "disable_cuda_graph":
+            out[dest] = inline.lower() not in ("false", "0") if eq else True
+            continue
+        value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+        out[dest] = int(value) if dest == "cuda_graph_max_bs" and value.isdigit() else value
+    return out
+
+
+def patch_requirement_errors(spec: LaunchSpec, version: str) -> list[str]:
+    """One error line per requirement of a runtime patch this launch breaks, naming the
+    profile key to change and the exact refusal the workers would log. The requirements
+    come from the patch module itself (the same code the worker runs), so a profile that
+    passes here is not refused by the patch for these reasons on the GPU host."""
+    from glmserve.runtime.glmserve_runtime.patches import flashinfer_mla_gather_cast as gtc
+
+    if gtc.PATCH not in spec.patches:
+        return []
+    out = []
+    for req in gtc.launch_requirement_failures(patch_args(list(spec.argv)), version):
+        origin = spec.origins.get(req.flag)
+        if req.flag == "sglang":
+            where, key = f"profile {spec.profile}", "--sglang-version / sglang"
+        elif origin is not None:
+            where = f"{origin.file}:{origin.line}" if origin.line else origin.file
+            key = origin.key
+        else:
+            where, key = f"profile {spec.profile}", "server." + req.flag.lstrip("-")
+        out.append(
+            f"{where}: {key} must be {req.want} for patch {gtc.PATCH}; its workers would "
+            f"refuse to start: glmserve patch {gtc.PATCH} FAILED: {req.reason}"
+        )
+    return out

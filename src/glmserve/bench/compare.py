@@ -1,0 +1,228 @@
+"""``glmserve compare``: stored bench results side by side, with speedup against a baseline.
+
+``load_entries`` reads the run store (a run id means its newest bench result, a number means
+that bench result); ``compare_results`` is pure and produces the JSON the table renders.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from glmserve.errors import ConfigError, RunNotFound
+
+
+def load_entries(
+    items: list[str], last: int | None, baseline: str | None = None
+) -> list[dict[str, Any]]:
+    """Stored bench rows (``{id, run_id, created_at, result, meta}``), oldest first."""
+    from glmserve.store import RunStore
+
+    if not items and not last:
+        raise ConfigError("compare: give run ids / bench result ids, or --last N")
+    if last is not None and last < 1:
+        raise ConfigError("--last must be at least 1")
+    with RunStore.open() as store:
+        rows = [_load_one(store, it) for it in items]
+        if last:
+            recent = store.list_bench_results(last=last)
+            if not recent:
+                raise RunNotFound("no stored bench results (run `glmserve bench` first)")
+            rows += list(reversed(recent))
+        if baseline is not None:
+            base = _find(rows, baseline) or _load_one(store, baseline)
+            found = next((r for r in rows if r["id"] == base["id"]), None)
+            if found is None:
+                rows.insert(0, found := base)
+            found["requested_as"] = baseline  # e.g. a group id: compare_results finds it
+    seen: set[int] = set()
+    unique = []
+    for r in rows:
+        if r["id"] not in seen:
+            seen.add(r["id"])
+            unique.append(r)
+    return unique
+
+
+def _load_one(store: Any, item: str) -> dict[str, Any]:
+    """A run id (exact, or a unique prefix), a group id (its node 0 run), else a number as a
+    bench result id. An exact run id wins over a number: run ids are 8 hex digits, so about
+    one in fifty is all digits."""
+    from glmserve.deploy.group import group_runs
+
+    try:
+        run = store.get_run(item)
+    except RunNotFound:
+        run = None
+    if item.isdigit() and (run is None or run.run_id != item):
+        return store.get_bench_result(int(item))
+    if run is None and item.startswith("g"):
+        members = group_runs(store, item)
+        run = members[0] if members else None
+    if run is None:
+        store.get_run(item)  # raises RunNotFound naming the item
+    rows = store.list_bench_results(run_id=run.run_id, last=1)
+    if not rows:
+        raise RunNotFound(f"run {item} has no bench results (run `glmserve bench {item}`)")
+    return rows[0]
+
+
+def _find(rows: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
+    for r in rows:  # the row load_entries resolved ``key`` to (a group id, say)
+        if r.get("requested_as") == key:
+            return r
+    for r in reversed(rows):  # a run id: its newest result among the rows (wins over a number)
+        if r.get("run_id") == key:
+            return r
+    for r in rows:
+        if str(r["id"]) == key:
+            return r
+    for r in reversed(rows):  # a run id prefix
+        if str(r.get("run_id") or "").startswith(key) and not key.isdigit():
+            return r
+    return None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _level_key(lv: dict[str, Any]) -> Any:
+    """A closed-loop level by its concurrency (int); an open-loop one by "r=RATE[ c<=CAP]"."""
+    from glmserve.bench.results import level_label
+
+    return lv["concurrency"] if lv.get("request_rate") is None else level_label(lv)
+
+
+def _sort_key(k: Any) -> tuple[int, float, str]:
+    return (0, float(k), "") if isinstance(k, int) else (1, 0.0, str(k))
+
+
+def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> dict[str, Any]:
+    """Pure: rows -> ``{"baseline", "concurrency", "rows": [...]}`` with speedups.
+
+    A row measured differently from the baseline (``bench.comparable``: workload, load shape,
+    simulator speed) gets ``incomparable`` naming each differing field and no speedup at all;
+    one whose levels differ gets a ``notes`` entry, and speedups only at shared levels.
+    """
+    from glmserve.bench.comparable import context, describe, differences, levels_of
+
+    if not rows:
+        raise ConfigError("compare: nothing to compare")
+    base = rows[0] if baseline is None else _find(rows, baseline)
+    if base is None:
+        raise ConfigError(f"--baseline {baseline}: not among the compared results")
+    levels = sorted(
+        {_level_key(lv) for r in rows for lv in r["result"].get("levels", [])}, key=_sort_key
+    )
+
+    def level_tok_s(row: dict[str, Any], c: Any) -> float | None:
+        for lv in row["result"].get("levels", []):
+            if _level_key(lv) == c:
+                return lv.get("output_tok_s")
+        return None
+
+    def decode(row: dict[str, Any]) -> float | None:
+        res = row["result"]
+        if res.get("decode_tok_s") is not None:
+            return res["decode_tok_s"]
+        lvs = res.get("levels") or []
+        return min(lvs, key=lambda lv: lv["concurrency"])["decode_tok_s"]["p50"] if lvs else None
+
+    out_rows = []
+    for r in rows:
+        res, meta = r["result"], r.get("meta") or {}
+        diffs = [] if r is base else differences(base, r)
+        ok = not diffs
+        notes = []
+        same_levels = levels_of(r) == levels_of(base)
+        if ok and not same_levels:
+            notes.append(
+                f"levels {','.join(map(str, levels_of(r)))} vs baseline "
+                f"{','.join(map(str, levels_of(base)))}: speedups only at shared levels"
+            )
+        per_level = {}
+        for c in levels:
+            v = level_tok_s(r, c)
+            sp = _ratio(v, level_tok_s(base, c)) if ok else None
+            per_level[str(c)] = {"output_tok_s": v, "speedup": sp}
+        ttft = res.get("ttft_ms")
+        if ttft is None and res.get("levels"):
+            ttft = min(res["levels"], key=lambda lv: lv["concurrency"])["ttft_ms"]["p50"]
+        low_same = levels_of(r)[:1] == levels_of(base)[:1]
+        out_rows.append(
+            {
+                "id": r["id"],
+                "run_id": r.get("run_id"),
+                "profile": meta.get("profile") or res.get("meta", {}).get("profile"),
+                "mode": res.get("mode"),
+                "complete": res.get("complete"),
+                "errors": res.get("errors"),
+                "decode_tok_s": decode(r),
+                "decode_speedup": _ratio(decode(r), decode(base)) if ok and low_same else None,
+                "ttft_ms": ttft,
+                "levels": per_level,
+                "baseline": r is base,
+                "comparable": ok,
+                "incomparable": diffs,
+                "incomparable_reason": describe(diffs) if diffs else None,
+                "notes": notes,
+                "context": context(r),
+            }
+        )
+    return {"baseline": base["id"], "concurrency": levels, "rows": out_rows}
+
+
+def compare_notes(table: dict[str, Any]) -> list[str]:
+    """Lines under the table: every incomparable row names what differs; level mismatches."""
+    lines = []
+    for r in table["rows"]:
+        if r.get("incomparable"):
+            lines.append(
+                f"result {r['id']} is NOT comparable with baseline {table['baseline']}: "
+                f"{r['incomparable_reason']} (no speedup shown)"
+            )
+        for n in r.get("notes") or []:
+            lines.append(f"result {r['id']}: {n}")
+    return lines
+
+
+def _f(v: Any, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def _x(v: float | None, row: dict[str, Any]) -> str:
+    """A speedup cell; an incomparable row says so instead of a number."""
+    if row.get("incomparable"):
+        return "n/c"
+    return _f(v, 2)
+
+
+def render_compare(table: dict[str, Any]) -> Table:
+    """The comparison table: decode tok/s and output tok/s per level, each with speedup."""
+    t = Table(
+        title=f"glmserve compare (baseline: result {table['baseline']})", title_justify="left"
+    )
+    for col in ("result", "run", "profile", "mode", "decode tok/s", "x", "TTFT ms"):
+        t.add_column(col, justify="left" if col in ("run", "profile", "mode") else "right")
+    for c in table["concurrency"]:
+        t.add_column(f"c={c} tok/s" if isinstance(c, int) else f"{c} tok/s", justify="right")
+        t.add_column("x", justify="right")
+    for r in table["rows"]:
+        mark = "*" if r["baseline"] else ""
+        flag = "" if r["complete"] else " (incomplete)"
+        cells = [
+            f"{r['id']}{mark}",
+            str(r["run_id"] or "-"),
+            str(r["profile"] or "-") + flag,
+            str(r["mode"]),
+            _f(r["decode_tok_s"], 2),
+            _x(r["decode_speedup"], r),
+            _f(r["ttft_ms"]),
+        ]
+        for c in table["concurrency"]:
+            lv = r["levels"][str(c)]
+            cells += [_f(lv["output_tok_s"]), _x(lv["speedup"], r)]
+        t.add_row(*cells)
+    return t

@@ -1,0 +1,1 @@
+"""Deployments: plan a profile onto a host or host group, launch, watch to a verdict, stop."""

@@ -1,0 +1,491 @@
+"""Hosts: where a server runs, read from ``configs/hosts.yaml`` and the user's ``hosts.yaml``.
+
+A host is a name -> how to reach it (an ssh alias or ``user@host``, port, identity file, jump
+host) and where to work there (workdir, python, venv). The built-in ``local`` host needs no ssh
+and is the default. The user's file (``~/.config/glmserve/hosts.yaml``) overrides the project's
+per host name. Errors name file:line and the key, and an unknown host lists the known ones;
+an entry is checked only when its host is used, so one typo does not block every other host.
+
+Trust: the project file is read from ``./configs`` (a checked-out repo), so no hosts file may
+make ssh run or load anything locally or weaken host-key checking (``ssh_options`` is an
+allow-list, names and paths are plain words), and only the user's own file (or the
+``--ssh-config`` flag) may name an ssh config file, relative to the user's config dir.
+
+File format::
+
+    hosts:
+      gpu8:
+        target: root@10.1.230.174     # or an alias from ~/.ssh/config
+        port: 22
+        identity_file: ~/.ssh/id_ed25519
+        jump: bastion                 # ProxyJump
+        workdir: /root/glmserve       # default ~/glmserve
+        python: python3
+        venv: /root/venv
+        address: 10.1.230.174         # multi-node: how other nodes reach it (default: ssh's
+                                      # HostName for target)
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
+
+from glmserve.config.yamlload import load_yaml, read_config_text
+from glmserve.errors import ConfigError
+from glmserve.paths import glmserve_home, project_configs_dir, user_config_dir
+
+LOCAL = "local"
+DEFAULT_REMOTE_WORKDIR = "~/glmserve"
+
+# Everything below reaches ssh as one argv word (never a shell), but ssh itself re-parses some
+# of it: a target starting with '-' is an option (-oProxyCommand=...), '%h' expansions feed
+# ProxyCommand, and `-o K=V` values are config lines. So names are kept to what DNS, IPv6
+# literals, ssh aliases and user names use.
+HOST_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_USER = r"[A-Za-z0-9_][A-Za-z0-9_.+-]*"
+_HOST = r"(?:[A-Za-z0-9_][A-Za-z0-9_.:-]*|\[[0-9A-Fa-f:.%a-z]+\])"
+_TARGET_RE = re.compile(rf"^(?:{_USER}@)?{_HOST}$")
+_JUMP_RE = re.compile(rf"^(?:ssh://)?(?:{_USER}@)?{_HOST}(?::\d{{1,5}})?$")
+_SSH_OPTION_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+# Paths that reach ssh: -F is copied by ssh into the "ssh -F <path> -W ..." command it hands to
+# `sh -c` for a jump host, and IdentityFile is an -o config line, so neither may hold shell or
+# ssh-config syntax (spaces, quotes, $, ;, %, #...).
+_SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_./~+@,:=-]+$")
+MAX_PATH = 4096  # PATH_MAX: no longer path can exist, and long values only hit argv limits
+MAX_OPTION_VALUE = 1024
+_WORD_LIST = re.compile(r"^[+^-]?[A-Za-z0-9@._-]+(,[A-Za-z0-9@._-]+)*$")
+_YES_NO = re.compile(r"^(yes|no)$", re.IGNORECASE)
+_UINT = re.compile(r"^[0-9]{1,6}$")
+_TIME = re.compile(r"^([0-9]{1,6}[smhdwSMHDW]?)+$")
+
+
+def _choice(*words: str) -> re.Pattern[str]:
+    return re.compile(rf"^({'|'.join(re.escape(w) for w in words)})$", re.IGNORECASE)
+
+
+# The ssh options a hosts file may set: an allow-list (what is not here is refused), because
+# ssh has many ways to run or load something locally (ProxyCommand, LocalCommand, ProxyJump,
+# KnownHostsCommand, XAuthLocation with ForwardX11, Match exec, Include, PKCS11Provider,
+# SecurityKeyProvider, IdentityAgent, ControlPath...) and new ones come with new releases.
+# Each entry: canonical spelling -> the shape its value must have (so ssh accepts it).
+ALLOWED_SSH_OPTIONS: dict[str, re.Pattern[str]] = {
+    "AddressFamily": _choice("any", "inet", "inet6"),
+    "BindAddress": re.compile(r"^[A-Za-z0-9_.:-]+$"),
+    "BindInterface": re.compile(r"^[A-Za-z0-9_.:-]+$"),
+    "CheckHostIP": _YES_NO,
+    "Ciphers": _WORD_LIST,
+    "Compression": _YES_NO,
+    "ConnectionAttempts": _UINT,
+    "ConnectTimeout": _UINT,
+    "GSSAPIAuthentication": _YES_NO,
+    "HostKeyAlgorithms": _WORD_LIST,
+    "IdentitiesOnly": _YES_NO,
+    "IPQoS": re.compile(r"^[A-Za-z0-9]+( [A-Za-z0-9]+)?$"),
+    "KexAlgorithms": _WORD_LIST,
+    "MACs": _WORD_LIST,
+    "PreferredAuthentications": re.compile(r"^[a-z-]+(,[a-z-]+)*$"),
+    "PubkeyAcceptedAlgorithms": _WORD_LIST,
+    "PubkeyAcceptedKeyTypes": _WORD_LIST,
+    "PubkeyAuthentication": _YES_NO,
+    "RekeyLimit": re.compile(r"^([0-9]+[KMG]?|default)( ([0-9]+[smhdw]?|none))?$"),
+    "ServerAliveCountMax": _UINT,
+    "ServerAliveInterval": _TIME,
+    "StrictHostKeyChecking": _choice("yes", "true"),
+    "TCPKeepAlive": _YES_NO,
+}
+_ALLOWED_BY_LOWER = {k.lower(): k for k in ALLOWED_SSH_OPTIONS}
+# Refused with their own reason (the generic one would not say what the danger is).
+_COMMAND_OPTIONS = {
+    "proxycommand",
+    "proxyjump",
+    "localcommand",
+    "permitlocalcommand",
+    "knownhostscommand",
+    "pkcs11provider",
+    "securitykeyprovider",
+    "xauthlocation",
+    "remotecommand",
+    "match",
+    "include",
+}
+_HOST_KEY_OPTIONS = {
+    "stricthostkeychecking",
+    "userknownhostsfile",
+    "globalknownhostsfile",
+    "nohostauthenticationforlocalhost",
+    "hostkeyalias",
+    "updatehostkeys",
+    "verifyhostkeydns",
+}
+_OWN_OPTIONS = {"controlpath", "controlmaster", "controlpersist", "batchmode"}
+
+
+def ssh_option_refusal(key: str, value: str) -> str | None:
+    """Why ``key: value`` may not come from a hosts file, or None if it may."""
+    low = key.lower()
+    if low in _COMMAND_OPTIONS:
+        also = " and decides which host keys ssh trusts" if low == "knownhostscommand" else ""
+        return (
+            f"{key} runs a local command or loads local code{also}; put it in your "
+            "~/.ssh/config (a hosts file cannot make ssh run anything)"
+        )
+    if low in _HOST_KEY_OPTIONS and (
+        low != "stricthostkeychecking" or not ALLOWED_SSH_OPTIONS[key_name(key)].match(value)
+    ):
+        return (
+            f"{key}={value} would let ssh connect to a host whose key is not the one in your "
+            "known_hosts (host-key checking cannot be weakened from a hosts file); add the "
+            "host key with `ssh-keyscan -H HOST >> ~/.ssh/known_hosts` after checking its "
+            "fingerprint"
+        )
+    if low in _OWN_OPTIONS:
+        return f"{key} is set by glmserve itself (its ControlMaster connection and BatchMode)"
+    if low not in _ALLOWED_BY_LOWER:
+        return (
+            f"{key} is not an ssh option a hosts file may set (allowed: "
+            f"{', '.join(ALLOWED_SSH_OPTIONS)}); put it in your ~/.ssh/config"
+        )
+    if len(value) > MAX_OPTION_VALUE or not ALLOWED_SSH_OPTIONS[key_name(key)].match(value):
+        return f"{key}: {value[:80]!r} is not a value ssh takes for this option"
+    return None
+
+
+def key_name(key: str) -> str:
+    """The canonical spelling of an allowed ssh option (ssh keywords ignore case)."""
+    return _ALLOWED_BY_LOWER.get(key.lower(), key)
+
+
+def _printable(v: str | None, what: str) -> str | None:
+    if v is not None and any(not ch.isprintable() for ch in v):
+        raise ValueError(f"{what} must be one line of printable text, got {v!r}")
+    return v
+
+
+def _colon_means_ipv6(host: str | None, what: str) -> str | None:
+    """A host part with a ':' must be an IPv6 literal (optionally ``[...]`` and ``%zone``):
+    ``10.0.0.1:5000`` or ``host:2222`` is a port glued on, which ssh and --dist-init-addr
+    would misread (give ports in their own fields)."""
+    if host is None or ":" not in host:
+        return host
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ipaddress.IPv6Address(bare)
+    except ValueError:
+        raise ValueError(
+            f"{what} {host!r} has a ':' but is not an IPv6 address (put a port in port:)"
+        ) from None
+    return host
+
+
+def _not_option(v: str | None, what: str) -> str | None:
+    if v is not None and v.startswith("-"):
+        raise ValueError(f"{what} must not start with '-' (ssh would read it as an option)")
+    return v
+
+
+class HostConfig(BaseModel):
+    """One host entry; ``target`` absent (or the name ``local``) means this machine."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = LOCAL
+    target: str | None = Field(None, description="ssh alias or user@host; None = local")
+    port: StrictInt | None = Field(None, ge=1, le=65535)
+    identity_file: str | None = None
+    jump: str | None = Field(None, description="ProxyJump host")
+    workdir: str | None = None
+    python: str = "python3"
+    venv: str | None = None
+    ssh_config: str | None = Field(
+        None, description="ssh -F file (instead of ~/.ssh/config); user's hosts.yaml only"
+    )
+    ssh_options: dict[str, str] = Field(default_factory=dict, description="extra ssh -o K=V")
+    connect_timeout: StrictInt = Field(10, ge=1, le=300)
+    address: str | None = Field(
+        None, description="address other nodes reach it at (multi-node); default ssh HostName"
+    )
+    source: str | None = None  # file:line the entry came from (for messages)
+
+    @field_validator("target")
+    @classmethod
+    def _no_shell_meta(cls, v: str | None) -> str | None:
+        if v is not None and not _TARGET_RE.match(v):
+            raise ValueError(
+                f"not a valid ssh target: {v!r} (want an ssh alias, host or user@host; "
+                "no spaces, quotes, shell characters or leading '-')"
+            )
+        return v
+
+    @field_validator("jump")
+    @classmethod
+    def _jump_hosts(cls, v: str | None) -> str | None:
+        if v is not None and v.lower() != "none":
+            for hop in v.split(","):
+                if not _JUMP_RE.match(hop):
+                    raise ValueError(f"not a valid ProxyJump host: {hop!r} ([user@]host[:port])")
+        return v
+
+    @field_validator("identity_file", "ssh_config")
+    @classmethod
+    def _ssh_path(cls, v: str | None) -> str | None:
+        _not_option(_printable(v, "a path"), "a path")
+        if v is not None and (len(v) > MAX_PATH or not _SAFE_PATH_RE.match(v)):
+            raise ValueError(
+                f"ssh cannot safely take this path: {v[:80]!r} (at most {MAX_PATH} characters "
+                "of letters, digits and / . _ ~ + @ , : = -; no spaces, quotes, $, ;, %)"
+            )
+        return v
+
+    @field_validator("workdir", "venv", "python")
+    @classmethod
+    def _one_line(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("must not be empty")
+        if v is not None and len(v) > MAX_PATH:
+            raise ValueError(f"is {len(v)} characters long; a path has at most {MAX_PATH}")
+        return _printable(v, "the value")
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(rf"^{_HOST}$", v):
+            raise ValueError(f"not a valid address: {v!r} (a host name or IP)")
+        return _colon_means_ipv6(v, "address")
+
+    @field_validator("target")
+    @classmethod
+    def _target_colon(cls, v: str | None) -> str | None:
+        if v is not None:
+            _colon_means_ipv6(v.rsplit("@", 1)[-1], "target")
+        return v
+
+    @field_validator("ssh_options", mode="before")
+    @classmethod
+    def _ssh_option_values(cls, v: Any) -> Any:
+        """ssh config values are words: ``ServerAliveInterval: 30`` and ``Compression: yes``
+        (YAML int / bool) mean "30" and "yes"."""
+        if isinstance(v, dict):
+            return {
+                k: ("yes" if x else "no") if isinstance(x, bool) else str(x)
+                if isinstance(x, int | float) else x
+                for k, x in v.items()
+            }  # fmt: skip
+        return v
+
+    @field_validator("ssh_options")
+    @classmethod
+    def _ssh_options(cls, v: dict[str, str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for key, value in v.items():
+            if not _SSH_OPTION_RE.match(key):
+                raise ValueError(f"not an ssh option name: {key!r}")
+            _printable(value, f"ssh option {key}")
+            why = ssh_option_refusal(key, value)
+            if why:
+                raise ValueError(why)
+            out[key_name(key)] = value
+        return out
+
+    @property
+    def is_local(self) -> bool:
+        return self.target is None
+
+    @property
+    def resolved_workdir(self) -> str:
+        """Workdir on the host; remote ``~`` is left for the remote shell to expand."""
+        if self.workdir:
+            return os.path.expanduser(self.workdir) if self.is_local else self.workdir
+        if self.is_local:
+            return str(glmserve_home() / "local")
+        return DEFAULT_REMOTE_WORKDIR
+
+
+# The ssh config named by the global ``--ssh-config`` flag: used for every ssh host of this
+# invocation, in place of each host's ``ssh_config:`` (the user typed it, so it is trusted).
+CLI_SSH_CONFIG: Path | None = None
+
+
+def set_cli_ssh_config(value: str | None) -> None:
+    """Check and remember ``--ssh-config``: ConfigError naming the flag if ssh cannot take it."""
+    global CLI_SSH_CONFIG
+    if value is None:
+        CLI_SSH_CONFIG = None
+        return
+    path = Path(os.path.expanduser(value)).absolute()
+    try:
+        HostConfig._ssh_path(str(path))
+    except ValueError as exc:
+        raise ConfigError(f"--ssh-config: {exc}") from None
+    if not _config_file(path):
+        raise ConfigError(f"--ssh-config: {path} is not a file")
+    CLI_SSH_CONFIG = path
+
+
+def host_files() -> list[Path]:
+    """The hosts files read, lowest precedence first."""
+    return [project_configs_dir() / "hosts.yaml", user_hosts_file()]
+
+
+def user_hosts_file() -> Path:
+    """The user's own hosts.yaml: the only hosts file trusted to name an ssh config file."""
+    return user_config_dir() / "hosts.yaml"
+
+
+def _key_lines(root: yaml.Node | None) -> dict[str, int]:
+    """Map ``host`` and ``host.key`` to their 1-based line in the YAML (for error messages)."""
+    lines: dict[str, int] = {}
+    if not isinstance(root, yaml.MappingNode):
+        return lines
+    for k, v in root.value:
+        if k.value == "hosts" and isinstance(v, yaml.MappingNode):
+            for hk, hv in v.value:
+                lines[str(hk.value)] = hk.start_mark.line + 1
+                if isinstance(hv, yaml.MappingNode):
+                    for fk, _ in hv.value:
+                        lines[f"{hk.value}.{fk.value}"] = fk.start_mark.line + 1
+    return lines
+
+
+@dataclass
+class _Entry:
+    """One host entry as read, checked only when that host is used: a typo in one entry must
+    not block every other host (``stop``/``status`` of local runs included)."""
+
+    name: str
+    path: Path
+    fields: dict[str, Any]
+    lines: dict[str, int]
+    trusted: bool
+    problem: str | None = None  # a bad name or a non-mapping entry, reported when used
+    bad_name: bool = False
+
+    @property
+    def line(self) -> int:
+        return self.lines.get(self.name, 1)
+
+
+def _read_file(path: Path, trusted: bool) -> list[_Entry]:
+    """The entries of one hosts file; ConfigError only for what spoils the whole file."""
+    if not path.exists() and not path.is_symlink():
+        return []
+    data, root = load_yaml(read_config_text(path, "hosts file"), str(path), "invalid YAML")
+    if data is None:
+        return []
+    if not isinstance(data, dict) or not isinstance(data.get("hosts") or {}, dict):
+        raise ConfigError(f"{path}:1: expected a mapping with a 'hosts:' mapping of name -> host")
+    extra = set(data) - {"hosts"}
+    if extra:
+        raise ConfigError(f"{path}:1: unknown top-level key(s) {sorted(extra)}; expected 'hosts'")
+    lines = _key_lines(root)
+    out = []
+    for name, entry in (data.get("hosts") or {}).items():
+        e = _Entry(str(name), path, {}, lines, trusted)
+        if not isinstance(name, str) or not HOST_NAME_RE.match(name):
+            e.bad_name = True
+            e.problem = (
+                f"{path}:{e.line}: host name {name!r} must be letters, digits, '.', '_' or "
+                "'-', starting with a letter or digit"
+            )
+        elif not isinstance(entry or {}, dict):
+            e.problem = f"{path}:{e.line}: hosts.{name}: expected a mapping of fields"
+        else:
+            e.fields = _strs(entry or {})
+        out.append(e)
+    return out
+
+
+def _build(e: _Entry) -> HostConfig:
+    """Validate one entry into a HostConfig; ConfigError naming file:line and the key."""
+    if e.problem:
+        raise ConfigError(e.problem)
+    fields = dict(e.fields)
+    if fields.get("ssh_config") is not None:
+        fields["ssh_config"] = _trusted_ssh_config(e, fields["ssh_config"])
+    try:
+        host = HostConfig(name=e.name, source=f"{e.path}:{e.line}", **fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        kline = e.lines.get(f"{e.name}.{err['loc'][0]}", e.line) if err["loc"] else e.line
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"{e.path}:{kline}: hosts.{e.name}.{key}: {msg}") from exc
+    except TypeError as exc:  # e.g. a non-string key
+        raise ConfigError(f"{e.path}:{e.line}: hosts.{e.name}: {exc}") from exc
+    if CLI_SSH_CONFIG is not None and not host.is_local:
+        host = host.model_copy(update={"ssh_config": str(CLI_SSH_CONFIG)})
+    return host
+
+
+def _trusted_ssh_config(e: _Entry, value: Any) -> Any:
+    """``ssh_config:`` is a whole ssh config (ProxyCommand, Match exec, Include...), so only a
+    trusted file may name one, and a relative path is relative to that file's directory
+    (never the current directory, which may be a checked-out repo)."""
+    where = f"{e.path}:{e.lines.get(f'{e.name}.ssh_config', e.line)}: hosts.{e.name}.ssh_config"
+    if not e.trusted:
+        raise ConfigError(
+            f"{where}: only your own {user_hosts_file()} or --ssh-config may name an ssh "
+            f"config file; {e.path} is a project file (e.g. a checked-out repo) and an ssh "
+            "config can make ssh run commands"
+        )
+    try:
+        HostConfig._ssh_path(value)
+    except (TypeError, ValueError):
+        return value  # reported by the model with its usual message
+    path = Path(os.path.expanduser(value))
+    if not path.is_absolute():
+        path = e.path.parent / path
+    if not _config_file(path):
+        raise ConfigError(f"{where}: {path} is not a file")
+    return str(path)
+
+
+def _config_file(path: Path) -> bool:
+    """A file ssh can read as its config (``/dev/null``, "no config at all", included)."""
+    return path.is_file() or str(path) == os.devnull
+
+
+def _strs(entry: dict[Any, Any]) -> dict[str, Any]:
+    return {str(k): v for k, v in entry.items()}
+
+
+def _entries() -> dict[str, _Entry]:
+    """Every entry by name, the user's file winning over the project's."""
+    user = user_hosts_file()
+    out: dict[str, _Entry] = {}
+    for f in host_files():
+        out.update((e.name, e) for e in _read_file(f, trusted=f == user))
+    return out
+
+
+def load_hosts() -> dict[str, HostConfig]:
+    """All hosts, every entry checked: built-in ``local``, the project file, the user's."""
+    hosts: dict[str, HostConfig] = {LOCAL: HostConfig(name=LOCAL, source="<built-in>")}
+    for name, e in _entries().items():
+        hosts[name] = _build(e)
+    return hosts
+
+
+def get_host(name: str | None) -> HostConfig:
+    """The host called ``name`` (default ``local``), checking only that entry; ConfigError
+    listing known hosts if absent (or the bad name in a hosts file, which may be the one
+    meant)."""
+    name = name or LOCAL
+    entries = _entries()
+    if name in entries:
+        return _build(entries[name])
+    if name == LOCAL:
+        return HostConfig(name=LOCAL, source="<built-in>")
+    bad = [e.problem for e in entries.values() if e.bad_name and e.problem]
+    if bad:
+        raise ConfigError(bad[0])
+    files = ", ".join(str(f) for f in host_files())
+    known = sorted({LOCAL, *(n for n, e in entries.items() if not e.problem)})
+    raise ConfigError(f"unknown host {name!r}; known hosts: {', '.join(known)} (from {files})")

@@ -1,0 +1,156 @@
+"""Simulator argv: SGLang flags as argparse parses them, --sim-* options, YAML overrides."""
+
+from __future__ import annotations
+
+import pytest
+
+from glmserve.simulator import options
+from glmserve.simulator.options import SimUsageError
+
+SEED_ARGV = [
+    "--model",
+    "lukealonso/GLM-5-NVFP4",
+    "--served-model-name",
+    "glm-5",
+    "--reasoning-parser",
+    "glm45",
+    "--tool-call-parser",
+    "glm47",
+    "--trust-remote-code",
+    "--tp-size",
+    "8",
+    "--mem-fraction-static",
+    "0.92",
+    "--max-running-requests",
+    "2048",
+    "--kv-cache-dtype",
+    "auto",
+    "--quantization",
+    "modelopt_fp4",
+    "--attention-backend",
+    "trtllm_mla",
+    "--fp8-gemm-backend",
+    "cutlass",
+    "--nsa-decode-backend",
+    "trtllm",
+    "--nsa-prefill-backend",
+    "trtllm",
+    "--moe-runner-backend",
+    "flashinfer_cutlass",
+    "--disable-cuda-graph",
+    "--disable-radix-cache",
+    "--num-continuous-decode-steps",
+    "16",
+    "--host",
+    "0.0.0.0",
+    "--port",
+    "8000",
+]
+
+
+def test_reference_launch_script_parses_and_unknown_flags_are_kept():
+    o = options.parse(SEED_ARGV, env={})
+    assert o.server.model_path == "lukealonso/GLM-5-NVFP4"
+    assert o.served_model_name == "glm-5"
+    assert (o.server.host, o.server.port, o.server.tp_size) == ("0.0.0.0", 8000, 8)
+    assert o.max_running_requests == 2048
+    assert o.shape.attention_backend == "trtllm_mla"
+    assert o.shape.kv_cache_dtype == "fp8_e4m3"  # auto -> FP8 on the seeds' box
+    assert o.shape.cuda_graph is False
+    assert o.shape.num_continuous_decode_steps == 16
+    assert "--reasoning-parser" in o.unknown and "glm45" in o.unknown
+    assert "--disable-radix-cache" in o.unknown
+
+
+def test_defaults_resolve_like_sglang_on_sm120():
+    o = options.parse(["--model-path", "m"], env={})
+    assert o.server.port == 30000
+    assert o.shape.attention_backend == "flashinfer"
+    assert o.shape.cuda_graph is True
+    assert o.crash_at is None and o.hang_at is None
+    for off in (["--cuda-graph-max-bs", "0"], ["--cuda-graph-backend-decode=disabled"]):
+        assert options.parse(["--model-path", "m", *off], env={}).shape.cuda_graph is False
+
+
+def test_sim_overrides_flags_and_yaml(tmp_path):
+    cfg = tmp_path / "m.yaml"
+    cfg.write_text("bandwidth_gbps: 1500\nlayers: 61\nbackend-overhead-ms: {flashinfer: 1.0}\n")
+    o = options.parse(
+        ["--model-path", "m", "--sim-config", str(cfg), "--sim-layers", "70", "--sim-speed=4"],
+        env={},
+    )
+    assert o.model.bandwidth_gbps == 1500.0
+    assert o.model.layers == 70  # the flag wins over the file
+    assert o.model.backend_overhead_ms == {"flashinfer": 1.0}
+    assert o.speed == 4.0
+
+
+def test_yaml_errors_name_the_file_and_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("layers: 61\nbandwidth_gbps: [1,\n")
+    with pytest.raises(SimUsageError, match=r"bad.yaml:\d+"):
+        options.parse(["--model-path", "m", "--sim-config", str(bad)], env={})
+    unknown = tmp_path / "u.yaml"
+    unknown.write_text("warp_speed: 9\n")
+    with pytest.raises(SimUsageError, match=r"unknown field 'warp_speed'.*bandwidth_gbps"):
+        options.parse(["--model-path", "m", "--sim-config", str(unknown)], env={})
+    with pytest.raises(SimUsageError, match="--sim-layers"):
+        options.parse(["--model-path", "m", "--sim-layers", "lots"], env={})
+    with pytest.raises(SimUsageError, match="unknown simulator option --sim-warp"):
+        options.parse(["--model-path", "m", "--sim-warp", "9"], env={})
+
+
+def test_fault_options_resolve_natural_pairs():
+    o = options.parse(["--model-path", "m", "--sim-crash-at", "after-ready:2.5"], env={})
+    assert (o.crash_at, o.crash_after_s, o.crash_kind) == (
+        "after-ready",
+        2.5,
+        "illegal_memory_access",
+    )
+    o = options.parse(["--model-path", "m", "--sim-crash-kind", "oom"], env={})
+    assert (o.crash_at, o.crash_kind) == ("kv", "oom")
+    o = options.parse(["--model-path", "m", "--sim-crash-kind", "tllm_unsupported_arch"], env={})
+    assert o.crash_at == "warmup"
+    o = options.parse(["--model-path", "m", "--sim-crash-kind", "no_kernel_image"], env={})
+    assert o.crash_at == "graphs"
+    argv = ["--model-path", "m", "--disable-cuda-graph", "--sim-crash-kind", "no_kernel_image"]
+    assert options.parse(argv, env={}).crash_at == "warmup"
+    with pytest.raises(SimUsageError, match="CUDA graphs are disabled"):
+        options.parse(
+            ["--model-path", "m", "--disable-cuda-graph", "--sim-hang-at", "graphs"], env={}
+        )
+    with pytest.raises(SimUsageError, match="after-ready:SECONDS"):
+        options.parse(["--model-path", "m", "--sim-crash-at", "lunch"], env={})
+
+
+def test_patches_come_from_the_env():
+    o = options.parse(
+        ["--model-path", "m"], env={"GLMSERVE_PATCHES": "flashinfer_mla_gather_cast,x"}
+    )
+    assert o.patches == ("flashinfer_mla_gather_cast", "x")
+    assert o.shape.patches == o.patches
+
+
+def test_bad_sglang_values_exit_2_like_argparse(capsys):
+    with pytest.raises(SystemExit) as exc:
+        options.parse(["--model-path", "m", "--kv-cache-dtype", "int3"], env={})
+    assert exc.value.code == 2
+    assert "argument --kv-cache-dtype: invalid choice: 'int3'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        options.parse(["--port", "1"], env={})
+    assert "the following arguments are required: --model-path/--model" in capsys.readouterr().err
+
+
+def test_flags_past_the_modelled_gpu_memory_crash_with_oom_at_start():
+    from glmserve.simulator import options
+
+    base = ["--model-path", "m", "--tp-size", "8"]
+    o = options.parse([*base, "--mem-fraction-static", "0.97"])
+    assert (o.crash_kind, o.crash_at) == ("oom", "graphs")
+    o = options.parse([*base, "--mem-fraction-static", "0.97", "--disable-cuda-graph"])
+    assert (o.crash_kind, o.crash_at) == ("oom", "warmup")
+    o = options.parse([*base, "--cuda-graph-max-bs", "16", "--chunked-prefill-size", "1024"])
+    assert o.crash_kind is None
+    assert (o.shape.cuda_graph_max_bs, o.shape.chunked_prefill_size) == (16, 1024)
+    default = options.parse(base)
+    assert (default.shape.cuda_graph_max_bs, default.shape.chunked_prefill_size) == (512, 8192)
