@@ -6,14 +6,22 @@ boundary with ``raise X(...) from exc`` so callers only ever see this tree::
 
     GlmserveError                      exit 2 unless overridden
     ├── ConfigError                    2  bad profile / hosts file / --set path / argv
-    │   └── FlagValidationError        2  argv rejected for the target SGLang release
+    │   ├── FlagValidationError        2  argv rejected for the target SGLang release
+    │   ├── YamlSyntaxError            2  a YAML file is not YAML at all
+    │   ├── RunNotServing              2  the run was stopped: nothing of it to measure
+    │   ├── StoreError                 2  runs.sqlite damaged, locked or from a newer glmserve
+    │   └── PortClaimed                2  another live run holds this host:port
     ├── BenchmarkGateFailed            1  a --min-*/--max-* gate was missed
     ├── ServerCrashed                  3  the server died (carries the diagnosis)
     ├── ServerNotReady                 4  stalled, hung, or timed out before READY
     ├── TransportError                 5  ssh/connection/HTTP reachability failures
-    │   └── RemoteCommandError         5  a remote command exited non-zero (carries Result)
+    │   ├── RemoteCommandError         5  a remote command exited non-zero (carries Result)
+    │   └── ServerIdentityError        5  the port answers, but not with the run's server
     ├── NotAServerLog                  6  `diagnose` input holds no SGLang log line
-    └── RunNotFound                    2  unknown run id
+    ├── RunNotFound                    2  unknown run id
+    ├── StopFailed                     the first failure's code, after every run was tried
+    ├── SweepInterrupted             130  Ctrl-C/SIGTERM during a sweep (saved, server stopped)
+    └── TuneInterrupted              130  Ctrl-C/SIGTERM during a tune (saved, servers stopped)
 """
 
 from __future__ import annotations
@@ -99,6 +107,51 @@ class TransportError(GlmserveError):
     """Could not reach a host or a server (ssh connect/auth, HTTP connect)."""
 
     exit_code = EXIT_TRANSPORT
+
+
+class YamlSyntaxError(ConfigError):
+    """The text is not YAML at all (as opposed to YAML glmserve refuses to accept)."""
+
+
+class TuneInterrupted(GlmserveError):
+    """Ctrl-C/SIGTERM: running servers were stopped and the tune saved; exit 130."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
+class StopFailed(GlmserveError):
+    """Some runs could not be stopped; exits with the first failure's own code (5: a host
+    was unreachable) after every run was tried."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class ServerIdentityError(TransportError):
+    """The server answering on the run's port is not the run's server (exit 5)."""
+
+
+class RunNotServing(ConfigError):
+    """The run was stopped: there is no server of it to measure (exit 2)."""
+
+
+class SweepInterrupted(GlmserveError):
+    """Ctrl-C: the running server was stopped and the sweep saved; exit 130."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
+class StoreError(ConfigError):
+    """runs.sqlite is damaged, locked, or from a newer glmserve (exit 2, names the file)."""
+
+
+class PortClaimed(ConfigError):
+    """Another live run already holds this host:port in the store (exit 2)."""
+
+    def __init__(self, message: str, holder: str | None = None) -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 @dataclass

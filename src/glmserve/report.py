@@ -21,7 +21,8 @@ from typing import Any
 
 from glmserve.errors import ConfigError, RunNotFound
 from glmserve.profiling import PROFILED_EVENT
-from glmserve.sweep import OK, Sweep, list_sweep_ids, load_sweep, speed_note, sweep_rows
+from glmserve.sweep.state import OK, Sweep, list_sweep_ids, load_sweep
+from glmserve.sweep.summary import speed_note, sweep_rows
 
 PALETTE = ["#4269d0", "#efb118", "#ff725c", "#6cc5b0", "#3ca951", "#ff8ab7", "#a463f2", "#97bbf5"]
 PERCENTILES = ("p50", "p90", "p99")
@@ -133,7 +134,7 @@ def series_from_run(
 ) -> ReportSeries:
     """Pure: a stored run plus its bench results (newest first, as the store lists them) and
     the summary of its latest profiler capture, if any."""
-    from glmserve.sweep import SweepEntry
+    from glmserve.sweep.state import SweepEntry
 
     results = [b.get("result", b) for b in bench]
     entry = SweepEntry(profile=run.get("profile", "?"), status=OK if results else "no bench")

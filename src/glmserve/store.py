@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from glmserve.errors import ConfigError, GlmserveError, RunNotFound
+from glmserve.errors import GlmserveError, PortClaimed, RunNotFound, StoreError
 from glmserve.paths import glmserve_home
 
 BUSY_TIMEOUT_MS = 30_000
@@ -143,18 +143,6 @@ _JSON_COLS = {"patches", "spec", "meta"}
 _RUN_COLS = tuple(RunRecord.__dataclass_fields__)
 _TABLES = ("runs", "events", "bench_results")
 _SQLITE_MAX_LIMIT = 2**63 - 1
-
-
-class StoreError(ConfigError):
-    """runs.sqlite is damaged, locked, or from a newer glmserve (exit 2, names the file)."""
-
-
-class PortClaimed(ConfigError):
-    """Another live run already holds this host:port in the store (exit 2)."""
-
-    def __init__(self, message: str, holder: str | None = None) -> None:
-        super().__init__(message)
-        self.holder = holder
 
 
 # States that end a run's claim on its port (with ``ended_at``): as ``list_runs(live_only)``.

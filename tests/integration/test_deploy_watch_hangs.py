@@ -147,7 +147,9 @@ def test_launch_without_timeout_gets_the_default_deadline(monkeypatch, stop_runs
 def test_sweep_without_timeout_gets_the_default_deadline(monkeypatch):
     """The sweep's watch goes through the same Watcher: its default deadline applies."""
     from glmserve.deploy import watch
-    from glmserve.sweep import LifecycleBackend, SweepOptions, run_sweep, start_sweep
+    from glmserve.sweep.backend import LifecycleBackend
+    from glmserve.sweep.loop import run_sweep
+    from glmserve.sweep.state import SweepOptions, start_sweep
 
     monkeypatch.setattr(watch, "DEFAULT_DEADLINE_S", 5.0)
     port = free_port()

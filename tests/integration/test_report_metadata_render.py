@@ -12,7 +12,7 @@ from tests.integration.test_report_render import CHROMIUM, chromium
 from tests.unit.test_report import three_profile_sweep
 
 from glmserve.cli import main
-from glmserve.sweep import save_sweep
+from glmserve.sweep.state import save_sweep
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
 

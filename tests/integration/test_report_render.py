@@ -14,7 +14,7 @@ import pytest
 from tests.unit.test_report import three_profile_sweep
 
 from glmserve.cli import main
-from glmserve.sweep import OK, save_sweep
+from glmserve.sweep.state import OK, save_sweep
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")

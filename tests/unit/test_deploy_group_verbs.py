@@ -14,20 +14,17 @@ from glmserve.cli import main
 from glmserve.deploy.group import GroupLogs, group_summary, node_prefix
 from glmserve.deploy.preflight import CheckRow, sglang_versions, version_row
 from glmserve.store import RunRecord, RunStore
-from glmserve.sweep import (
+from glmserve.sweep.loop import StepOutcome, SweepBackend, run_sweep
+from glmserve.sweep.state import (
     CRASHED,
     INTERRUPTED,
     OK,
-    StepOutcome,
-    SweepBackend,
     SweepOptions,
     load_sweep,
-    render_markdown,
     resume_options,
-    run_sweep,
     start_sweep,
-    sweep_rows,
 )
+from glmserve.sweep.summary import render_markdown, sweep_rows
 
 
 # -- same SGLang on every node ------------------------------------------------------------------

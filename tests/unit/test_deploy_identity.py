@@ -7,13 +7,18 @@ import pytest
 from glmserve.bench.metrics import StreamRecord
 from glmserve.bench.results import build_result, summarize_level
 from glmserve.deploy.identity import (
-    ServerIdentityError,
     compare_server_info,
     expected_server_args,
     parse_listener,
     refusal,
 )
-from glmserve.errors import EXIT_CRASHED, EXIT_TIMEOUT, EXIT_TRANSPORT, EXIT_USAGE
+from glmserve.errors import (
+    EXIT_CRASHED,
+    EXIT_TIMEOUT,
+    EXIT_TRANSPORT,
+    EXIT_USAGE,
+    ServerIdentityError,
+)
 from glmserve.store import RunRecord
 
 

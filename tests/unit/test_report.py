@@ -15,7 +15,7 @@ from glmserve.report import (
     series_from_run,
     write_pngs,
 )
-from glmserve.sweep import CRASHED, OK, Sweep, SweepEntry, save_sweep
+from glmserve.sweep.state import CRASHED, OK, Sweep, SweepEntry, save_sweep
 
 
 def level(c: int, tok_s: float, ttft: float, itl: float) -> dict:

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from glmserve.errors import PortClaimed
 from glmserve.remote.hosts import get_host
 from glmserve.remote.process import read_log_bytes, read_log_tail
 from glmserve.remote.transport import LocalTransport
-from glmserve.store import MIGRATIONS, PortClaimed, RunRecord, RunStore, _run_migration
+from glmserve.store import MIGRATIONS, RunRecord, RunStore, _run_migration
 
 
 def _run(run_id: str, port: int = 30000, host: str = "local", claim: bool = True) -> RunRecord:
@@ -95,7 +96,7 @@ def test_damaged_store_is_refused_by_check(tmp_path):
     with path.open("r+b") as f:
         f.seek((root - 1) * page)
         f.write(b"\xa5" * page)
-    from glmserve.store import StoreError
+    from glmserve.errors import StoreError
 
     with pytest.raises(StoreError, match="damaged"):
         RunStore.open(path).check()

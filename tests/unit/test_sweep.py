@@ -7,22 +7,20 @@ import json
 import pytest
 
 from glmserve.errors import ConfigError, RunNotFound, TransportError
-from glmserve.sweep import (
+from glmserve.sweep.loop import StepOutcome, SweepBackend, run_sweep
+from glmserve.sweep.state import (
     CRASHED,
     FAILED,
     INTERRUPTED,
     OK,
     SKIPPED,
-    StepOutcome,
-    SweepBackend,
     SweepOptions,
     load_sweep,
     resume_options,
-    run_sweep,
     start_sweep,
     sweep_dir,
-    sweep_rows,
 )
+from glmserve.sweep.summary import sweep_rows
 
 DECODE = {"flashinfer_gtc": 13.8, "cutlass_mla": 41.4, "flashinfer": 10.1}
 
@@ -178,7 +176,7 @@ def test_ctrl_c_inside_launch_still_stops_the_server_it_started():
 
 
 def test_a_sweep_runs_in_one_process_at_a_time():
-    from glmserve.sweep import sweep_lock
+    from glmserve.sweep.state import sweep_lock
 
     opts = SweepOptions()
     sw = start_sweep(["cutlass_mla"], None, True, opts)

@@ -431,7 +431,8 @@ def run_bench(
     )
     result_id, store_error = None, None
     if store_result:
-        from glmserve.store import RunStore, StoreError
+        from glmserve.errors import StoreError
+        from glmserve.store import RunStore
 
         try:  # a store that cannot take it must not lose the measurement: the CLI keeps it
             with RunStore.open() as store:

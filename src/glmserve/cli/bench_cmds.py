@@ -14,8 +14,7 @@ from glmserve.bench.results import parse_output_gate, render_plain, render_table
 from glmserve.bench.runner import BenchSettings, LevelRun, Progress
 from glmserve.bench.session import BenchInterrupted, Gates, run_bench
 from glmserve.cli._app import app, emit_json, err, is_interactive, out
-from glmserve.errors import BenchmarkGateFailed, ConfigError
-from glmserve.store import StoreError
+from glmserve.errors import BenchmarkGateFailed, ConfigError, StoreError
 
 
 class _PlainProgress(Progress):

@@ -111,15 +111,14 @@ def sweep(
     Example: glmserve sweep --simulate --profiles flashinfer_gtc,trtllm_mla,cutlass_mla
     """
     from glmserve.deploy.watch import parse_stall_budgets
-    from glmserve.errors import ConfigError, ServerCrashed
-    from glmserve.sweep import (
+    from glmserve.errors import ConfigError, ServerCrashed, SweepInterrupted
+    from glmserve.sweep.backend import LifecycleBackend
+    from glmserve.sweep.loop import run_sweep
+    from glmserve.sweep.state import (
         OK,
-        LifecycleBackend,
-        SweepInterrupted,
         SweepOptions,
         load_sweep,
         resume_options,
-        run_sweep,
         start_sweep,
         sweep_dir,
     )
@@ -189,7 +188,7 @@ def _print_table(sw: object) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from glmserve.sweep import speed_note, sweep_rows
+    from glmserve.sweep.summary import speed_note, sweep_rows
 
     rows = sweep_rows(sw)  # type: ignore[arg-type]
     levels = sorted({c for r in rows for c in r["aggregate_tok_s"]})

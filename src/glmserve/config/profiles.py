@@ -35,8 +35,8 @@ from typing import Any
 import yaml
 
 from glmserve.config.spec import PATCHES_ENV, ArgOrigin, LaunchSpec
-from glmserve.config.yamlload import YamlSyntaxError, load_yaml, read_config_text
-from glmserve.errors import ConfigError
+from glmserve.config.yamlload import load_yaml, read_config_text
+from glmserve.errors import ConfigError, YamlSyntaxError
 from glmserve.paths import project_configs_dir, user_config_dir
 
 KNOWN_KEYS = {

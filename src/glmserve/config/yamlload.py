@@ -16,13 +16,8 @@ from typing import Any
 
 import yaml
 
-from glmserve.errors import ConfigError
+from glmserve.errors import ConfigError, YamlSyntaxError
 from glmserve.paths import read_capped
-
-
-class YamlSyntaxError(ConfigError):
-    """The text is not YAML at all (as opposed to YAML glmserve refuses to accept)."""
-
 
 MAX_BYTES = 1 << 20  # a config file is a few KiB; 1 MiB is generous and bounds parse time
 MAX_DEPTH = 64  # profiles nest 2-4 levels; deeper is a mistake or an attack

@@ -35,9 +35,10 @@ import httpx
 
 from glmserve.diagnose import Diagnosis, LogDiagnoser, State
 from glmserve.errors import (
-    ConfigError,
     GlmserveError,
+    RunNotServing,
     ServerCrashed,
+    ServerIdentityError,
     ServerNotReady,
     TransportError,
 )
@@ -55,14 +56,6 @@ IDENTITY_FLAGS = {
 }
 _GONE_STATES = ("CRASHED", "EXITED", "FAILED")
 HEALTH_TIMEOUT_S = 25.0  # SGLang's own /health gives up after 20 s (SGLANG_HEALTH_CHECK_TIMEOUT)
-
-
-class ServerIdentityError(TransportError):
-    """The server answering on the run's port is not the run's server (exit 5)."""
-
-
-class RunNotServing(ConfigError):
-    """The run was stopped: there is no server of it to measure (exit 2)."""
 
 
 @dataclass

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from glmserve.config.spec import LaunchSpec
-from glmserve.errors import ConfigError, GlmserveError
+from glmserve.errors import ConfigError, GlmserveError, PortClaimed, StopFailed, StoreError
 from glmserve.remote.hosts import HostConfig, get_host
 from glmserve.remote.transport import READ_CHUNK, Transport, shell_path, transport_for
-from glmserve.store import PortClaimed, RunRecord, RunStore, StoreError
+from glmserve.store import RunRecord, RunStore
 
 # After ``sed`` drops "pid (comm) " from /proc/<pid>/stat: $1 state, $3 pgrp, $20 starttime.
 _STAT_FIELDS = r"sed -E 's/^([0-9]+) \(.*\) /\1 /'"
@@ -598,15 +598,6 @@ def stop_run(run_id: str, timeout: float = 15.0, store: RunStore | None = None) 
         report["recorded"] = False
         report["store_error"] = str(exc)
     return report
-
-
-class StopFailed(GlmserveError):
-    """Some runs could not be stopped; exits with the first failure's own code (5: a host
-    was unreachable) after every run was tried."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 def stop_runs(

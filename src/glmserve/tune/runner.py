@@ -24,24 +24,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from glmserve.errors import (
-    EXIT_INTERRUPTED,
     ConfigError,
     FlagValidationError,
     GlmserveError,
     TransportError,
+    TuneInterrupted,
 )
-from glmserve.sweep import LifecycleBackend, StepOutcome, _diagnosis
+from glmserve.sweep.backend import LifecycleBackend, diagnosis_summary
+from glmserve.sweep.loop import StepOutcome
 from glmserve.tune import state as st
 from glmserve.tune.space import Budget, config_key, grid, level_metrics, starting_config
 
 Say = Callable[[str], None]
 _OPEN_LOCK = threading.Lock()
-
-
-class TuneInterrupted(GlmserveError):
-    """Ctrl-C/SIGTERM: running servers were stopped and the tune saved; exit 130."""
-
-    exit_code = EXIT_INTERRUPTED
 
 
 class HostLost(Exception):
@@ -394,7 +389,7 @@ class LifecycleJobRunner(JobRunner):
         return self.opts.base_port + slot
 
     def _sweep_opts(self, trials: list[st.Trial], port: int, load: int) -> Any:
-        from glmserve.sweep import SweepOptions
+        from glmserve.sweep.state import SweepOptions
 
         o = self.opts
         sets = [*o.overrides, *(f"server.{k}={v}" for k, v in trials[0].config.items())]
@@ -576,4 +571,4 @@ class _TuneBackend(LifecycleBackend):
             reconnect_give_up_s=self.host_lost_s,
         )
         res = w.watch()
-        return StepOutcome(res.state, _diagnosis(res.diagnosis))
+        return StepOutcome(res.state, diagnosis_summary(res.diagnosis))

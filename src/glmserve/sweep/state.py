@@ -1,0 +1,263 @@
+"""What a sweep saves: entries and options as ``sweep.json`` in ``$GLMSERVE_HOME/sweeps/<id>/``.
+
+The file is rewritten atomically after every step and linked to the run store by run ids, so
+a sweep interrupted by Ctrl-C (its running server stopped first) continues with ``--resume``:
+finished profiles are kept, the interrupted one runs again. A multi-node profile's entry keeps
+node 0's run id (where its bench results are stored) plus the group id and every node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from glmserve.errors import ConfigError, RunNotFound
+from glmserve.paths import glmserve_home
+
+SWEEP_VERSION = 1
+
+# Entry statuses. "ok" = benchmarked; the others carry a diagnosis or an error line.
+PENDING = "pending"
+RUNNING = "running"
+OK = "ok"
+CRASHED = "crashed"
+STALLED = "stalled"
+FAILED = "failed"  # check/launch/bench error that is not a server crash
+INTERRUPTED = "interrupted"
+SKIPPED = "skipped"  # not run because --until-first-success already succeeded
+# Finished entries are kept by --resume; FAILED (a tool error) and INTERRUPTED run again.
+FINISHED = frozenset({OK, CRASHED, STALLED, SKIPPED})
+
+
+@dataclass
+class SweepEntry:
+    """One profile's outcome in a sweep."""
+
+    profile: str
+    status: str = PENDING
+    run_id: str | None = None
+    diagnosis: dict[str, Any] | None = None  # {state, category, root_cause, hint}
+    error: str | None = None
+    bench: list[dict[str, Any]] = field(default_factory=list)  # BenchResult dicts
+    trace: dict[str, Any] | None = None  # profiler summary (top kernels/ops, findings)
+    group_id: str | None = None  # a multi-node profile's group (run_id is its node 0)
+    nodes: list[dict[str, Any]] | None = None  # [{node_rank, host, run_id}] of the group
+    started_at: float | None = None
+    ended_at: float | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+    def decode_result(self) -> dict[str, Any] | None:
+        return next((b for b in self.bench if b.get("mode") == "decode"), None)
+
+    def _decode_figure(self, key: str) -> float | None:
+        """``key`` of the decode bench, else its p50 at the lowest concurrency level measured
+        (the nearest a concurrency-only bench comes to single-stream decode)."""
+        d = self.decode_result()
+        if d and d.get(key) is not None:
+            return float(d[key])
+        levels = [lv for b in self.bench for lv in b.get("levels", [])]
+        if not levels:
+            return None
+        low = min(levels, key=lambda lv: lv.get("concurrency", 0))
+        v = (low.get(key) or {}).get("p50")
+        return float(v) if v is not None else None
+
+    def decode_tok_s(self) -> float | None:
+        return self._decode_figure("decode_tok_s")
+
+    def ttft_ms(self) -> float | None:
+        return self._decode_figure("ttft_ms")
+
+    def aggregate_tok_s(self) -> dict[int, float]:
+        """Output tok/s per concurrency level of the concurrency bench(es)."""
+        out: dict[int, float] = {}
+        for b in self.bench:
+            if b.get("mode") != "concurrency":
+                continue
+            for lv in b.get("levels", []):
+                if lv.get("output_tok_s") is not None:
+                    out[int(lv["concurrency"])] = float(lv["output_tok_s"])
+        return dict(sorted(out.items()))
+
+
+@dataclass
+class Sweep:
+    """A sweep's whole state; ``sweep.json`` is ``to_dict()``."""
+
+    sweep_id: str
+    profiles: list[str]
+    host: str | None = None
+    simulate: bool = False
+    nodes: list[str] = field(default_factory=list)  # --nodes: every profile on this group
+    bench: list[str] = field(default_factory=lambda: ["decode"])
+    options: dict[str, Any] = field(default_factory=dict)
+    entries: list[SweepEntry] = field(default_factory=list)
+    status: str = RUNNING  # running | done | interrupted | stopped
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    version: int = SWEEP_VERSION
+
+    def entry(self, profile: str) -> SweepEntry:
+        for e in self.entries:
+            if e.profile == profile:
+                return e
+        raise KeyError(profile)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        from glmserve.sweep.summary import sweep_rows  # the table reads this state
+
+        d["rows"] = sweep_rows(self)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "sweep.json") -> Sweep:
+        if d.get("version") != SWEEP_VERSION:
+            raise ConfigError(f"{where}: unsupported sweep version {d.get('version')!r}")
+        names = set(cls.__dataclass_fields__)
+        kw = {k: v for k, v in d.items() if k in names and k != "entries"}
+        enames = set(SweepEntry.__dataclass_fields__)
+        entries = [SweepEntry(**{k: v for k, v in e.items() if k in enames}) for e in d["entries"]]
+        return cls(entries=entries, **kw)
+
+
+# --------------------------------------------------------------------------- storage
+
+
+def sweeps_root() -> Path:
+    return glmserve_home() / "sweeps"
+
+
+def new_sweep_id() -> str:
+    return time.strftime("sw-%Y%m%d-%H%M%S-", time.gmtime()) + secrets.token_hex(2)
+
+
+def sweep_dir(sweep_id: str) -> Path:
+    if not sweep_id or "/" in sweep_id or sweep_id.startswith("."):
+        raise ConfigError(f"--resume: not a sweep id: {sweep_id!r}")
+    return sweeps_root() / sweep_id
+
+
+def save_sweep(sweep: Sweep) -> Path:
+    """Write sweep.json (atomically: a Ctrl-C mid-write never leaves half a file) and sweep.md."""
+    from glmserve.sweep.summary import render_markdown
+
+    sweep.updated_at = time.time()
+    d = sweep_dir(sweep.sweep_id)
+    d.mkdir(parents=True, exist_ok=True)
+    for name, text in (
+        ("sweep.json", json.dumps(sweep.to_dict(), indent=2, default=str)),
+        ("sweep.md", render_markdown(sweep)),
+    ):
+        tmp = d / f".{name}.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, d / name)
+    return d / "sweep.json"
+
+
+def load_sweep(sweep_id: str) -> Sweep:
+    path = sweep_dir(sweep_id) / "sweep.json"
+    if not path.exists():
+        known = ", ".join(list_sweep_ids()[-5:]) or "none"
+        raise RunNotFound(f"unknown sweep {sweep_id!r} (recent: {known})")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}:{exc.lineno}: corrupt sweep file: {exc.msg}") from exc
+    return Sweep.from_dict(data, str(path))
+
+
+def list_sweep_ids() -> list[str]:
+    root = sweeps_root()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "sweep.json").exists())
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass
+class SweepOptions:
+    """How each profile is exercised; stored in sweep.json so ``--resume`` repeats it."""
+
+    bench: list[str] = field(default_factory=lambda: ["decode"])  # decode | concurrency
+    concurrency: list[int] = field(default_factory=lambda: [1, 4, 16])
+    input_len: int = 128
+    output_len: int = 256
+    num_prompts: int | None = None
+    overrides: list[str] = field(default_factory=list)  # --set, applied to every profile
+    until_first_success: bool = False
+    continue_on_error: bool = False
+    capture_steps: int = 0  # >0: torch-profiler capture of that many steps after the bench
+    timeout_s: float | None = None  # READY deadline per profile (None: the watcher's default)
+    stall_timeout_s: float = 60.0  # bench: a stream silent this long is an error
+    stall_budgets: list[str] = field(default_factory=list)  # start-up: --stall-budget PHASE=S
+    sglang_version: str | None = None
+
+
+@contextlib.contextmanager
+def sweep_lock(sweep_id: str) -> Iterator[None]:
+    """One process per sweep: a second ``--resume`` of a running sweep is refused."""
+    d = sweep_dir(sweep_id)
+    d.mkdir(parents=True, exist_ok=True)
+    with (d / ".lock").open("a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "?"
+            raise ConfigError(
+                f"sweep {sweep_id} is being run by another glmserve process (pid {holder})"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def start_sweep(
+    profiles: list[str],
+    host: str | None,
+    simulate: bool,
+    opts: SweepOptions,
+    nodes: list[str] | None = None,
+) -> Sweep:
+    """A new sweep (saved, nothing run yet); ``nodes``: run every profile on that group."""
+    if not profiles:
+        raise ConfigError("--profiles: give at least one profile, e.g. flashinfer_gtc,trtllm_mla")
+    dupes = {p for p in profiles if profiles.count(p) > 1}
+    if dupes:
+        raise ConfigError(f"--profiles: listed twice: {', '.join(sorted(dupes))}")
+    sweep = Sweep(
+        sweep_id=new_sweep_id(),
+        profiles=list(profiles),
+        host=host,
+        simulate=simulate,
+        nodes=list(nodes or []),
+        bench=list(opts.bench),
+        options=asdict(opts),
+        entries=[SweepEntry(profile=p) for p in profiles],
+    )
+    save_sweep(sweep)
+    return sweep
+
+
+def resume_options(sweep: Sweep) -> SweepOptions:
+    names = set(SweepOptions.__dataclass_fields__)
+    return SweepOptions(**{k: v for k, v in sweep.options.items() if k in names})

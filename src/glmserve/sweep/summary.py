@@ -1,0 +1,131 @@
+"""The sweep's final table and markdown (pure): one row per profile, speedups against the first
+successful one, and a note when simulated speeds make figures incomparable.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from glmserve.sweep.state import OK
+
+if TYPE_CHECKING:
+    from glmserve.sweep.state import Sweep
+
+# --------------------------------------------------------------------------- table (pure)
+
+
+def sweep_rows(sweep: Sweep) -> list[dict[str, Any]]:
+    """The final table: one row per profile, speedup against the first successful profile."""
+    base = next((e for e in sweep.entries if e.status == OK and e.decode_tok_s()), None)
+    baseline = base.decode_tok_s() if base else None
+    base_profile = base.profile if base else None
+    rows = []
+    for e in sweep.entries:
+        tok = e.decode_tok_s() if e.status == OK else None
+        diag = e.diagnosis or {}
+        diagnosis = ""
+        if diag.get("category") or diag.get("root_cause"):
+            diagnosis = ": ".join(
+                str(x) for x in (diag.get("category"), diag.get("root_cause")) if x
+            )
+            if diag.get("node_rank") is not None and e.status != OK:
+                diagnosis = f"node {diag['node_rank']} ({diag.get('host')}): {diagnosis}"
+        elif e.error:
+            diagnosis = e.error
+        rows.append(
+            {
+                "profile": e.profile,
+                "status": e.status,
+                "run_id": e.run_id,
+                "group_id": e.group_id,
+                "nodes": [n.get("host") for n in e.nodes or []],
+                "diagnosis": diagnosis,
+                "hint": diag.get("hint"),
+                "decode_tok_s": tok,
+                "ttft_ms": e.ttft_ms() if e.status == OK else None,
+                "aggregate_tok_s": e.aggregate_tok_s() if e.status == OK else {},
+                "speedup": (tok / baseline) if tok and baseline else None,
+                "baseline": base_profile,
+            }
+        )
+    return rows
+
+
+def format_figure(v: float | None, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def render_markdown(sweep: Sweep) -> str:
+    """``sweep.md``: the table plus each failure's diagnosis and hint."""
+    rows = sweep_rows(sweep)
+    levels = sorted({c for r in rows for c in r["aggregate_tok_s"]})
+    head = ["profile", "status", "diagnosis", "decode tok/s", "TTFT ms"]
+    head += [f"agg tok/s @{c}" for c in levels] + ["speedup"]
+    lines = [
+        f"# Sweep {sweep.sweep_id}",
+        "",
+        f"host: {_where(sweep)}{' (simulated)' if sweep.simulate else ''} · "
+        f"status: {sweep.status} · bench: {', '.join(sweep.bench) or 'none'}",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---" for _ in head) + "|",
+    ]
+    for r in rows:
+        cells = [
+            r["profile"],
+            r["status"],
+            (r["diagnosis"] or "").replace("|", "\\|")[:120],
+            format_figure(r["decode_tok_s"]),
+            format_figure(r["ttft_ms"]),
+            *[format_figure(r["aggregate_tok_s"].get(c)) for c in levels],
+            "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    note = speed_note(sweep)
+    if note:
+        lines += ["", note]
+    base = next((r["baseline"] for r in rows if r["baseline"]), None)
+    if base:
+        lines += ["", f"Speedup is decode tok/s against `{base}`, the first successful profile."]
+    groups = [e for e in sweep.entries if e.group_id]
+    if groups:
+        lines += ["", "## Host groups", ""]
+        lines += [
+            f"- **{e.profile}**: group {e.group_id}: "
+            + ", ".join(
+                f"node {n['node_rank']} {n['host']} (run {n['run_id']})" for n in e.nodes or []
+            )
+            for e in groups
+        ]
+    hints = [r for r in rows if r["hint"]]
+    if hints:
+        lines += ["", "## Diagnoses", ""]
+        lines += [f"- **{r['profile']}**: {r['diagnosis']} — {r['hint']}" for r in hints]
+    findings = [(e.profile, f) for e in sweep.entries for f in (e.trace or {}).get("findings", [])]
+    if findings:
+        lines += ["", "## Profiler findings", ""]
+        lines += [f"- **{p}**: {f['message']}" for p, f in findings]
+    return "\n".join(lines) + "\n"
+
+
+def _where(sweep: Sweep) -> str:
+    """Where the sweep ran: its --nodes group, else its host (multi-node profiles name their
+    own nodes in the Host groups section)."""
+    if sweep.nodes:
+        return "nodes " + ", ".join(sweep.nodes)
+    return sweep.host or "local"
+
+
+def speed_note(sweep: Sweep) -> str | None:
+    """Simulated sweeps run the clock faster (``--set sim.speed=N``): say so next to figures."""
+    if not sweep.simulate:
+        return None
+    speeds = [
+        o.split("=", 1)[1] for o in sweep.options.get("overrides", []) if o.startswith("sim.speed=")
+    ]
+    if not speeds or speeds[-1] in ("1", "1.0"):
+        return "Simulated: figures follow the simulator's cost model of the target box."
+    return (
+        f"Simulated at sim.speed={speeds[-1]}: absolute figures are {speeds[-1]}x the modeled "
+        "box; ratios (speedup) are what carry over."
+    )
