@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from glmserve.bench import transport as bench_transport
+from glmserve.bench import fasthttp as bench_transport
 from glmserve.bench.client import make_client
 
 KEEP_ALIVE_S = 5.0  # SGLang 0.5.9 http_server.py: uvicorn.run(..., timeout_keep_alive=5)
