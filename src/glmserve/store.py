@@ -9,8 +9,10 @@ a bench, a ``stop``) safe to write at once: writers queue on the lock instead of
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -198,6 +200,27 @@ def _store_error(path: Path, exc: sqlite3.Error) -> StoreError:
     return StoreError(f"{path}: run store error: {text}")
 
 
+@contextmanager
+def _opening(p: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``<store>.lock`` while a process opens and migrates.
+
+    Two processes opening a new store at once race on ``PRAGMA journal_mode = WAL`` and the
+    first migration, and SQLite answers the loser "database is locked" at once, without its
+    busy handler (two concurrent ``launch`` calls on a fresh ``$GLMSERVE_HOME`` hit it). The
+    lock is held only for the open; where the lock file cannot be made (a full disk, a
+    read-only directory) the open goes on without it, as before."""
+    try:
+        fd = os.open(f"{p}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 class RunStore:
     """Thin, typed access to runs.sqlite. One connection per instance; cheap to open."""
 
@@ -219,14 +242,15 @@ class RunStore:
             raise StoreError(f"{p}: cannot open run store: not a regular file")
         db: sqlite3.Connection | None = None
         try:
-            db = sqlite3.connect(str(p), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-            db.row_factory = sqlite3.Row
-            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            db.execute("PRAGMA journal_mode = WAL")
-            db.execute("PRAGMA foreign_keys = ON")
-            store = cls(db, p)
-            store.migrate()
-            store._check_schema()
+            with _opening(p):
+                db = sqlite3.connect(str(p), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+                db.row_factory = sqlite3.Row
+                db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                db.execute("PRAGMA journal_mode = WAL")
+                db.execute("PRAGMA foreign_keys = ON")
+                store = cls(db, p)
+                store.migrate()
+                store._check_schema()
         except (sqlite3.Error, StoreError) as exc:
             if db is not None:
                 db.close()

@@ -85,3 +85,31 @@ def test_concurrent_writer_processes_lose_nothing(tmp_path):
     assert db.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 160
     assert db.execute("SELECT COUNT(*) FROM bench_results").fetchone()[0] == 160
     assert db.execute("SELECT COUNT(*) FROM _migrations").fetchone()[0] == len(MIGRATIONS)
+
+
+def _open_at_once(path: str, barrier, errors) -> None:  # type: ignore[no-untyped-def]
+    barrier.wait()
+    try:
+        RunStore.open(path).close()
+    except Exception as exc:  # noqa: BLE001 - the test reports whatever the open raised
+        errors.put(str(exc))
+
+
+def test_processes_opening_a_new_store_at_the_same_moment_all_succeed(tmp_path):
+    """Two launches on a fresh $GLMSERVE_HOME once got "database is locked" from the open:
+    the WAL switch and first migration race, and SQLite fails the loser without waiting.
+    Processes released by one barrier open each new store; every open must succeed."""
+    ctx = multiprocessing.get_context("fork")
+    errors = ctx.Queue()
+    for round_ in range(25):
+        path = str(tmp_path / f"r{round_}" / "runs.sqlite")
+        barrier = ctx.Barrier(4)
+        procs = [ctx.Process(target=_open_at_once, args=(path, barrier, errors)) for _ in range(4)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+    seen = []
+    while not errors.empty():
+        seen.append(errors.get())
+    assert seen == []
