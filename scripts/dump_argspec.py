@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate glmserve's shipped SGLang argspecs (``src/glmserve/argspecs/``) from real releases.
+"""Regenerate glmserve's shipped SGLang argspecs (``src/glmserve/argspec/data/``) from releases.
 
 Usage:
   ``python scripts/dump_argspec.py 0.5.9 0.5.11.post1 [--out DIR] [--jobs 2]``
@@ -215,7 +215,7 @@ def main() -> None:
     parser.add_argument(
         "--out",
         type=Path,
-        default=REPO / "src" / "glmserve" / "argspecs",
+        default=REPO / "src" / "glmserve" / "argspec" / "data",
         help="directory holding index.json and specs/ (default: the package data dir)",
     )
     parser.add_argument("--jobs", type=int, default=1, help="parallel venvs (2 at most here)")

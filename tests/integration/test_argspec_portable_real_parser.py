@@ -1,7 +1,7 @@
 """Portable profiles against the real thing: every profile rendered for 0.5.9, 0.5.19 and
 0.5.23 (and the seed script migrated by ``validate --fix``) is parsed by that release's own
 ``ServerArgs`` argparse, imported from its PyPI wheel; and every citation in
-``argspecs/translations.json`` is checked against the cited release's source file.
+``argspec/data/translations.json`` is checked against the cited release's source file.
 
 Each release is imported in its own subprocess with ``sys.path`` = the unpacked wheel (the
 wheel is downloaded once per machine by ``tests/fixtures/sglang_releases.py``); third-party

@@ -32,7 +32,7 @@ from glmserve.cli import main
 from glmserve.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
-STORE = REPO / "src" / "glmserve" / "argspecs"
+STORE = REPO / "src" / "glmserve" / "argspec" / "data"
 
 # `pip index versions sglang` on 2026-11-30 (https://pypi.org/project/sglang/#history),
 # every release from 0.4.0 through 0.5.23; there is no 0.5.0 on PyPI. The dump
@@ -184,7 +184,7 @@ def test_package_data_ships_the_store() -> None:
     line = re.search(r"^glmserve\s*=\s*(\[.*\])\s*$", section, re.MULTILINE)
     assert line is not None
     patterns = ast.literal_eval(line.group(1))
-    package = STORE.parent
+    package = STORE.parents[1]  # the glmserve package the patterns are relative to
     shipped = [STORE / "index.json", *(STORE / "specs").glob("*.json.gz")]
     for path in shipped:
         rel = PurePosixPath(path.relative_to(package).as_posix())

@@ -4,7 +4,7 @@ SGLang renames flags (``--nsa-*-backend`` became ``--dsa-*-backend``: an alias i
 in 0.5.20), deprecates flags in favour of documented successors (``--disable-cuda-graph`` ->
 ``--cuda-graph-backend-{decode,prefill} disabled`` from 0.5.14) and drops choices
 (``cutlass_mla`` after 0.5.19). A profile states intent once; :func:`translate_argv` rewrites
-its argv for one release from the table in ``argspecs/translations.json`` (each entry cites
+its argv for one release from the table in ``data/translations.json`` (each entry cites
 the release source it was read from), and the result is then checked by the same argparse
 emulator as everything else (``argspec.validate_argv``). A dropped choice is not guessed: the
 emulator refuses it, naming what the release offers instead.
@@ -77,7 +77,7 @@ class Table:
 
 
 def table_path() -> Path:
-    return Path(str(resources.files("glmserve") / "argspecs" / TABLE_NAME))
+    return Path(str(resources.files("glmserve.argspec") / "data" / TABLE_NAME))
 
 
 def parse_table(data: dict[str, Any], source: str = TABLE_NAME) -> Table:
