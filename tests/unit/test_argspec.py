@@ -8,20 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from glmserve.argspec import (
-    ArgSpec,
-    Finding,
-    ValidationReport,
-    _deprecated_aliases,
-    _pair_renames,
-    available_versions,
-    backend_warnings,
-    derived_renames,
-    load_argspec,
-    parse_argspec,
-    validate_argv,
-)
+from glmserve.argspec.backend_facts import backend_warnings
+from glmserve.argspec.emulator import validate_argv
+from glmserve.argspec.model import ArgSpec, Finding, ValidationReport, parse_argspec
+from glmserve.argspec.releases import available_versions, load_argspec
 from glmserve.argspec.scriptparse import extract_launch_argv
+from glmserve.argspec.suggestions import _deprecated_aliases, _pair_renames, derived_renames
 from glmserve.errors import ConfigError
 
 SCRIPTS = Path(__file__).parent.parent / "data" / "scripts"

@@ -249,7 +249,7 @@ def test_inline_scripts_equal_what_bash_passes(
 
 
 def test_check_launch_locates_findings_at_script_lines() -> None:
-    from glmserve.argspec import load_argspec
+    from glmserve.argspec.releases import load_argspec
     from glmserve.argspec.scriptparse import check_argv, check_launch
 
     located = check_launch(parse("run_tp8_trtllm_mla.sh"), load_argspec("0.5.8"))

@@ -1,7 +1,7 @@
 """`glmserve validate`: lint a hand-written launch script or a raw argv against one release.
 
-Only parses options, reads the script and prints; the verdict is glmserve.argspec and the
-script reading is glmserve.argspec.scriptparse.
+Only parses options, reads the script and prints; the verdict is glmserve.argspec.emulator
+and the script reading is glmserve.argspec.scriptparse.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import typer
 
-from glmserve.argspec import ArgSpec, available_versions, load_argspec, load_release_spec
+from glmserve.argspec.model import ArgSpec
+from glmserve.argspec.releases import available_versions, load_argspec, load_release_spec
 from glmserve.argspec.scriptparse import (
     LaunchInvocation,
     check_argv,
