@@ -5,7 +5,7 @@ order they depend on each other:
 
 - ``dump_program``: the program that prints a spec; run as source text by a host's python
   (stdlib only, never imports glmserve).
-- ``model``: a spec once read (``ArgSpec``, ``ArgAction``), the verdict (``Finding``,
+- ``model``: a spec once read (``ArgSpec``, ``ArgAction``), the verdict (``FlagIssue``,
   ``ValidationReport``) and ``parse_argspec``.
 - ``releases``: the shipped specs (``data/``: index plus content-addressed specs), release
   numbers, and loading a spec by version or path.

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from glmserve.argspec.model import ArgSpec, Finding
+from glmserve.argspec.model import ArgSpec, FlagIssue
 from glmserve.argspec.releases import version_key
 
 
@@ -78,11 +78,11 @@ GATHER_CAST_PATCH = "flashinfer_mla_gather_cast"
 
 def backend_warnings(
     values: dict[str, tuple[list[str], int]], spec: ArgSpec, patches: Iterable[str] = ()
-) -> list[Finding]:
+) -> list[FlagIssue]:
     """Warnings for known attention-backend pitfalls, given ``dest -> (values, argv index)``
     of the flags that parsed. Pure: a table lookup, no hardware probing."""
     active_patches = set(patches)
-    out: list[Finding] = []
+    out: list[FlagIssue] = []
     page = values.get("page_size")
     kv = values.get("kv_cache_dtype")
     kv_dtype = kv[0][0] if kv and kv[0] else "auto"
@@ -97,7 +97,9 @@ def backend_warnings(
         fact = BACKEND_FACTS.get(backend)
         if fact is not None:
             if fact.note:
-                out.append(Finding("warning", flag, f"{flag} {backend}: {fact.note}", None, index))
+                out.append(
+                    FlagIssue("warning", flag, f"{flag} {backend}: {fact.note}", None, index)
+                )
             if page and page[0] and fact.page_sizes:
                 try:
                     size = int(page[0][0])
@@ -105,7 +107,7 @@ def backend_warnings(
                     size = None
                 if size is not None and size not in fact.page_sizes:
                     out.append(
-                        Finding(
+                        FlagIssue(
                             "warning",
                             "--page-size",
                             f"--page-size {size} with {flag} {backend}: SGLang supports "
@@ -118,7 +120,7 @@ def backend_warnings(
             kv_ok = fact.kv_dtypes_for(spec.version)
             if kv_ok and kv_dtype not in kv_ok:
                 out.append(
-                    Finding(
+                    FlagIssue(
                         "warning",
                         "--kv-cache-dtype",
                         f"--kv-cache-dtype {kv_dtype} with {flag} {backend}: sglang "
@@ -133,7 +135,7 @@ def backend_warnings(
             and (kv_dtype.startswith(_FP8_KV) or (kv_dtype == "auto" and _fp8_checkpoint(values)))
         ):
             out.append(
-                Finding(
+                FlagIssue(
                     "warning",
                     flag,
                     f"{flag} flashinfer with an FP8 KV cache (--kv-cache-dtype {kv_dtype}): "

@@ -19,7 +19,7 @@ from glmserve.argspec.model import (
     NEGATIVE_NUMBER,
     ArgAction,
     ArgSpec,
-    Finding,
+    FlagIssue,
     ValidationReport,
 )
 from glmserve.argspec.releases import shipped_specs
@@ -103,7 +103,7 @@ def validate_argv(
     script); their type and choice checks are skipped. ``patches``: glmserve runtime patches
     the launch activates (a pitfall a patch fixes is not warned about)."""
     unknown_values = set(opaque)
-    findings: list[Finding] = []
+    findings: list[FlagIssue] = []
     tokens: list[_Token] = []
     after_dashes = False
     for i, text in enumerate(argv):
@@ -117,7 +117,7 @@ def validate_argv(
     findings.extend(
         _unknown_option_finding(tok, [], spec) for tok in tokens if tok.ambiguous is not None
     )
-    deferred: list[Finding] = []
+    deferred: list[FlagIssue] = []
     seen: dict[str, int] = {}
     help_at: int | None = None
     values: dict[str, tuple[list[str], int]] = {}
@@ -152,7 +152,7 @@ def validate_argv(
         if tok.explicit is not None:
             if hi == 0:
                 findings.append(
-                    Finding(
+                    FlagIssue(
                         "error",
                         flag,
                         f"argument {_label(act)}: ignored explicit argument {tok.explicit!r}",
@@ -163,7 +163,7 @@ def validate_argv(
                 continue
             if lo > 1:
                 findings.append(
-                    Finding(
+                    FlagIssue(
                         "error",
                         flag,
                         f"argument {_label(act)}: {_arity_error(act)}",
@@ -180,7 +180,7 @@ def validate_argv(
             if take < lo:
                 i += take  # the values given belong to this flag, not to the positionals
                 findings.append(
-                    Finding(
+                    FlagIssue(
                         "error",
                         flag,
                         f"argument {_label(act)}: {_arity_error(act)}",
@@ -199,7 +199,7 @@ def validate_argv(
             "_ExtendAction",
         ):
             findings.append(
-                Finding(
+                FlagIssue(
                     "warning",
                     flag,
                     f"{flag} given more than once (argv[{seen[act.dest]}] and "
@@ -223,7 +223,7 @@ def validate_argv(
         # argparse prints help and exits 0 right there: later flags are never looked at,
         # and unknown flags / missing required ones (checked at the end) never reported.
         findings.append(
-            Finding(
+            FlagIssue(
                 "warning",
                 tokens[help_at].text,
                 f"{tokens[help_at].text} makes sglang print its help and exit 0: the server "
@@ -237,7 +237,7 @@ def validate_argv(
     extras = [t for t in extras if t.index not in unknown_values]
     if extras:
         findings.append(
-            Finding(
+            FlagIssue(
                 "error",
                 extras[0].text,
                 "unrecognized arguments: " + " ".join(t.text for t in extras),
@@ -248,7 +248,7 @@ def validate_argv(
     for act in spec.actions:
         if act.required and act.dest not in seen:
             findings.append(
-                Finding(
+                FlagIssue(
                     "error",
                     act.name,
                     f"the following arguments are required: {'/'.join(act.option_strings)}",
@@ -276,7 +276,7 @@ def _type_hint(act: ArgAction, flag: str) -> str | None:
     return None
 
 
-def _unknown_option_finding(tok: _Token, trailing: list[_Token], spec: ArgSpec) -> Finding:
+def _unknown_option_finding(tok: _Token, trailing: list[_Token], spec: ArgSpec) -> FlagIssue:
     flag = tok.option or tok.text
     if tok.ambiguous:
         rename = rename_text(flag, spec)
@@ -290,7 +290,7 @@ def _unknown_option_finding(tok: _Token, trailing: list[_Token], spec: ArgSpec) 
             )
         else:
             suggestion = "write the full flag"
-        return Finding(
+        return FlagIssue(
             "error",
             flag,
             f"ambiguous option: {tok.text} could match {', '.join(tok.ambiguous)}",
@@ -298,7 +298,7 @@ def _unknown_option_finding(tok: _Token, trailing: list[_Token], spec: ArgSpec) 
             tok.index,
         )
     shown = " ".join([tok.text, *(t.text for t in trailing)])
-    return Finding(
+    return FlagIssue(
         "error",
         flag,
         f"unrecognized arguments: {shown} ({flag} is not a flag of sglang {spec.version})",
@@ -307,8 +307,8 @@ def _unknown_option_finding(tok: _Token, trailing: list[_Token], spec: ArgSpec) 
     )
 
 
-def _option_notes(tok: _Token, act: ArgAction, spec: ArgSpec) -> list[Finding]:
-    notes: list[Finding] = []
+def _option_notes(tok: _Token, act: ArgAction, spec: ArgSpec) -> list[FlagIssue]:
+    notes: list[FlagIssue] = []
     if tok.abbreviated and tok.option:
         typed = tok.text.split("=", 1)[0]
         elsewhere = [
@@ -328,7 +328,7 @@ def _option_notes(tok: _Token, act: ArgAction, spec: ArgSpec) -> list[Finding]:
             suggestion = (
                 f"write {tok.option} in full: a later release may add a flag with this prefix"
             )
-        notes.append(Finding("warning", act.name, message, suggestion, tok.index))
+        notes.append(FlagIssue("warning", act.name, message, suggestion, tok.index))
     if act.dest == "config":
         # prepare_server_args merges the YAML only when the literal token "--config" is in
         # argv (0.5.8-0.5.23): "--config=x.yaml" or an abbreviation parses but is ignored.
@@ -339,31 +339,33 @@ def _option_notes(tok: _Token, act: ArgAction, spec: ArgSpec) -> list[Finding]:
                 f"{tok.text}: sglang only reads the config file when '--config' is a separate "
                 "token; this form parses but the file is ignored"
             )
-        notes.append(Finding("warning", act.name, message, "--config FILE", tok.index))
+        notes.append(FlagIssue("warning", act.name, message, "--config FILE", tok.index))
     if act.is_deprecated:
         use = _DEPRECATION_USE.search(act.help or "")
         replacement = f"use {use.group(1).strip()}" if use else None
         message = f"{tok.option} is deprecated in sglang {spec.version}"
         if act.help and replacement is None:
             message += f": {act.help.strip()}"
-        notes.append(Finding("warning", act.name, message, replacement, tok.index))
+        notes.append(FlagIssue("warning", act.name, message, replacement, tok.index))
     return notes
 
 
 def _check_values(
     act: ArgAction, raw_values: list[str], tok: _Token, spec: ArgSpec
-) -> list[Finding]:
-    out: list[Finding] = []
+) -> list[FlagIssue]:
+    out: list[FlagIssue] = []
     flag = tok.option or act.name
     for raw in raw_values:
         value, error = convert(act.type, raw)
         if error is not None:
             hint = _type_hint(act, flag)
-            out.append(Finding("error", flag, f"argument {_label(act)}: {error}", hint, tok.index))
+            out.append(
+                FlagIssue("error", flag, f"argument {_label(act)}: {error}", hint, tok.index)
+            )
             continue
         if act.choices is not None and not in_choices(value, raw, act.choices):
             out.append(
-                Finding(
+                FlagIssue(
                     "error",
                     flag,
                     f"argument {_label(act)}: invalid choice: {raw!r} "

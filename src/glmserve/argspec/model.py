@@ -1,5 +1,5 @@
 """What a dumped argparse spec is once read: one release's actions and parser settings
-(``ArgSpec`` of ``ArgAction``), and what the emulator says about an argv (``Finding``s in a
+(``ArgSpec`` of ``ArgAction``), and what the emulator says about an argv (``FlagIssue``s in a
 ``ValidationReport``).
 
 Pure data plus ``parse_argspec``, which builds an ``ArgSpec`` from the JSON object the dump
@@ -119,7 +119,7 @@ class ArgSpec:
 
 
 @dataclass
-class Finding:
+class FlagIssue:
     """One problem with an argv: ``index`` is the offending token's position in argv."""
 
     severity: Severity
@@ -147,14 +147,14 @@ class ValidationReport:
     """Every finding for one argv against one release; ``ok`` = argparse would accept it."""
 
     version: str
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[FlagIssue] = field(default_factory=list)
 
     @property
-    def errors(self) -> list[Finding]:
+    def errors(self) -> list[FlagIssue]:
         return [f for f in self.findings if f.severity == "error"]
 
     @property
-    def warnings(self) -> list[Finding]:
+    def warnings(self) -> list[FlagIssue]:
         return [f for f in self.findings if f.severity == "warning"]
 
     @property

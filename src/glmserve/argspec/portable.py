@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from glmserve.argspec.model import ArgSpec, Finding
+from glmserve.argspec.model import ArgSpec, FlagIssue
 from glmserve.argspec.releases import available_versions, data_dir, version_key
 from glmserve.config.spec import LaunchSpec
 from glmserve.errors import ConfigError, FlagValidationError
@@ -234,10 +234,10 @@ def translate_argv(argv: list[str], spec: ArgSpec, table: Table | None = None) -
     return Translation(spec.version, out, changes, origin)
 
 
-def refusals(argv: list[str], spec: ArgSpec) -> list[Finding]:
+def refusals(argv: list[str], spec: ArgSpec) -> list[FlagIssue]:
     """Errors for choices the table says ``spec``'s release dropped (``--attention-backend
     cutlass_mla`` on 0.5.20+): not guessed at, refused with what the release offers."""
-    out: list[Finding] = []
+    out: list[FlagIssue] = []
     for i, tok in enumerate(argv):
         flag, eq, value = tok.partition("=")
         if not eq:
@@ -262,7 +262,7 @@ def refusals(argv: list[str], spec: ArgSpec) -> list[Finding]:
                 if offered
                 else "valid: " + ", ".join(str(x) for x in act.choices)
             )
-            out.append(Finding("error", flag, message, hint, i))
+            out.append(FlagIssue("error", flag, message, hint, i))
     return out
 
 
