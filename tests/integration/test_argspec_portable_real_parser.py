@@ -20,9 +20,9 @@ import pytest
 from tests.fixtures.sglang_releases import sglang_source
 
 from glmserve.argspec.host_dump import dump_program_source
+from glmserve.argspec.launch_script import find_launch
 from glmserve.argspec.portable import fix_script, for_release, load_table, translate_argv
 from glmserve.argspec.releases import load_argspec
-from glmserve.argspec.scriptparse import find_launch
 from glmserve.config.profiles import load_profile
 from glmserve.errors import FlagValidationError
 

@@ -22,8 +22,8 @@ import pytest
 
 from glmserve.argspec.emulator import validate_argv
 from glmserve.argspec.host_dump import dump_program_source
+from glmserve.argspec.launch_script import extract_launch_argv
 from glmserve.argspec.releases import load_argspec
-from glmserve.argspec.scriptparse import extract_launch_argv
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 

@@ -10,9 +10,9 @@ import pytest
 
 from glmserve.argspec.backend_facts import backend_warnings
 from glmserve.argspec.emulator import validate_argv
+from glmserve.argspec.launch_script import extract_launch_argv
 from glmserve.argspec.model import ArgSpec, FlagIssue, ValidationReport, parse_argspec
 from glmserve.argspec.releases import available_versions, load_argspec
-from glmserve.argspec.scriptparse import extract_launch_argv
 from glmserve.argspec.suggestions import _deprecated_aliases, _pair_renames, derived_renames
 from glmserve.errors import ConfigError
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from glmserve.argspec.emulator import validate_argv
 from glmserve.argspec.host_dump import dump_program_source
+from glmserve.argspec.launch_script import extract_launch_argv
 from glmserve.argspec.model import parse_argspec
-from glmserve.argspec.scriptparse import extract_launch_argv
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -102,7 +102,7 @@ _hostile = st.text(
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_hostile, max_size=6), st.lists(st.booleans(), min_size=6, max_size=6))
-def test_quoted_args_round_trip_through_scriptparse(args: list[str], breaks: list[bool]) -> None:
+def test_quoted_args_round_trip_through_launch_script(args: list[str], breaks: list[bool]) -> None:
     """Whatever render-style shlex quoting produces, spread over continuation lines, reads
     back as the same argv."""
     parts = ["exec python3 -u -m sglang.launch_server"]

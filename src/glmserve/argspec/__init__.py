@@ -14,7 +14,7 @@ order they depend on each other:
   conversion and choices, cross-release suggestions (renames), attention-backend pitfalls.
 - ``emulator``: ``validate_argv``, argparse's accept/reject re-implemented, every problem
   listed at once with a suggested fix.
-- ``scriptparse``: the launch command inside a hand-written shell script, read as bash.
+- ``launch_script``: the launch command inside a hand-written shell script, read as bash.
 - ``portable``: a profile's flags spelled for a target release (``data/translations.json``).
 - ``validation``: a profile's argv checked against a release, runtime patches included.
 

@@ -391,7 +391,7 @@ def fix_script(text: str, source: str, spec: ArgSpec) -> ScriptFix:
     other byte (comments, layout, other flags, values) stays as it was. ConfigError naming
     ``source:line`` when a flag to change is not written literally (it comes from a
     variable), or when the release refuses a choice (nothing is guessed)."""
-    from glmserve.argspec.scriptparse import find_launch
+    from glmserve.argspec.launch_script import find_launch
 
     inv = find_launch(text, source)
     result = translate_argv(inv.argv, spec)
