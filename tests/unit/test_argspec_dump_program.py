@@ -93,6 +93,29 @@ def test_snippet_is_stdlib_only() -> None:
     assert nested - set(sys.stdlib_module_names) == {"sglang", "pydantic_core"}
 
 
+def test_program_sent_to_hosts_is_the_module_itself() -> None:
+    """What a host runs is ``dump_program.py`` byte for byte (the module ruff and these tests
+    see), and importing that module runs nothing: no dump, no process-wide warnings filter."""
+    import importlib
+    import warnings
+
+    from glmserve.argspec import dump_program
+
+    assert dump_program_source() == Path(dump_program.__file__).read_text(encoding="utf-8")
+    filters = list(warnings.filters)
+    importlib.reload(dump_program)
+    assert warnings.filters == filters
+
+
+def test_dump_script_runs_the_same_program() -> None:
+    """``scripts/dump_argspec.py`` builds its command with ``dump_command`` and carries no
+    program of its own."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "dump_argspec.py"
+    text = script.read_text(encoding="utf-8")
+    assert "dump_command(self.py)" in text
+    assert "add_cli_args" not in text
+
+
 def test_dump_of_fake_release(fake_sglang: Path) -> None:
     proc = run_snippet(fake_sglang, GLMSERVE_ARGSPEC_MADE_BY="test")
     assert proc.returncode == 0, proc.stderr
