@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate glmserve's shipped SGLang argspecs (``src/glmserve/argspecs/``) from real releases.
+"""Regenerate glmserve's shipped SGLang argspecs (``src/glmserve/argspec/data/``) from releases.
 
 Usage:
   ``python scripts/dump_argspec.py 0.5.9 0.5.11.post1 [--out DIR] [--jobs 2]``
@@ -10,12 +10,12 @@ included). Each worker makes one throwaway venv that sees the system site-packag
 CPU torch already installed there is used and pip never pulls a CUDA torch) and, per
 release, installs ``sglang==V`` plus a few light packages ``sglang.srt.server_args`` imports,
 all with ``--no-deps`` (plus the transformers release sglang pins, which is light), then runs
-``glmserve.argspec.DUMP_SNIPPET`` (the same program the lifecycle code runs on GPU hosts)
-with the venv's python. Modules that are still missing are stubbed by the snippet and listed
+``glmserve/argspec/dump_program.py`` (the same program ``glmserve check`` runs on GPU hosts)
+with the venv's python. Modules that are still missing are stubbed by it and listed
 in the spec's ``stubbed_modules``; they only matter at import time.
 
 Each distinct spec is stored once, gzip-compressed and named by its content hash, and
-``index.json`` maps every release to its spec (see ``glmserve.argspec.store_spec``); the
+``index.json`` maps every release to its spec (see ``glmserve.argspec.releases.store_spec``); the
 releases a run could not dump are recorded in the index with the reason.
 """
 
@@ -35,8 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
-from glmserve.argspec import (  # noqa: E402
-    DUMP_SNIPPET,
+from glmserve.argspec.host_dump import dump_command  # noqa: E402
+from glmserve.argspec.releases import (  # noqa: E402
     normalize_version,
     prune_unreferenced_specs,
     read_index,
@@ -127,7 +127,7 @@ class Worker:
                 _run([self.py, "-m", "pip", "install", "--quiet", f"transformers=={transformers}"])
             made_by += f"; pip install transformers=={transformers}"
         proc = subprocess.run(
-            [self.py, "-c", DUMP_SNIPPET],
+            dump_command(self.py),
             capture_output=True,
             text=True,
             env={"GLMSERVE_ARGSPEC_MADE_BY": made_by, "PATH": "/usr/bin:/bin"},
@@ -135,7 +135,7 @@ class Worker:
         )
         if proc.returncode != 0:
             lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-            raise DumpFailed(f"DUMP_SNIPPET failed: {(lines or ['?'])[-1][:300]}")
+            raise DumpFailed(f"dump program failed: {(lines or ['?'])[-1][:300]}")
         spec = json.loads(proc.stdout)
         if spec["sglang_version"] != version:
             raise DumpFailed(f"venv has sglang {spec['sglang_version']}, wanted {version}")
@@ -215,7 +215,7 @@ def main() -> None:
     parser.add_argument(
         "--out",
         type=Path,
-        default=REPO / "src" / "glmserve" / "argspecs",
+        default=REPO / "src" / "glmserve" / "argspec" / "data",
         help="directory holding index.json and specs/ (default: the package data dir)",
     )
     parser.add_argument("--jobs", type=int, default=1, help="parallel venvs (2 at most here)")

@@ -1,11 +1,11 @@
 """Portable profiles against the real thing: every profile rendered for 0.5.9, 0.5.19 and
 0.5.23 (and the seed script migrated by ``validate --fix``) is parsed by that release's own
 ``ServerArgs`` argparse, imported from its PyPI wheel; and every citation in
-``argspecs/translations.json`` is checked against the cited release's source file.
+``argspec/data/translations.json`` is checked against the cited release's source file.
 
 Each release is imported in its own subprocess with ``sys.path`` = the unpacked wheel (the
 wheel is downloaded once per machine by ``tests/fixtures/sglang_releases.py``); third-party
-modules the import chain needs and the venv lacks are stubbed by DUMP_SNIPPET's importer, as
+modules the import chain needs and the venv lacks are stubbed by dump_program's importer, as
 ``scripts/dump_argspec.py`` does (``stubbed`` is reported; argparse itself is never stubbed).
 """
 
@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 from tests.fixtures.sglang_releases import sglang_source
 
-from glmserve.argspec import DUMP_SNIPPET, load_argspec
+from glmserve.argspec.host_dump import dump_program_source
+from glmserve.argspec.launch_script import find_launch
 from glmserve.argspec.portable import fix_script, for_release, load_table, translate_argv
-from glmserve.argspec.scriptparse import find_launch
+from glmserve.argspec.releases import load_argspec
 from glmserve.config.profiles import load_profile
 from glmserve.errors import FlagValidationError
 
@@ -79,7 +80,7 @@ def real_verdicts() -> dict[str, dict]:
     """Every release's verdicts, its subprocesses run side by side (each import takes ~10 s)."""
     procs = {}
     for version in REAL_RELEASES:
-        program = _REAL_PARSER.replace("SNIPPET", repr(DUMP_SNIPPET), 1).replace(
+        program = _REAL_PARSER.replace("SNIPPET", repr(dump_program_source()), 1).replace(
             "SOURCE", repr(str(sglang_source(version))), 1
         )
         procs[version] = subprocess.Popen(

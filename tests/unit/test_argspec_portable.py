@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from glmserve.argspec import available_versions, load_argspec, validate_argv, version_key
+from glmserve.argspec.emulator import validate_argv
 from glmserve.argspec.portable import (
     fix_script,
     for_release,
@@ -20,6 +20,7 @@ from glmserve.argspec.portable import (
     range_target,
     translate_argv,
 )
+from glmserve.argspec.releases import available_versions, load_argspec, version_key
 from glmserve.config.profiles import load_profile
 from glmserve.errors import ConfigError, FlagValidationError
 

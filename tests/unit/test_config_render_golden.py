@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from glmserve.argspec import available_versions, version_key
+from glmserve.argspec.releases import available_versions, version_key
 from glmserve.config.profiles import load_profile
 from glmserve.errors import FlagValidationError
 

@@ -78,15 +78,15 @@ def test_requirement_list_matches_what_the_worker_checks():
 
 def test_check_flags_row_fails_for_a_patch_requirement(tmp_path, monkeypatch):
     """``glmserve check`` validates against the host's live spec: same requirement list."""
-    from glmserve import argspec
+    from glmserve.argspec import releases
     from glmserve.deploy import preflight
 
     monkeypatch.setenv("GLMSERVE_HOME", str(tmp_path / "home"))
     cache = tmp_path / "home" / "argspecs" / "sglang-0.5.9.json"
     cache.parent.mkdir(parents=True)
     cache.write_text("{}")  # the host's dump, cached: stands for the 0.5.9 spec below
-    shipped = argspec.load_argspec("0.5.9")
-    monkeypatch.setattr(argspec, "load_argspec", lambda path: shipped)
+    shipped = releases.load_argspec("0.5.9")
+    monkeypatch.setattr(releases, "load_argspec", lambda path: shipped)
     spec = load_profile(_profile(tmp_path, GRAPHS_ON))
     row = preflight.check_argspec(None, spec, "0.5.9")  # type: ignore[arg-type]
     assert row.status == "fail"

@@ -4,9 +4,9 @@ SGLang renames flags (``--nsa-*-backend`` became ``--dsa-*-backend``: an alias i
 in 0.5.20), deprecates flags in favour of documented successors (``--disable-cuda-graph`` ->
 ``--cuda-graph-backend-{decode,prefill} disabled`` from 0.5.14) and drops choices
 (``cutlass_mla`` after 0.5.19). A profile states intent once; :func:`translate_argv` rewrites
-its argv for one release from the table in ``argspecs/translations.json`` (each entry cites
+its argv for one release from the table in ``data/translations.json`` (each entry cites
 the release source it was read from), and the result is then checked by the same argparse
-emulator as everything else (``argspec.validate_argv``). A dropped choice is not guessed: the
+emulator as everything else (``emulator.validate_argv``). A dropped choice is not guessed: the
 emulator refuses it, naming what the release offers instead.
 
 Which release: ``--sglang-version`` when given; else, where a host is involved (check,
@@ -23,11 +23,11 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from glmserve.argspec import ArgSpec, Finding, available_versions, version_key
+from glmserve.argspec.model import ArgSpec, FlagIssue
+from glmserve.argspec.releases import available_versions, data_dir, version_key
 from glmserve.config.spec import LaunchSpec
 from glmserve.errors import ConfigError, FlagValidationError
 
@@ -77,7 +77,7 @@ class Table:
 
 
 def table_path() -> Path:
-    return Path(str(resources.files("glmserve") / "argspecs" / TABLE_NAME))
+    return data_dir() / TABLE_NAME
 
 
 def parse_table(data: dict[str, Any], source: str = TABLE_NAME) -> Table:
@@ -234,10 +234,10 @@ def translate_argv(argv: list[str], spec: ArgSpec, table: Table | None = None) -
     return Translation(spec.version, out, changes, origin)
 
 
-def refusals(argv: list[str], spec: ArgSpec) -> list[Finding]:
+def refusals(argv: list[str], spec: ArgSpec) -> list[FlagIssue]:
     """Errors for choices the table says ``spec``'s release dropped (``--attention-backend
     cutlass_mla`` on 0.5.20+): not guessed at, refused with what the release offers."""
-    out: list[Finding] = []
+    out: list[FlagIssue] = []
     for i, tok in enumerate(argv):
         flag, eq, value = tok.partition("=")
         if not eq:
@@ -262,7 +262,7 @@ def refusals(argv: list[str], spec: ArgSpec) -> list[Finding]:
                 if offered
                 else "valid: " + ", ".join(str(x) for x in act.choices)
             )
-            out.append(Finding("error", flag, message, hint, i))
+            out.append(FlagIssue("error", flag, message, hint, i))
     return out
 
 
@@ -321,7 +321,7 @@ def for_release(spec: LaunchSpec, version: str) -> Ported:
     """``spec`` translated for shipped release ``version`` and checked by the argparse
     emulator; FlagValidationError (exit 2, naming profile file:line) when that release
     still rejects it, e.g. a choice it no longer offers."""
-    from glmserve.argspec import load_release_spec
+    from glmserve.argspec.releases import load_release_spec
     from glmserve.argspec.validation import format_finding, validate_spec
 
     argspec = load_release_spec(version)
@@ -391,7 +391,7 @@ def fix_script(text: str, source: str, spec: ArgSpec) -> ScriptFix:
     other byte (comments, layout, other flags, values) stays as it was. ConfigError naming
     ``source:line`` when a flag to change is not written literally (it comes from a
     variable), or when the release refuses a choice (nothing is guessed)."""
-    from glmserve.argspec.scriptparse import find_launch
+    from glmserve.argspec.launch_script import find_launch
 
     inv = find_launch(text, source)
     result = translate_argv(inv.argv, spec)
@@ -444,7 +444,7 @@ def fix_script(text: str, source: str, spec: ArgSpec) -> ScriptFix:
 def host_argspec(version: str) -> ArgSpec | None:
     """The argparse spec of ``version`` as a host runs it: shipped, else the live spec
     ``glmserve check`` cached for it; None when glmserve has neither."""
-    from glmserve.argspec import load_argspec, load_release_spec
+    from glmserve.argspec.releases import load_argspec, load_release_spec
     from glmserve.deploy.preflight import argspec_cache_path
 
     try:

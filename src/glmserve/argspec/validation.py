@@ -52,7 +52,8 @@ def version_in_range(version: str, spec_range: str | None) -> bool:
 
 def validate_spec(spec: LaunchSpec, sglang_version: str) -> list[str]:
     """Raise FlagValidationError (exit 2) listing every error; return warning lines."""
-    from glmserve.argspec import load_release_spec, validate_argv
+    from glmserve.argspec.emulator import validate_argv
+    from glmserve.argspec.releases import load_release_spec
 
     argspec = load_release_spec(sglang_version)
     report = validate_argv(list(spec.argv), argspec, patches=spec.patches)

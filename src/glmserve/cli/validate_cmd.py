@@ -1,7 +1,7 @@
 """`glmserve validate`: lint a hand-written launch script or a raw argv against one release.
 
-Only parses options, reads the script and prints; the verdict is glmserve.argspec and the
-script reading is glmserve.argspec.scriptparse.
+Only parses options, reads the script and prints; the verdict is glmserve.argspec.emulator
+and the script reading is glmserve.argspec.launch_script.
 """
 
 from __future__ import annotations
@@ -11,14 +11,15 @@ from pathlib import Path
 
 import typer
 
-from glmserve.argspec import ArgSpec, available_versions, load_argspec, load_release_spec
-from glmserve.argspec.scriptparse import (
+from glmserve.argspec.launch_script import (
     LaunchInvocation,
     check_argv,
     check_launch,
     find_launch,
     read_script,
 )
+from glmserve.argspec.model import ArgSpec
+from glmserve.argspec.releases import available_versions, load_argspec, load_release_spec
 from glmserve.cli._app import app, emit_json, err, out
 from glmserve.errors import ConfigError, FlagValidationError
 

@@ -112,16 +112,16 @@ def check_argspec(t: Transport, spec: LaunchSpec, version: str | None) -> CheckR
     if version is None:
         return CheckRow("flags", "skip", "no SGLang on the host to validate against")
     try:
-        from glmserve import argspec
+        from glmserve.argspec import emulator, host_dump, releases
     except ImportError:
         return CheckRow("flags", "skip", "glmserve.argspec not available")
     cache = argspec_cache_path(version)
     if not cache.exists():
-        res = t.run(_py(spec, argspec.DUMP_SNIPPET), timeout=180)
+        res = t.run(_py(spec, host_dump.dump_program_source()), timeout=180)
         if not res.ok:
             return CheckRow("flags", "fail", f"dumping argparse spec failed: {res.tail()}")
         try:  # sitecustomize hooks or warnings may print before the JSON: skip them
-            argspec.argspec_from_dump(res.stdout, "argparse dump")
+            host_dump.argspec_from_dump(res.stdout, "argparse dump")
         except GlmserveError as exc:
             return CheckRow("flags", "fail", str(exc))
         body = (
@@ -134,12 +134,12 @@ def check_argspec(t: Transport, spec: LaunchSpec, version: str | None) -> CheckR
     try:
         from glmserve.argspec.portable import port_spec, refusals
 
-        live = argspec.load_argspec(str(cache))
+        live = releases.load_argspec(str(cache))
         spec, changes = port_spec(spec, live)  # spelled for the release the host runs
         refused = refusals(spec.argv, live)
         if refused:
             return CheckRow("flags", "fail", "; ".join(f.format() for f in refused))
-        report = argspec.validate_argv(spec.argv, live, patches=spec.patches)
+        report = emulator.validate_argv(spec.argv, live, patches=spec.patches)
     except GlmserveError as exc:
         return CheckRow("flags", "fail", str(exc))
     from glmserve.argspec.validation import patch_requirement_errors

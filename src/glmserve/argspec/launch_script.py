@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glmserve.argspec import ArgSpec, Finding, ValidationReport, validate_argv
+from glmserve.argspec.emulator import validate_argv
+from glmserve.argspec.model import ArgSpec, FlagIssue, ValidationReport
 from glmserve.config.spec import PATCHES_ENV
 from glmserve.errors import ConfigError
 from glmserve.paths import read_capped
@@ -709,14 +710,15 @@ def check_launch(inv: LaunchInvocation, spec: ArgSpec) -> LocatedReport:
     script-level warnings (a comment that cuts the command, run-time expansions that cannot
     be checked), each located at its script line. Pure."""
     report = validate_argv(inv.argv, spec, opaque=inv.opaque, patches=_active_patches(inv))
-    found: list[tuple[Finding, str]] = [
-        (Finding("warning", "", note, None, None), f"{inv.source}:{line}")
+    found: list[tuple[FlagIssue, str]] = [
+        (FlagIssue("warning", "", note, None, None), f"{inv.source}:{line}")
         for line, note in inv.notes
     ]
     for index in sorted(inv.opaque):
         text = inv.argv[index]
         message = f"{text!r} is only known when the script runs; not checked"
-        found.append((Finding("warning", text, message, None, index), _token_location(inv, index)))
+        issue = FlagIssue("warning", text, message, None, index)
+        found.append((issue, _token_location(inv, index)))
     found += [(f, _token_location(inv, f.index)) for f in report.findings]
     return LocatedReport(
         ValidationReport(report.version, [f for f, _ in found]),

@@ -3,7 +3,7 @@ sglang 0.5.9 ``ServerArgs`` argparse on every argv in the table (each case chose
 argparse rule) and on 1,500 seeded random argvs over all of 0.5.9's flags.
 
 The real parser runs in one subprocess (importing sglang takes seconds and, without a
-torchvision matching the CPU torch, needs DUMP_SNIPPET's stub importer; keeping that out of
+torchvision matching the CPU torch, needs dump_program's stub importer; keeping that out of
 the test process keeps stub modules out of other tests). CI installs
 ``sglang==0.5.9 --no-deps`` plus its light imports; without sglang the test is skipped.
 """
@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from glmserve.argspec import DUMP_SNIPPET, load_argspec, validate_argv
-from glmserve.argspec.scriptparse import extract_launch_argv
+from glmserve.argspec.emulator import validate_argv
+from glmserve.argspec.host_dump import dump_program_source
+from glmserve.argspec.launch_script import extract_launch_argv
+from glmserve.argspec.releases import load_argspec
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
@@ -189,7 +191,7 @@ def real_verdicts() -> list[dict]:
         )
     if version != "0.5.9":
         pytest.skip(f"the agreement table is for sglang 0.5.9; installed is {version}")
-    program = _REAL_PARSER.replace("SNIPPET", repr(DUMP_SNIPPET), 1)
+    program = _REAL_PARSER.replace("SNIPPET", repr(dump_program_source()), 1)
     proc = subprocess.run(
         [sys.executable, "-c", program],
         input=json.dumps([argv for argv, _ in CASES] + RANDOM_CASES),

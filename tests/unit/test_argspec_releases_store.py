@@ -13,8 +13,9 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from glmserve import argspec
-from glmserve.argspec import (
+from glmserve.argspec import releases
+from glmserve.argspec.emulator import validate_argv
+from glmserve.argspec.releases import (
     available_versions,
     load_argspec,
     newest_version,
@@ -25,14 +26,13 @@ from glmserve.argspec import (
     resolve_version,
     spec_digest,
     store_spec,
-    validate_argv,
     version_key,
 )
 from glmserve.cli import main
 from glmserve.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
-STORE = REPO / "src" / "glmserve" / "argspecs"
+STORE = REPO / "src" / "glmserve" / "argspec" / "data"
 
 # `pip index versions sglang` on 2026-11-30 (https://pypi.org/project/sglang/#history),
 # every release from 0.4.0 through 0.5.23; there is no 0.5.0 on PyPI. The dump
@@ -184,7 +184,7 @@ def test_package_data_ships_the_store() -> None:
     line = re.search(r"^glmserve\s*=\s*(\[.*\])\s*$", section, re.MULTILINE)
     assert line is not None
     patterns = ast.literal_eval(line.group(1))
-    package = STORE.parent
+    package = STORE.parents[1]  # the glmserve package the patterns are relative to
     shipped = [STORE / "index.json", *(STORE / "specs").glob("*.json.gz")]
     for path in shipped:
         rel = PurePosixPath(path.relative_to(package).as_posix())
@@ -271,7 +271,7 @@ def test_typo_is_rejected_not_mapped_to_a_release() -> None:
 
 def test_release_that_could_not_be_dumped_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     index = {**read_index(), "failed": {"0.5.9.post7": "ImportError: cannot import name 'x'"}}
-    monkeypatch.setattr(argspec, "_shipped_index", lambda: index)
+    monkeypatch.setattr(releases, "_shipped_index", lambda: index)
     with pytest.raises(ConfigError) as exc:
         load_argspec("0.5.9.post7")
     assert "could not be dumped (ImportError: cannot import name 'x')" in str(exc.value)
@@ -351,7 +351,7 @@ def test_spec_file_gzip_bomb_is_refused_with_one_line(tmp_path, capsys):
     (~160 KB) is refused by size, without unpacking it all into memory."""
     import gzip
 
-    from glmserve.argspec import MAX_SPEC_BYTES
+    from glmserve.argspec.releases import MAX_SPEC_BYTES
     from glmserve.cli import main
 
     bomb = tmp_path / "bomb.json.gz"

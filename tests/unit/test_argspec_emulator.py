@@ -8,20 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from glmserve.argspec import (
-    ArgSpec,
-    Finding,
-    ValidationReport,
-    _deprecated_aliases,
-    _pair_renames,
-    available_versions,
-    backend_warnings,
-    derived_renames,
-    load_argspec,
-    parse_argspec,
-    validate_argv,
-)
-from glmserve.argspec.scriptparse import extract_launch_argv
+from glmserve.argspec.backend_facts import backend_warnings
+from glmserve.argspec.emulator import validate_argv
+from glmserve.argspec.launch_script import extract_launch_argv
+from glmserve.argspec.model import ArgSpec, FlagIssue, ValidationReport, parse_argspec
+from glmserve.argspec.releases import available_versions, load_argspec
+from glmserve.argspec.suggestions import _deprecated_aliases, _pair_renames, derived_renames
 from glmserve.errors import ConfigError
 
 SCRIPTS = Path(__file__).parent.parent / "data" / "scripts"
@@ -35,11 +27,11 @@ def spec(version: str) -> ArgSpec:
     return load_argspec(version)
 
 
-def errors(report: ValidationReport) -> list[Finding]:
+def errors(report: ValidationReport) -> list[FlagIssue]:
     return report.errors
 
 
-def only_error(report: ValidationReport) -> Finding:
+def only_error(report: ValidationReport) -> FlagIssue:
     assert len(report.errors) == 1, [f.format() for f in report.findings]
     return report.errors[0]
 

@@ -1,5 +1,6 @@
-"""DUMP_SNIPPET, run by a real interpreter against a fake ``sglang`` package: the same
-program the dump script and the lifecycle code run against real releases."""
+"""The dump program (``dump_program.py``), run by a real interpreter against a fake
+``sglang`` package: the same program the dump script and the lifecycle code run against real
+releases."""
 
 from __future__ import annotations
 
@@ -12,13 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from glmserve.argspec import (
-    DUMP_SNIPPET,
-    argspec_from_dump,
-    dump_command,
-    parse_argspec,
-    validate_argv,
-)
+from glmserve.argspec.emulator import validate_argv
+from glmserve.argspec.host_dump import argspec_from_dump, dump_command, dump_program_source
+from glmserve.argspec.model import parse_argspec
 from glmserve.errors import ConfigError
 
 FAKE_SERVER_ARGS = """
@@ -71,7 +68,7 @@ def fake_sglang(tmp_path: Path) -> Path:
 
 def run_snippet(path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", DUMP_SNIPPET],
+        [sys.executable, "-c", dump_program_source()],
         capture_output=True,
         text=True,
         timeout=60,
@@ -83,7 +80,7 @@ def run_snippet(path: Path, **env: str) -> subprocess.CompletedProcess[str]:
 def test_snippet_is_stdlib_only() -> None:
     """Module-level imports are stdlib; inside functions only sglang itself and pydantic_core
     (used only when pydantic meets a stubbed type, so pydantic is there) are imported."""
-    tree = ast.parse(DUMP_SNIPPET)
+    tree = ast.parse(dump_program_source())
     top_level, nested = set(), set()
     for node in ast.walk(tree):
         names: set[str] = set()
@@ -94,6 +91,29 @@ def test_snippet_is_stdlib_only() -> None:
         (top_level if node in tree.body else nested).update(names)
     assert top_level <= set(sys.stdlib_module_names)
     assert nested - set(sys.stdlib_module_names) == {"sglang", "pydantic_core"}
+
+
+def test_program_sent_to_hosts_is_the_module_itself() -> None:
+    """What a host runs is ``dump_program.py`` byte for byte (the module ruff and these tests
+    see), and importing that module runs nothing: no dump, no process-wide warnings filter."""
+    import importlib
+    import warnings
+
+    from glmserve.argspec import dump_program
+
+    assert dump_program_source() == Path(dump_program.__file__).read_text(encoding="utf-8")
+    filters = list(warnings.filters)
+    importlib.reload(dump_program)
+    assert warnings.filters == filters
+
+
+def test_dump_script_runs_the_same_program() -> None:
+    """``scripts/dump_argspec.py`` builds its command with ``dump_command`` and carries no
+    program of its own."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "dump_argspec.py"
+    text = script.read_text(encoding="utf-8")
+    assert "dump_command(self.py)" in text
+    assert "add_cli_args" not in text
 
 
 def test_dump_of_fake_release(fake_sglang: Path) -> None:
@@ -134,7 +154,8 @@ def test_stubbing_can_be_forbidden(fake_sglang: Path) -> None:
 
 def test_missing_sglang_fails_loudly() -> None:
     proc = subprocess.run(
-        [sys.executable, "-S", "-c", DUMP_SNIPPET],  # -S: no site-packages, so no sglang
+        # -S: no site-packages, so no sglang
+        [sys.executable, "-S", "-c", dump_program_source()],
         capture_output=True,
         text=True,
         timeout=60,
@@ -146,7 +167,7 @@ def test_missing_sglang_fails_loudly() -> None:
 
 def test_dump_command_runs_the_snippet(fake_sglang: Path) -> None:
     argv = dump_command(sys.executable)
-    assert argv[1:] == ["-c", DUMP_SNIPPET]
+    assert argv[1:] == ["-c", dump_program_source()]
     env = {**os.environ, "PYTHONPATH": str(fake_sglang)}
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, check=False)
     assert argspec_from_dump(proc.stdout, "gpu1").version == "0.0.1"

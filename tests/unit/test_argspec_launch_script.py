@@ -1,4 +1,4 @@
-"""scriptparse reads launch scripts the way bash splits them; checked against real bash
+"""launch_script reads launch scripts the way bash splits them; checked against real bash
 (a fake ``python3`` on PATH records the argv bash hands it) and against explicit goldens."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from glmserve.argspec.scriptparse import extract_launch_argv, find_launch
+from glmserve.argspec.launch_script import extract_launch_argv, find_launch
 from glmserve.errors import ConfigError
 
 SCRIPTS = Path(__file__).parent.parent / "data" / "scripts"
@@ -249,8 +249,8 @@ def test_inline_scripts_equal_what_bash_passes(
 
 
 def test_check_launch_locates_findings_at_script_lines() -> None:
-    from glmserve.argspec import load_argspec
-    from glmserve.argspec.scriptparse import check_argv, check_launch
+    from glmserve.argspec.launch_script import check_argv, check_launch
+    from glmserve.argspec.releases import load_argspec
 
     located = check_launch(parse("run_tp8_trtllm_mla.sh"), load_argspec("0.5.8"))
     errors = [

@@ -1,7 +1,7 @@
 """Property tests: validate_argv's verdict equals the running interpreter's argparse on a
 synthetic parser with every action shape SGLang uses (and some it may start using), for
 random argvs built from its flags, their prefixes, ``=`` forms and awkward values. No sglang
-needed: the spec comes from the same dump code (DUMP_SNIPPET) the shipped specs came from."""
+needed: the spec comes from the same dump code (dump_program.py) the shipped specs came from."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glmserve.argspec import DUMP_SNIPPET, parse_argspec, validate_argv
-from glmserve.argspec.scriptparse import extract_launch_argv
+from glmserve.argspec.emulator import validate_argv
+from glmserve.argspec.host_dump import dump_program_source
+from glmserve.argspec.launch_script import extract_launch_argv
+from glmserve.argspec.model import parse_argspec
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -42,7 +44,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 PARSER = _build_parser()
 _NS: dict = {"__name__": "glmserve_dump"}
-exec(DUMP_SNIPPET, _NS)
+exec(dump_program_source(), _NS)
 SPEC = parse_argspec(
     {
         "sglang_version": "synthetic",
@@ -100,7 +102,7 @@ _hostile = st.text(
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_hostile, max_size=6), st.lists(st.booleans(), min_size=6, max_size=6))
-def test_quoted_args_round_trip_through_scriptparse(args: list[str], breaks: list[bool]) -> None:
+def test_quoted_args_round_trip_through_launch_script(args: list[str], breaks: list[bool]) -> None:
     """Whatever render-style shlex quoting produces, spread over continuation lines, reads
     back as the same argv."""
     parts = ["exec python3 -u -m sglang.launch_server"]

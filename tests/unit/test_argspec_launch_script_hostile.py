@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from glmserve.argspec.scriptparse import MAX_SCRIPT_BYTES, find_launch
+from glmserve.argspec.launch_script import MAX_SCRIPT_BYTES, find_launch
 from glmserve.cli import main
 
 L = "python3 -m sglang.launch_server --model-path m"

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import pytest
 
-from glmserve.argspec import load_argspec, validate_argv
+from glmserve.argspec.emulator import validate_argv
+from glmserve.argspec.releases import load_argspec
 
 M = ["--model-path", "m"]
 
