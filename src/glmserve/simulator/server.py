@@ -21,7 +21,7 @@ import time
 import uuid
 from typing import Any
 
-from glmserve.simulator import costmodel, faults, profiler
+from glmserve.simulator import costmodel, faults, torch_trace
 from glmserve.simulator.engine import Engine, Request
 from glmserve.simulator.httpserver import (
     Connection,
@@ -795,7 +795,7 @@ class SimServer:
         steps = [s for s in self.engine.steps if s[0] >= prof["first_step"]]
         if prof["num_steps"]:
             steps = steps[: prof["num_steps"]]
-        profiler.write_traces(
+        torch_trace.write_traces(
             prof["dir"],
             prof["id"],
             self.tp,
