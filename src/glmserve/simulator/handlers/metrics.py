@@ -1,4 +1,5 @@
-"""Prometheus text for ``/metrics`` with SGLang 0.5.9's metric names and labels.
+"""``/metrics`` (with ``--enable-metrics``, else 404): Prometheus text with SGLang 0.5.9's
+metric names and labels.
 
 Scheduler gauges carry ``model_name, engine_type, tp_rank, pp_rank, moe_ep_rank`` labels and
 tokenizer-manager counters/histograms carry ``model_name`` (``srt/metrics/collector.py``).
@@ -8,9 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from glmserve.simulator.httpserver import Connection, HttpRequest, Response
+
 if TYPE_CHECKING:
     from glmserve.simulator.engine import Engine
     from glmserve.simulator.options import SimOptions
+    from glmserve.simulator.server import SimServer
 
 # Histogram bucket bounds, one decade a line.
 TTFT_BUCKETS = [
@@ -126,3 +130,14 @@ def render_metrics(engine: Engine, opts: SimOptions) -> str:
         E2E_BUCKETS,
     )
     return "\n".join(lines) + "\n"
+
+
+async def metrics(server: SimServer, req: HttpRequest, conn: Connection) -> Response:
+    if not server.opts.server.enable_metrics:
+        return Response.json({"detail": "Not Found"}, 404)
+    assert server.engine is not None
+    body = render_metrics(server.engine, server.opts)
+    return Response(200, body.encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+
+ROUTES = {"/metrics": (("GET",), metrics)}
