@@ -63,64 +63,61 @@ _CUDA_TAIL = (
     "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
 )
 
+Frame = tuple[str, int, str, str]  # (path under sglang/srt, line, function, code)
+
+
+def _stack(text: str) -> list[Frame]:
+    """Frames written one a line as a traceback reads, ``path:line function | code``."""
+    frames = []
+    for row in text.strip().splitlines():
+        where, _, code = row.strip().partition(" | ")
+        location, _, func = where.partition(" ")
+        path, _, line = location.rpartition(":")
+        frames.append((path, int(line), func, code))
+    return frames
+
+
 # Frames shared by every scheduler-side failure (outermost first).
-_INIT_FRAMES = [
-    ("managers/scheduler.py", 3130, "run_scheduler_process", "scheduler = Scheduler("),
-    ("managers/scheduler.py", 368, "__init__", "self.init_model_worker()"),
-    ("managers/scheduler.py", 564, "init_model_worker", "self.init_tp_model_worker()"),
-    ("managers/scheduler.py", 522, "init_tp_model_worker", "self.tp_worker = TpModelWorker("),
-    ("managers/tp_worker.py", 247, "__init__", "self._init_model_runner()"),
-    ("managers/tp_worker.py", 330, "_init_model_runner", "self._model_runner = ModelRunner("),
-    ("model_executor/model_runner.py", 413, "__init__", "self.initialize(min_per_gpu_memory)"),
-]
+_INIT_FRAMES = _stack("""
+    managers/scheduler.py:3130 run_scheduler_process | scheduler = Scheduler(
+    managers/scheduler.py:368 __init__ | self.init_model_worker()
+    managers/scheduler.py:564 init_model_worker | self.init_tp_model_worker()
+    managers/scheduler.py:522 init_tp_model_worker | self.tp_worker = TpModelWorker(
+    managers/tp_worker.py:247 __init__ | self._init_model_runner()
+    managers/tp_worker.py:330 _init_model_runner | self._model_runner = ModelRunner(
+    model_executor/model_runner.py:413 __init__ | self.initialize(min_per_gpu_memory)
+""")
 _PHASE_FRAMES = {
-    "load": [
-        ("model_executor/model_runner.py", 493, "initialize", "self.load_model()"),
-        ("model_executor/model_runner.py", 1003, "load_model", "self.model = get_model("),
-        ("model_loader/__init__.py", 28, "get_model", "return loader.load_model("),
-        ("model_loader/loader.py", 664, "load_model", "self.load_weights_and_postprocess("),
-    ],
-    "kv": [
-        (
-            "model_executor/model_runner.py",
-            590,
-            "initialize",
-            "self.init_memory_pool(min_per_gpu_memory)",
-        ),
-        (
-            "model_executor/model_runner_kv_cache_mixin.py",
-            612,
-            "init_memory_pool",
-            "self.token_to_kv_pool = NSATokenToKVPool(",
-        ),
-        ("mem_cache/memory_pool.py", 1405, "__init__", "self._create_buffers()"),
-        ("mem_cache/memory_pool.py", 1429, "_create_buffers", "torch.zeros("),
-    ],
-    "graphs": [
-        ("model_executor/model_runner.py", 609, "initialize", "self.init_device_graphs()"),
-        (
-            "model_executor/model_runner.py",
-            2156,
-            "init_device_graphs",
-            "self.graph_runner = graph_runners[self.device](self)",
-        ),
-        ("model_executor/cuda_graph_runner.py", 373, "__init__", "raise Exception("),
-    ],
+    "load": _stack("""
+        model_executor/model_runner.py:493 initialize | self.load_model()
+        model_executor/model_runner.py:1003 load_model | self.model = get_model(
+        model_loader/__init__.py:28 get_model | return loader.load_model(
+        model_loader/loader.py:664 load_model | self.load_weights_and_postprocess(
+    """),
+    "kv": _stack("""
+        model_executor/model_runner.py:590 initialize | self.init_memory_pool(min_per_gpu_memory)
+        model_executor/model_runner_kv_cache_mixin.py:612 init_memory_pool | \
+self.token_to_kv_pool = NSATokenToKVPool(
+        mem_cache/memory_pool.py:1405 __init__ | self._create_buffers()
+        mem_cache/memory_pool.py:1429 _create_buffers | torch.zeros(
+    """),
+    "graphs": _stack("""
+        model_executor/model_runner.py:609 initialize | self.init_device_graphs()
+        model_executor/model_runner.py:2156 init_device_graphs | \
+self.graph_runner = graph_runners[self.device](self)
+        model_executor/cuda_graph_runner.py:373 __init__ | raise Exception(
+    """),
 }
-_RUN_FRAMES = [
-    ("managers/scheduler.py", 3171, "run_scheduler_process", "scheduler.event_loop_normal()"),
-    ("managers/scheduler.py", 1123, "event_loop_normal", "result = self.run_batch(batch)"),
-    (
-        "managers/scheduler.py",
-        2368,
-        "run_batch",
-        "batch_result = self.model_worker.forward_batch_generation(",
-    ),
-    ("managers/tp_worker.py", 456, "forward_batch_generation", "out = self.model_runner.forward("),
-    ("model_executor/model_runner.py", 2387, "forward", "output = self._forward_raw("),
-    ("model_executor/model_runner.py", 2488, "_forward_raw", "ret = self.forward_decode("),
-    ("model_executor/model_runner.py", 2300, "forward_decode", "return self.model.forward("),
-]
+_RUN_FRAMES = _stack("""
+    managers/scheduler.py:3171 run_scheduler_process | scheduler.event_loop_normal()
+    managers/scheduler.py:1123 event_loop_normal | result = self.run_batch(batch)
+    managers/scheduler.py:2368 run_batch | \
+batch_result = self.model_worker.forward_batch_generation(
+    managers/tp_worker.py:456 forward_batch_generation | out = self.model_runner.forward(
+    model_executor/model_runner.py:2387 forward | output = self._forward_raw(
+    model_executor/model_runner.py:2488 _forward_raw | ret = self.forward_decode(
+    model_executor/model_runner.py:2300 forward_decode | return self.model.forward(
+""")
 # How the first decode of an SM100-only attention backend (spec.SM100_ONLY_ATTENTION_BACKENDS)
 # fails elsewhere:
 # * trtllm_mla: flashinfer's trtllm-gen FMHA has SM100 cubins only (flashinfer#1466,
@@ -141,30 +138,16 @@ def sm100_only_crash(backend: str | None, gpu_arch: str) -> str | None:
 
 
 _ATTN_FRAMES = {
-    "cutlass_mla": [
-        (
-            "layers/attention/cutlass_mla_backend.py",
-            274,
-            "forward_decode",
-            "o = cutlass_mla_decode(",
-        ),
-    ],
-    "trtllm_mla": [
-        (
-            "layers/attention/trtllm_mla_backend.py",
-            1012,
-            "forward_decode",
-            "raw_out = flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(",
-        ),
-    ],
-    "flashinfer": [
-        (
-            "layers/attention/flashinfer_mla_backend.py",
-            638,
-            "forward_decode",
-            "o = decode_wrapper.run(",
-        ),
-    ],
+    "cutlass_mla": _stack("""
+        layers/attention/cutlass_mla_backend.py:274 forward_decode | o = cutlass_mla_decode(
+    """),
+    "trtllm_mla": _stack("""
+        layers/attention/trtllm_mla_backend.py:1012 forward_decode | \
+raw_out = flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(
+    """),
+    "flashinfer": _stack("""
+        layers/attention/flashinfer_mla_backend.py:638 forward_decode | o = decode_wrapper.run(
+    """),
 }
 
 
@@ -183,7 +166,7 @@ def _frame(path: str, line: int, func: str, code: str) -> str:
     return f'  File "{full}", line {line}, in {func}\n    {code}\n'
 
 
-def _traceback(frames: list[tuple[str, int, str, str]], exc: str) -> str:
+def _traceback(frames: list[Frame], exc: str) -> str:
     body = "".join(_frame(*f) for f in frames)
     return "Traceback (most recent call last):\n" + body + exc
 

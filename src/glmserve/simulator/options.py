@@ -181,6 +181,18 @@ class SimOptions:
             return int(self.server.max_total_tokens)
         return costmodel.pool_tokens(self.model, self.shape)
 
+    def server_args(self) -> dict[str, Any]:
+        """ServerArgs as SGLang holds them once defaults are resolved: what the start-up line
+        ``server_args=ServerArgs(...)`` and ``/server_info`` print."""
+        s = vars(self.server).copy()
+        s["served_model_name"] = self.served_model_name
+        s["tokenizer_path"] = s.get("tokenizer_path") or s["model_path"]
+        s["attention_backend"] = self.shape.attention_backend
+        s["mem_fraction_static"] = self.shape.mem_fraction_static
+        s["max_running_requests"] = self.max_running_requests
+        s["context_length"] = s.get("context_length") or self.model.context_len
+        return s
+
 
 class SimUsageError(Exception):
     """A ``--sim-*`` option is wrong (not an SGLang flag: exit 2 with one line)."""

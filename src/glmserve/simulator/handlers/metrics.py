@@ -1,4 +1,5 @@
-"""Prometheus text for ``/metrics`` with SGLang 0.5.9's metric names and labels.
+"""``/metrics`` (with ``--enable-metrics``, else 404): Prometheus text with SGLang 0.5.9's
+metric names and labels.
 
 Scheduler gauges carry ``model_name, engine_type, tp_rank, pp_rank, moe_ep_rank`` labels and
 tokenizer-manager counters/histograms carry ``model_name`` (``srt/metrics/collector.py``).
@@ -8,74 +9,32 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from glmserve.simulator.httpserver import Connection, HttpRequest, Response
+
 if TYPE_CHECKING:
     from glmserve.simulator.engine import Engine
     from glmserve.simulator.options import SimOptions
+    from glmserve.simulator.server import SimServer
 
+# Histogram bucket bounds, one decade a line.
 TTFT_BUCKETS = [
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.0,
-    4.0,
-    6.0,
-    8.0,
-    10.0,
-    20.0,
-    40.0,
-    60.0,
-    80.0,
-    120.0,
-    160.0,
-]
+    0.1, 0.25, 0.5, 0.75,
+    1.0, 2.0, 4.0, 6.0, 8.0,
+    10.0, 20.0, 40.0, 60.0, 80.0,
+    120.0, 160.0,
+]  # fmt: skip
 ITL_BUCKETS = [
-    0.002,
-    0.004,
-    0.006,
-    0.008,
-    0.01,
-    0.015,
-    0.02,
-    0.025,
-    0.03,
-    0.035,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.2,
-    0.4,
-    0.6,
-    0.8,
-    1.0,
-    2.0,
-    4.0,
-    6.0,
-    8.0,
-]
+    0.002, 0.004, 0.006, 0.008,
+    0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08,
+    0.1, 0.2, 0.4, 0.6, 0.8,
+    1.0, 2.0, 4.0, 6.0, 8.0,
+]  # fmt: skip
 E2E_BUCKETS = [
-    0.1,
-    0.2,
-    0.4,
-    0.6,
-    0.8,
-    1.0,
-    2.0,
-    4.0,
-    6.0,
-    8.0,
-    10.0,
-    20.0,
-    40.0,
-    60.0,
-    80.0,
-    100.0,
-    200.0,
-    400.0,
-    800.0,
-]
+    0.1, 0.2, 0.4, 0.6, 0.8,
+    1.0, 2.0, 4.0, 6.0, 8.0,
+    10.0, 20.0, 40.0, 60.0, 80.0,
+    100.0, 200.0, 400.0, 800.0,
+]  # fmt: skip
 
 
 def _hist(
@@ -171,3 +130,14 @@ def render_metrics(engine: Engine, opts: SimOptions) -> str:
         E2E_BUCKETS,
     )
     return "\n".join(lines) + "\n"
+
+
+async def metrics(server: SimServer, req: HttpRequest, conn: Connection) -> Response:
+    if not server.opts.server.enable_metrics:
+        return Response.json({"detail": "Not Found"}, 404)
+    assert server.engine is not None
+    body = render_metrics(server.engine, server.opts)
+    return Response(200, body.encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+
+ROUTES = {"/metrics": (("GET",), metrics)}

@@ -10,7 +10,7 @@ import pytest
 
 from glmserve.simulator import costmodel as cm
 from glmserve.simulator.costmodel import CostModel, ServerShape
-from glmserve.simulator.profiler import CAST_KERNEL, write_traces
+from glmserve.simulator.torch_trace import CAST_KERNEL, write_traces
 
 
 @pytest.mark.parametrize("backend", ["flashinfer", "trtllm_mla"])
