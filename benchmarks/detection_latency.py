@@ -27,6 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
+# The glmserve console script, run by this interpreter (cli.main returns the exit status).
+GLMSERVE = (sys.executable, "-c", "from glmserve.cli import main; raise SystemExit(main())")
+
 FAKE_SERVER = r"""
 import random, sys, time
 mark = sys.argv[sys.argv.index("--mark") + 1]
@@ -50,7 +53,8 @@ def trial(
     mark = tmp / f"mark-{time.time_ns()}"
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-c", "from glmserve.cli import main; main()", "launch"),
+            *GLMSERVE,
+            "launch",
             *("--profile", "fakecrash", "--host", host, "--poll", str(poll)),
             *("--set", f"server.mark={mark}", "--set", f"server.delay={delay:.3f}"),
             *("--set", f"server.port={_free_port()}"),
@@ -71,7 +75,7 @@ def trial(
     if proc.returncode != 3 or not mark.exists():
         raise SystemExit(f"trial failed (exit {proc.returncode}): {err[-800:]}")
     subprocess.run(
-        [sys.executable, "-c", "from glmserve.cli import main; main()", "stop", "--all"],
+        [*GLMSERVE, "stop", "--all"],
         env=env,
         capture_output=True,
     )

@@ -116,6 +116,8 @@ REPORT_PEAK = (
     "atexit.register(lambda: sys.stderr.write('PEAK_RSS_KB ' + next(\n"
     "    ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM:')) + '\\n'))\n"
 )
+# The console script (cli.main returns the exit status).
+CLI = "from glmserve.cli import main; raise SystemExit(main())"
 
 
 def write_requests_log(path: Path, mb: int) -> int:
@@ -179,7 +181,7 @@ def main() -> int:
         env = dict(os.environ, GLMSERVE_HOME=str(home))
         if args.src:
             env["PYTHONPATH"] = str(Path(args.src).resolve())
-        glm = [sys.executable, "-c", REPORT_PEAK + "from glmserve.cli import main; main()"]
+        glm = [sys.executable, "-c", REPORT_PEAK + CLI]
         sys.path.insert(0, env.get("PYTHONPATH", ""))
         from glmserve.store import RunRecord, RunStore
 

@@ -12,16 +12,18 @@ boundary with ``raise X(...) from exc`` so callers only ever see this tree::
     │   ├── StoreError                 2  runs.sqlite damaged, locked or from a newer glmserve
     │   └── PortClaimed                2  another live run holds this host:port
     ├── BenchmarkGateFailed            1  a --min-*/--max-* gate was missed
-    ├── ServerCrashed                  3  the server died (carries the diagnosis)
-    ├── ServerNotReady                 4  stalled, hung, or timed out before READY
+    ├── DiagnosedError                    carries the log's diagnosis
+    │   ├── ServerCrashed              3  the server died
+    │   ├── ServerNotReady             4  stalled, hung, or timed out before READY
+    │   └── NotAServerLog              6  `diagnose` input holds no SGLang log line
     ├── TransportError                 5  ssh/connection/HTTP reachability failures
     │   ├── RemoteCommandError         5  a remote command exited non-zero (carries Result)
     │   └── ServerIdentityError        5  the port answers, but not with the run's server
-    ├── NotAServerLog                  6  `diagnose` input holds no SGLang log line
     ├── RunNotFound                    2  unknown run id
     ├── StopFailed                     the first failure's code, after every run was tried
-    ├── SweepInterrupted             130  Ctrl-C/SIGTERM during a sweep (saved, server stopped)
-    └── TuneInterrupted              130  Ctrl-C/SIGTERM during a tune (saved, servers stopped)
+    └── Interrupted                  130  Ctrl-C/SIGTERM (a bare Ctrl-C prints "interrupted")
+        ├── SweepInterrupted         130  during a sweep (saved, server stopped)
+        └── TuneInterrupted          130  during a tune (saved, servers stopped)
 """
 
 from __future__ import annotations
@@ -72,35 +74,32 @@ class BenchmarkGateFailed(GlmserveError):
     exit_code = EXIT_GATE_FAILED
 
 
-class ServerCrashed(GlmserveError):
+class DiagnosedError(GlmserveError):
+    """An error that carries the log's ``diagnosis`` (a ``glmserve.diagnose.Diagnosis`` or
+    None), so ``--json`` and the sweep can report the verdict and not only the message."""
+
+    def __init__(self, message: str, diagnosis: Any = None) -> None:
+        super().__init__(message)
+        self.diagnosis = diagnosis
+
+
+class ServerCrashed(DiagnosedError):
     """The server process died or reported a fatal error; ``diagnosis`` says why."""
 
     exit_code = EXIT_CRASHED
 
-    def __init__(self, message: str, diagnosis: Any = None) -> None:
-        super().__init__(message)
-        self.diagnosis = diagnosis
 
-
-class ServerNotReady(GlmserveError):
+class ServerNotReady(DiagnosedError):
     """Stalled, hung or timed out before becoming ready."""
 
     exit_code = EXIT_TIMEOUT
 
-    def __init__(self, message: str, diagnosis: Any = None) -> None:
-        super().__init__(message)
-        self.diagnosis = diagnosis
 
-
-class NotAServerLog(GlmserveError):
+class NotAServerLog(DiagnosedError):
     """`diagnose` was given input without one SGLang log line (binary junk, an empty file,
     some other text): no verdict, rather than "STARTING" for a file that is no server log."""
 
     exit_code = EXIT_NOT_A_LOG
-
-    def __init__(self, message: str, diagnosis: Any = None) -> None:
-        super().__init__(message)
-        self.diagnosis = diagnosis
 
 
 class TransportError(GlmserveError):
@@ -113,10 +112,19 @@ class YamlSyntaxError(ConfigError):
     """The text is not YAML at all (as opposed to YAML glmserve refuses to accept)."""
 
 
-class TuneInterrupted(GlmserveError):
-    """Ctrl-C/SIGTERM: running servers were stopped and the tune saved; exit 130."""
+class Interrupted(GlmserveError):
+    """Ctrl-C or SIGTERM ended a verb: the one way an interruption reaches ``cli.main``
+    (exit 130). A bare Ctrl-C, or a verb saying what it left running, is a ``notice``: its
+    message is printed as is ("interrupted"), with no "error:" prefix and no traceback."""
 
     exit_code = EXIT_INTERRUPTED
+    notice = True
+
+
+class TuneInterrupted(Interrupted):
+    """Ctrl-C/SIGTERM: running servers were stopped and the tune saved; exit 130."""
+
+    notice = False
 
 
 class StopFailed(GlmserveError):
@@ -136,10 +144,10 @@ class RunNotServing(ConfigError):
     """The run was stopped: there is no server of it to measure (exit 2)."""
 
 
-class SweepInterrupted(GlmserveError):
+class SweepInterrupted(Interrupted):
     """Ctrl-C: the running server was stopped and the sweep saved; exit 130."""
 
-    exit_code = EXIT_INTERRUPTED
+    notice = False
 
 
 class StoreError(ConfigError):

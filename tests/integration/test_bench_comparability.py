@@ -12,9 +12,8 @@ from glmserve.cli import main
 
 
 def cli(capsys, *args: str) -> tuple[int, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    return exc.value.code, capsys.readouterr().out
+    rc = main(list(args))
+    return rc, capsys.readouterr().out
 
 
 def bench(capsys, url: str, *args: str) -> dict:

@@ -27,9 +27,8 @@ pytestmark = pytest.mark.slow
 def _cli(args: list[str]) -> int:
     from glmserve.cli import main
 
-    with pytest.raises(SystemExit) as info:
-        main(args)
-    return int(info.value.code or 0)
+    rc = main(args)
+    return int(rc or 0)
 
 
 @pytest.fixture

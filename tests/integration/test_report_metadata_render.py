@@ -86,9 +86,8 @@ def test_rendered_report_shows_metadata_and_flag_diff(tmp_path):
     sw.entries[2].bench = _with_meta(sw.entries[2].bench, trt, 10.0)
     save_sweep(sw)
     html = tmp_path / "report.html"
-    with pytest.raises(SystemExit) as exc:
-        main(["report", sw.sweep_id, "--html", str(html)])
-    assert exc.value.code == 0
+    rc = main(["report", sw.sweep_id, "--html", str(html)])
+    assert rc == 0
     proc = chromium(tmp_path, "--dump-dom", html.as_uri())
     assert proc.returncode == 0, proc.stderr[-1500:]
     dom = _Tables()

@@ -58,9 +58,8 @@ def report_file(tmp_path):
     sw = three_profile_sweep()
     save_sweep(sw)
     html = tmp_path / "report.html"
-    with pytest.raises(SystemExit) as exc:
-        main(["report", sw.sweep_id, "--html", str(html)])
-    assert exc.value.code == 0 and html.exists()
+    rc = main(["report", sw.sweep_id, "--html", str(html)])
+    assert rc == 0 and html.exists()
     return sw, html
 
 

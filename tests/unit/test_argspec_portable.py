@@ -243,12 +243,11 @@ def test_every_profile_renders_for_every_release(profile, version):
 def test_render_cli_for_0_5_23_prints_the_dsa_flags(capsys):
     from glmserve.cli import main
 
-    with pytest.raises(SystemExit) as info:
-        main(
-            ["render", "--profile", "trtllm_mla", "--sglang-version", "0.5.23", "--format", "argv"]
-        )
+    rc = main(
+        ["render", "--profile", "trtllm_mla", "--sglang-version", "0.5.23", "--format", "argv"]
+    )
     captured = capsys.readouterr()
-    assert info.value.code == 0, captured.err
+    assert rc == 0, captured.err
     assert "--dsa-decode-backend trtllm --dsa-prefill-backend trtllm" in captured.out
     assert "note: sglang 0.5.23: --nsa-decode-backend -> --dsa-decode-backend" in captured.err
 
@@ -256,10 +255,9 @@ def test_render_cli_for_0_5_23_prints_the_dsa_flags(capsys):
 def test_render_cli_refuses_cutlass_mla_after_0_5_19(capsys):
     from glmserve.cli import main
 
-    with pytest.raises(SystemExit) as info:
-        main(["render", "--profile", "cutlass_mla", "--sglang-version", "0.5.20"])
+    rc = main(["render", "--profile", "cutlass_mla", "--sglang-version", "0.5.20"])
     err = capsys.readouterr().err
-    assert info.value.code == 2
+    assert rc == 2
     assert "cutlass_mla.yaml:" in err and "dropped the cutlass_mla choice in 0.5.20" in err
     assert "offers trtllm_mla or cutedsl_mla instead" in err and "Traceback" not in err
 
@@ -267,10 +265,9 @@ def test_render_cli_refuses_cutlass_mla_after_0_5_19(capsys):
 def test_render_without_version_uses_the_profile_range(capsys):
     from glmserve.cli import main
 
-    with pytest.raises(SystemExit) as info:
-        main(["render", "--profile", "cutlass_mla", "--format", "argv"])
+    rc = main(["render", "--profile", "cutlass_mla", "--format", "argv"])
     captured = capsys.readouterr()
-    assert info.value.code == 0, captured.err
+    assert rc == 0, captured.err
     assert "rendered for sglang 0.5.19 (newest shipped release in the profile's range" in (
         captured.err
     )
@@ -343,10 +340,9 @@ def test_fix_refuses_a_dropped_choice(tmp_path):
 def _cli(capsys, *args: str) -> tuple[int, str, str]:
     from glmserve.cli import main
 
-    with pytest.raises(SystemExit) as info:
-        main(list(args))
+    rc = main(list(args))
     captured = capsys.readouterr()
-    return info.value.code, captured.out, captured.err
+    return rc, captured.out, captured.err
 
 
 def test_cli_fix_diff_prints_a_unified_diff_and_writes_nothing(tmp_path, capsys):

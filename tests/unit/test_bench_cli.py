@@ -16,10 +16,9 @@ fake = test_bench_client.fake  # the scripted SSE server fixture
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
+    rc = main(list(args))
     cap = capsys.readouterr()
-    return int(exc.value.code or 0), cap.out, cap.err
+    return int(rc or 0), cap.out, cap.err
 
 
 def bench_json(capsys, srv: FakeServer, *extra: str) -> tuple[int, dict, str]:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from glmserve.bench.compare import compare_results, render_compare
+from glmserve.bench.compare import compare_results
 from glmserve.bench.results import (
     BenchResult,
     build_result,
     evaluate_gates,
     parse_output_gate,
     render_plain,
-    render_table,
 )
+from glmserve.cli.views import render_compare, render_table
 from glmserve.errors import ConfigError
 
 

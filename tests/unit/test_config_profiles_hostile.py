@@ -22,10 +22,9 @@ from glmserve.cli import main
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(list(args))
+    rc = main(list(args))
     captured = capsys.readouterr()
-    return int(info.value.code), captured.out, captured.err
+    return int(rc), captured.out, captured.err
 
 
 def one_line_error(err: str) -> str:

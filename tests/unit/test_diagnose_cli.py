@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from glmserve.cli import main
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
@@ -26,10 +24,7 @@ READY = "[2026-11-30 10:12:07] The server is fired up and ready to roll!\n"
 
 
 def run(argv: list[str]) -> int:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    code = exc.value.code
-    return code if isinstance(code, int) else 0
+    return main(argv)
 
 
 def test_crashed_file_exits_3_with_file_line_and_hint(tmp_path: Path, capsys) -> None:

@@ -31,7 +31,7 @@ REPORT_PEAK = (
     "atexit.register(lambda: sys.stderr.write('PEAK_RSS_KB ' + next(\n"
     "    ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM:')) + '\\n'))\n"
 )
-CLI = "from glmserve.cli import main; main()"
+CLI = "from glmserve.cli import main; raise SystemExit(main())"
 OOM = (
     "[2026-03-02 12:00:00 TP3] Scheduler hit an exception: Traceback (most recent call last):\n"
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"

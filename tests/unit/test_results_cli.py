@@ -12,7 +12,8 @@ from rich.console import Console
 from test_bench_cli import bench_json, run_cli
 
 from glmserve.bench.metrics import StreamRecord
-from glmserve.bench.results import BenchResult, render_table, summarize_level
+from glmserve.bench.results import BenchResult, summarize_level
+from glmserve.cli.views import render_table
 
 fake = test_bench_client.fake
 

@@ -18,11 +18,10 @@ from glmserve.store import RunRecord, RunStore
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(list(args))
+    rc = main(list(args))
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err and "internal error" not in captured.err, captured
-    return int(info.value.code), captured.out, captured.err
+    return int(rc), captured.out, captured.err
 
 
 def one_line(err: str) -> str:

@@ -8,10 +8,9 @@ from glmserve.cli import main
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(list(argv))
+    rc = main(list(argv))
     out, err = capsys.readouterr()
-    return int(exc.value.code), out, err
+    return int(rc), out, err
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.table import Table
-
 from glmserve.errors import ConfigError, RunNotFound
 
 
@@ -186,43 +184,3 @@ def compare_notes(table: dict[str, Any]) -> list[str]:
         for n in r.get("notes") or []:
             lines.append(f"result {r['id']}: {n}")
     return lines
-
-
-def _f(v: Any, digits: int = 1) -> str:
-    return "-" if v is None else f"{v:,.{digits}f}"
-
-
-def _x(v: float | None, row: dict[str, Any]) -> str:
-    """A speedup cell; an incomparable row says so instead of a number."""
-    if row.get("incomparable"):
-        return "n/c"
-    return _f(v, 2)
-
-
-def render_compare(table: dict[str, Any]) -> Table:
-    """The comparison table: decode tok/s and output tok/s per level, each with speedup."""
-    t = Table(
-        title=f"glmserve compare (baseline: result {table['baseline']})", title_justify="left"
-    )
-    for col in ("result", "run", "profile", "mode", "decode tok/s", "x", "TTFT ms"):
-        t.add_column(col, justify="left" if col in ("run", "profile", "mode") else "right")
-    for c in table["concurrency"]:
-        t.add_column(f"c={c} tok/s" if isinstance(c, int) else f"{c} tok/s", justify="right")
-        t.add_column("x", justify="right")
-    for r in table["rows"]:
-        mark = "*" if r["baseline"] else ""
-        flag = "" if r["complete"] else " (incomplete)"
-        cells = [
-            f"{r['id']}{mark}",
-            str(r["run_id"] or "-"),
-            str(r["profile"] or "-") + flag,
-            str(r["mode"]),
-            _f(r["decode_tok_s"], 2),
-            _x(r["decode_speedup"], r),
-            _f(r["ttft_ms"]),
-        ]
-        for c in table["concurrency"]:
-            lv = r["levels"][str(c)]
-            cells += [_f(lv["output_tok_s"]), _x(lv["speedup"], r)]
-        t.add_row(*cells)
-    return t

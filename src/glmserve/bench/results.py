@@ -2,7 +2,8 @@
 
 Measurement ends here; the table, ``--json``, ``--output FILE``, the run store row and
 ``glmserve compare`` all read this object (or its dict), so a stored result re-renders without
-re-running. ``version`` changes whenever a field's meaning changes. Gates are pure checks on it.
+re-running (``glmserve.cli.views`` draws the table). ``version`` changes whenever a field's
+meaning changes. Gates are pure checks on it.
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-from rich.table import Table
 
 from glmserve.bench.metrics import PERCENTILES, level_metrics, percentile
 from glmserve.errors import ConfigError
@@ -206,88 +205,7 @@ def _gate(name: str, value: float | None, bound: float, label: str, minimum: boo
     return {"gate": name, "ok": ok, "value": value, "bound": bound, "reason": reason}
 
 
-# -- rendering -----------------------------------------------------------------------------
-
-
-def _f(v: Any, digits: int = 1) -> str:
-    return "-" if v is None else f"{v:,.{digits}f}"
-
-
-def _pct(d: dict[str, Any] | None, digits: int = 1) -> str:
-    if not d:
-        return "-"
-    return "/".join(_f(d.get(k), digits) for k in ("p50", "p90", "p99"))
-
-
-# (header, priority): lower priority numbers survive a narrow terminal first.
-COLUMNS: tuple[tuple[str, int], ...] = (
-    ("conc", 0), ("output tok/s", 1), ("TTFT ms p50/90/99", 2), ("TPOT ms p50/90/99", 3),
-    ("ok/err", 4), ("decode tok/s p50", 5), ("req/s", 6), ("goodput req/s", 7),
-    ("ITL ms p50/90/99", 8), ("E2E ms p50", 9), ("conc achieved", 10), ("server tok/s", 11),
-    ("queue ms p50", 12),
-)  # fmt: skip
-
-
-def _cells(lv: dict[str, Any]) -> dict[str, str]:
-    srv = lv.get("server") or {}
-    srv_tok = srv.get("generation_tok_s") or srv.get("last_gen_throughput")
-    return {
-        "conc": level_label(lv),
-        "output tok/s": _f(lv["output_tok_s"]),
-        "decode tok/s p50": _f(lv["decode_tok_s"]["p50"], 2),
-        "TTFT ms p50/90/99": _pct(lv["ttft_ms"]),
-        "ITL ms p50/90/99": _pct(lv["itl_ms"], 2),
-        "TPOT ms p50/90/99": _pct(lv["tpot_ms"], 2),
-        "E2E ms p50": _f(lv["e2e_ms"]["p50"], 0),
-        "queue ms p50": _f(lv["queue_ms"]["p50"], 2),
-        "ok/err": f"{lv['completed']}/{lv['errors']}",
-        "server tok/s": _f(srv_tok),
-        "req/s": _f(lv.get("request_throughput"), 2),
-        "goodput req/s": _f(lv.get("goodput"), 2),
-        "conc achieved": _f(lv.get("achieved_concurrency")),
-    }
-
-
-def table_columns(res: BenchResult, wide: bool = False, width: int = 80) -> list[str]:
-    """The columns shown: all with ``wide``; else by priority while the table fits ``width``
-    (goodput only when SLOs were given)."""
-    rows = [_cells(lv) for lv in res.levels]
-    names = [n for n, _ in COLUMNS]
-    if not any(lv.get("goodput") is not None for lv in res.levels):
-        names.remove("goodput req/s")
-    if wide:
-        return names
-
-    def col_w(n: str) -> int:
-        return max([len(n), *[len(r[n]) for r in rows]]) + 3  # padding and border
-
-    chosen: list[str] = []
-    used = 1
-    for n, _ in sorted(COLUMNS, key=lambda c: c[1]):
-        if n in names and used + col_w(n) <= width:
-            chosen.append(n)
-            used += col_w(n)
-    return [n for n in names if n in chosen]
-
-
-def render_table(res: BenchResult, wide: bool = False, width: int = 80) -> Table:
-    """The final table: one row per level, headline in the title. Fits ``width`` columns by
-    leaving out the lowest-priority columns (``wide``: all of them)."""
-    title = f"glmserve bench ({res.mode})"
-    if res.mode == "decode":
-        title += f": decode {_f(res.decode_tok_s, 2)} tok/s, TTFT {_f(res.ttft_ms)} ms"
-    if not res.complete:
-        title += f"  [INCOMPLETE: {res.stopped}]"
-    cols = table_columns(res, wide, width)
-    t = Table(title=title, title_justify="left")
-    for col in cols:
-        t.add_column(col, justify="right")
-    for lv in res.levels:
-        cells = _cells(lv)
-        t.add_row(*[cells[c] for c in cols])
-    if not wide and len(cols) < len(table_columns(res, wide=True)):
-        t.caption = "some columns left out to fit; --wide shows all"
-    return t
+# -- labels and lines under the table ------------------------------------------------------
 
 
 def level_label(lv: dict[str, Any]) -> str:

@@ -26,6 +26,7 @@ from glmserve.errors import (
     ConfigError,
     FlagValidationError,
     GlmserveError,
+    Interrupted,
     RunNotFound,
 )
 
@@ -47,49 +48,62 @@ CLICK_ERRORS = tuple(_click_errors)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; the only place a glmserve error becomes an exit status."""
+    """Run the CLI and return its exit status (the console script passes it to ``sys.exit``);
+    the only place a glmserve error becomes an exit status."""
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        rc = app(args=argv, standalone_mode=False)
+        return _run(argv, debug)
     except GlmserveError as exc:
-        if debug or STATE.get("debug"):
+        notice = isinstance(exc, Interrupted) and exc.notice
+        if (debug or STATE.get("debug")) and not notice:
             traceback.print_exc()
-        err.print(f"[red]error:[/red] {escape(_message(exc))}", markup=True, highlight=False)
-        return _exit(exc.exit_code)
-    except KeyboardInterrupt:
-        err.print("interrupted", highlight=False)
-        return _exit(EXIT_INTERRUPTED)
-    except SystemExit as exc:  # typer.Exit from a verb
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        return _exit(code)
-    except typer.Abort:
-        err.print("interrupted", highlight=False)
-        return _exit(EXIT_INTERRUPTED)
-    except typer.Exit as exc:
-        return _exit(exc.exit_code)
-    except Exception as exc:
-        # typer vendors its own click; usage errors are its ClickException (exit 2).
-        if isinstance(exc, CLICK_ERRORS):
-            exc.show()
-            return _exit(exc.exit_code)
-        if debug or STATE.get("debug"):
-            traceback.print_exc()
+        if notice:
+            err.print(str(exc), highlight=False, markup=False)
         else:
-            where = traceback.extract_tb(exc.__traceback__)[-1]
-            err.print(
-                f"internal error: {type(exc).__name__}: {exc} "
-                f"(at {where.filename.rsplit('/', 1)[-1]}:{where.lineno}; rerun with --debug "
-                "for the traceback and please report it)",
-                highlight=False,
-                markup=False,
-            )
-        return _exit(EXIT_INTERNAL)
-    # standalone_mode=False makes click return a verb's typer.Exit(n) code instead of exiting.
-    # (typer also turns Ctrl-C inside a verb into a returned 130.)
+            err.print(f"[red]error:[/red] {escape(_message(exc))}", markup=True, highlight=False)
+        return exc.exit_code
+
+
+def _run(argv: list[str] | None, debug: bool) -> int:
+    """The app's exit status; every form Ctrl-C takes on the way out becomes ``Interrupted``."""
+    try:
+        rc = app(args=argv, standalone_mode=False)
+    except GlmserveError:
+        raise
+    except (KeyboardInterrupt, typer.Abort):
+        raise Interrupted("interrupted") from None
+    except SystemExit as exc:  # a verb's own status (simulate passes the simulator's on)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except typer.Exit as exc:
+        return exc.exit_code
+    except Exception as exc:
+        return _unexpected(exc, debug)
+    # standalone_mode=False makes click return a verb's typer.Exit(n) code instead of exiting;
+    # typer also turns Ctrl-C inside a verb into a returned 130.
     code = rc if isinstance(rc, int) else 0
     if code == EXIT_INTERRUPTED:
-        err.print("interrupted", highlight=False)
-    return _exit(code)
+        raise Interrupted("interrupted")
+    return code
+
+
+def _unexpected(exc: Exception, debug: bool) -> int:
+    """Click usage errors show themselves (exit 2); anything else is a glmserve bug (exit 70)."""
+    # typer vendors its own click; usage errors are its ClickException (exit 2).
+    if isinstance(exc, CLICK_ERRORS):
+        exc.show()
+        return exc.exit_code
+    if debug or STATE.get("debug"):
+        traceback.print_exc()
+    else:
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        err.print(
+            f"internal error: {type(exc).__name__}: {exc} "
+            f"(at {where.filename.rsplit('/', 1)[-1]}:{where.lineno}; rerun with --debug "
+            "for the traceback and please report it)",
+            highlight=False,
+            markup=False,
+        )
+    return EXIT_INTERNAL
 
 
 def _message(exc: GlmserveError) -> str:
@@ -100,7 +114,3 @@ def _message(exc: GlmserveError) -> str:
     if isinstance(exc, (ConfigError, RunNotFound)) and not isinstance(exc, FlagValidationError):
         text = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
     return text
-
-
-def _exit(code: int) -> int:
-    sys.exit(code)

@@ -1,7 +1,9 @@
 """The Typer app every verb module registers on, plus the few output helpers verbs share.
 
-Verb modules (``cli/<area>.py``) only parse options and call one library function per verb;
-they raise ``glmserve.errors`` exceptions and never call ``sys.exit`` themselves.
+Verb modules (``cli/<area>.py``) parse options (the shared ones declared once in
+``cli/options.py``), call one library function per verb and render what it returns through
+``cli/views.py``; they raise ``glmserve.errors`` exceptions (Ctrl-C included: ``Interrupted``)
+and never call ``sys.exit`` themselves: ``cli.main`` returns the exit status.
 """
 
 from __future__ import annotations

@@ -3,88 +3,33 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from glmserve.bench.metrics import parse_percentiles, parse_slo
-from glmserve.bench.results import parse_output_gate, render_plain, render_table
-from glmserve.bench.runner import BenchSettings, LevelRun, Progress
+from glmserve.bench.results import parse_output_gate, render_plain
+from glmserve.bench.runner import BenchSettings, Progress
 from glmserve.bench.session import BenchInterrupted, Gates, run_bench
 from glmserve.cli._app import app, emit_json, err, is_interactive, out
+from glmserve.cli.options import (
+    ConcurrencyOpt,
+    InputLenOpt,
+    JsonOpt,
+    LastOpt,
+    NumPromptsOpt,
+    OutputLenOpt,
+    WideOpt,
+)
+from glmserve.cli.views import (
+    PlainProgress,
+    RichProgress,
+    render_compare,
+    render_table,
+    sweep_line,
+)
 from glmserve.errors import BenchmarkGateFailed, ConfigError, StoreError
-
-
-class _PlainProgress(Progress):
-    """CI: one line per level start/end and one every few seconds, no control characters."""
-
-    def __init__(self, every: float = 5.0) -> None:
-        self.every = every
-        self.last = 0.0
-        self.total: int | None = None
-
-    def level_started(self, concurrency: int, total: int | None, duration: float | None) -> None:
-        self.total = total
-        self.last = time.monotonic()
-        what = f"{total} requests" if total is not None else f"{duration:g} s"
-        err.print(f"bench: concurrency {concurrency}: {what}", highlight=False)
-
-    def update(self, done: int, errors: int, tokens: int, elapsed: float) -> None:
-        now = time.monotonic()
-        if now - self.last < self.every:
-            return
-        self.last = now
-        total = "?" if self.total is None else str(self.total)
-        rate = tokens / elapsed if elapsed > 0 else 0.0
-        err.print(
-            f"bench:   {done}/{total} done, {errors} errors, {rate:,.1f} tok/s", highlight=False
-        )
-
-    def level_finished(self, run: LevelRun) -> None:
-        errors = sum(1 for r in run.records if not r.ok)
-        note = f" (stopped: {run.stopped})" if run.stopped else ""
-        err.print(
-            f"bench: concurrency {run.concurrency}: {len(run.records)} requests, "
-            f"{errors} errors{note}",
-            highlight=False,
-        )
-
-
-class _RichProgress(Progress):
-    """TTY: a live bar with done/total and tok/s."""
-
-    def __init__(self) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-        from rich.progress import Progress as RP
-
-        self.rp = RP(
-            TextColumn("[bold]c={task.fields[conc]}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]} tok/s, {task.fields[errors]} err"),
-            TimeElapsedColumn(),
-            console=err,
-            transient=False,
-        )
-        self.task: Any = None
-
-    def level_started(self, concurrency: int, total: int | None, duration: float | None) -> None:
-        if self.task is None:
-            self.rp.start()
-        self.task = self.rp.add_task("bench", total=total, conc=concurrency, rate="-", errors=0)
-
-    def update(self, done: int, errors: int, tokens: int, elapsed: float) -> None:
-        rate = f"{tokens / elapsed:,.1f}" if elapsed > 0 else "-"
-        self.rp.update(self.task, completed=done, rate=rate, errors=errors)
-
-    def level_finished(self, run: LevelRun) -> None:
-        pass
-
-    def close(self) -> None:
-        if self.task is not None:
-            self.rp.stop()
 
 
 def _rates(text: str) -> list[float]:
@@ -112,15 +57,6 @@ def parse_labels(items: list[str]) -> dict[str, str]:
     return out
 
 
-def sweep_line(sweep: dict[str, Any]) -> str:
-    """One line saying where a rate sweep found saturation."""
-    thr = sweep.get("max_request_throughput")
-    top = f"{thr:.2f} req/s all at once" if thr else "unknown maximum"
-    if sweep.get("rate") is None:
-        return f"rate sweep: saturated at every rate tried ({top})"
-    return f"rate sweep: kept up up to {sweep['rate']:g} req/s offered ({top})"
-
-
 def _levels(text: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
@@ -135,14 +71,10 @@ def bench(
     ),
     url: str | None = typer.Option(None, "--url", help="Bench this server URL instead of a run."),
     mode: str = typer.Option("decode", "--mode", help="decode | concurrency"),
-    concurrency: str = typer.Option(
-        "1,4,16,64,256", "--concurrency", help="Levels for --mode concurrency (comma list)."
-    ),
-    input_len: int = typer.Option(128, "--input-len", help="Prompt length in tokens."),
-    output_len: int = typer.Option(256, "--output-len", help="Output tokens (ignore_eos)."),
-    num_prompts: int | None = typer.Option(
-        None, "--num-prompts", help="Requests per level (decode: 5, concurrency: 2 x level)."
-    ),
+    concurrency: ConcurrencyOpt = "1,4,16,64,256",
+    input_len: InputLenOpt = 128,
+    output_len: OutputLenOpt = 256,
+    num_prompts: NumPromptsOpt = None,
     duration: float | None = typer.Option(None, "--duration", help="Seconds per level instead."),
     warmup: int = typer.Option(1, "--warmup", help="Unmeasured requests before the first level."),
     api: str = typer.Option("native", "--api", help="native (/generate) | openai | chat"),
@@ -160,7 +92,7 @@ def bench(
         None, "--max-ttft-ms", help="Gate: exit 1 if median TTFT (any level) is higher."
     ),
     min_output_tok_s: list[str] = typer.Option(
-        [],
+        (),
         "--min-output-tok-s",
         help="Gate C:X (e.g. 64:900): exit 1 if output tok/s at concurrency C is below X.",
     ),
@@ -201,10 +133,10 @@ def bench(
         False, "--output-details", help="Per-request arrays (TTFT, TPOT, ITLs...) in the JSON."
     ),
     label: list[str] = typer.Option(
-        [], "--label", help="k=v stored with the result (repeat); `glmserve results --label`."
+        (), "--label", help="k=v stored with the result (repeat); `glmserve results --label`."
     ),
-    wide: bool = typer.Option(False, "--wide", help="Every table column, however wide."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    wide: WideOpt = False,
+    as_json: JsonOpt = False,
     output: Path | None = typer.Option(None, "--output", help="Also write the JSON here."),
 ) -> None:
     """Measure decode tok/s (one stream) or throughput under concurrency; store the result.
@@ -262,11 +194,11 @@ def bench(
         rate_sweep=rate_sweep,
     )
     gates = Gates(min_decode_tok_s, max_ttft_ms, [parse_output_gate(g) for g in min_output_tok_s])
-    progress: Progress = _RichProgress() if is_interactive() else _PlainProgress()
+    progress: Progress = RichProgress() if is_interactive() else PlainProgress()
     try:
         outcome = run_bench(settings, run, gates, progress, labels=parse_labels(label))
     finally:
-        if isinstance(progress, _RichProgress):
+        if isinstance(progress, RichProgress):
             progress.close()
     res = outcome.result
     group = res.meta.get("group")
@@ -314,11 +246,11 @@ def bench(
 @app.command()
 def compare(
     items: list[str] = typer.Argument(None, help="Run ids or bench result ids."),
-    last: int | None = typer.Option(None, "--last", help="The last N stored bench results."),
+    last: LastOpt = None,
     baseline: str | None = typer.Option(
         None, "--baseline", help="Run id or result id to divide by (default: the first)."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+    as_json: JsonOpt = False,
 ) -> None:
     """One table across runs/profiles with speedup against a baseline.
 
@@ -331,7 +263,7 @@ def compare(
 
       glmserve compare r-base r-trtllm --baseline r-base --json
     """
-    from glmserve.bench.compare import compare_notes, compare_results, load_entries, render_compare
+    from glmserve.bench.compare import compare_notes, compare_results, load_entries
 
     entries = load_entries(items or [], last, baseline)
     table = compare_results(entries, baseline)

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 import typer
-from rich.text import Text
 
 from glmserve.cli._app import app, emit_json, out
+from glmserve.cli.options import JsonOpt
+from glmserve.cli.views import render_diagnosis
 from glmserve.diagnose import Diagnosis, State, diagnose_stream
 from glmserve.errors import (
     EXIT_CRASHED,
@@ -142,42 +143,10 @@ def exit_code_for(diag: Diagnosis) -> int:
     return EXIT_OK
 
 
-def render_diagnosis(diag: Diagnosis, label: str) -> Text:
-    """The human view: one screen, log text never interpreted as rich markup."""
-    colour = {State.CRASHED: "red", State.EXITED: "red", State.STALLED: "yellow"}.get(
-        diag.state, "green"
-    )
-    t = Text()
-    t.append("state     ", style="bold")
-    t.append(diag.state.value, style=f"bold {colour}")
-    if diag.state is not diag.phase:
-        t.append(f"  (phase {diag.phase.value})")
-    t.append("\n")
-    if diag.category is not None:
-        t.append("category  ", style="bold")
-        t.append(diag.category.value + "\n", style=colour)
-    if diag.line is not None and diag.root_cause:
-        t.append(f"{label}:{diag.line}: ", style="bold")
-        t.append(diag.root_cause[:400] + "\n")
-    if diag.hint:
-        t.append("hint      ", style="bold")
-        t.append(diag.hint + "\n")
-    if diag.patches:
-        t.append("patches   ", style="bold")
-        t.append(f"{', '.join(diag.patches)} active on {diag.patch_active or '?'} ranks\n")
-    if diag.ready_line is not None:
-        t.append("ready     ", style="bold")
-        t.append(f"{label}:{diag.ready_line}\n")
-    elif diag.last_progress_line is not None:
-        t.append("progress  ", style="bold")
-        t.append(f"{label}:{diag.last_progress_line}: {diag.last_progress or ''}\n")
-    return t
-
-
 @app.command("diagnose", help=_HELP)
 def diagnose(
     target: str = typer.Argument(..., metavar="LOGFILE|RUN|-", help="Log file, run id, or -."),
-    json_out: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON."),
+    json_out: JsonOpt = False,
 ) -> None:
     try:
         diag, label = _diagnose_target(target)

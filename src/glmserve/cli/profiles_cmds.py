@@ -7,10 +7,10 @@ import sys
 from enum import Enum
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from glmserve.cli._app import app, emit_json, err, out
+from glmserve.cli.options import JsonOpt, ProfileOpt, SetOpt, SglangVersionOpt, SimulateOpt
+from glmserve.cli.views import profiles_table
 
 
 class RenderFormat(str, Enum):
@@ -20,9 +20,7 @@ class RenderFormat(str, Enum):
 
 
 @app.command("profiles")
-def profiles_cmd(
-    json_out: bool = typer.Option(False, "--json", help="Machine-readable list."),
-) -> None:
+def profiles_cmd(json_out: JsonOpt = False) -> None:
     """List profiles: name, parent, attention backend, patches, target sglang range.
 
     Profiles are read from ~/.config/glmserve/profiles (they shadow the others), then from
@@ -41,38 +39,17 @@ def profiles_cmd(
         return
     if not rows:
         return
-    table = Table("profile", "extends", "attention backend", "patches", "sglang", "description")
-    for col in table.columns[:5]:
-        col.no_wrap = True
-    for r in rows:
-        # Text(), not str: a profile's name or description is data, never rich markup
-        cells = (
-            r["name"],
-            r["extends"] or "",
-            r["attention_backend"] or "-",
-            ",".join(r["patches"]) or "-",
-            r["sglang"] or "-",
-            r["description"],
-        )
-        table.add_row(*(Text(str(c)) for c in cells))
-    out.print(table)
+    out.print(profiles_table(rows))
 
 
 @app.command("render")
 def render_cmd(
-    profile: str = typer.Option(..., "--profile", "-p", help="Profile name or YAML path."),
+    profile: ProfileOpt,
     fmt: RenderFormat = typer.Option(RenderFormat.script, "--format", "-f"),
-    sglang_version: str = typer.Option(
-        None,
-        "--sglang-version",
-        help="Render for this SGLang release (its flag names) and validate against it; "
-        "default: the newest shipped release in the profile's sglang: range.",
-    ),
-    overrides: list[str] = typer.Option(
-        [], "--set", help="Override a profile key, e.g. --set server.port=8001 (repeatable)."
-    ),
-    simulate: bool = typer.Option(False, "--simulate", help="Launch with the simulator."),
-    json_out: bool = typer.Option(False, "--json", help="Same as --format json."),
+    sglang_version: SglangVersionOpt = None,
+    overrides: SetOpt = (),
+    simulate: SimulateOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Render a profile to the launch script, the argv, or JSON (argv + env + metadata).
 

@@ -16,9 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.table import Table
 
 from glmserve.cli._app import app, emit_json, out
+from glmserve.cli.options import (
+    JsonOpt,
+    LabelFilterOpt,
+    LastOpt,
+    ModeFilterOpt,
+    ProfileFilterOpt,
+    RunFilterOpt,
+    WideOpt,
+)
+from glmserve.cli.views import list_table
 from glmserve.errors import ConfigError
 
 results_app = typer.Typer(
@@ -65,41 +74,6 @@ def select_rows(
             continue
         out_rows.append(r)
     return out_rows[:last] if last else out_rows
-
-
-def _headline(res: dict[str, Any]) -> str:
-    if res.get("decode_tok_s") is not None:
-        return f"decode {res['decode_tok_s']:,.2f} tok/s"
-    best = max((lv.get("output_tok_s") or 0.0 for lv in res.get("levels") or []), default=0.0)
-    return f"max {best:,.1f} out tok/s" if best else "-"
-
-
-def list_table(rows: list[dict[str, Any]]) -> Table:
-    """One line per result: id, date, run, profile, mode, headline, levels, sim, labels."""
-    from glmserve.bench.comparable import context, levels_of, sim_speed
-
-    t = Table(title=f"glmserve results ({len(rows)})", title_justify="left")
-    for col in ("id", "date", "run", "profile", "mode", "headline", "levels", "complete",
-                "sglang", "sim", "labels"):  # fmt: skip
-        t.add_column(col, justify="right" if col == "id" else "left")
-    for r in rows:
-        res, ctx = r["result"], context(r)
-        meta = {**(res.get("meta") or {}), **(r.get("meta") or {})}
-        speed = sim_speed(r)
-        t.add_row(
-            str(r["id"]),
-            time.strftime("%Y-%m-%d %H:%M", time.gmtime(r["created_at"])),
-            str(r.get("run_id") or "-"),
-            str(ctx["profile"] or "-"),
-            str(res.get("mode")),
-            _headline(res),
-            ",".join(str(x) for x in levels_of(r)),
-            "yes" if res.get("complete") else "NO",
-            str(ctx["sglang_version"] or "-"),
-            "-" if speed is None else f"x{speed:g}",
-            ", ".join(f"{k}={v}" for k, v in (meta.get("labels") or {}).items()),
-        )
-    return t
 
 
 def flat_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -169,12 +143,12 @@ def _full(r: dict[str, Any]) -> dict[str, Any]:
 @results_app.callback()
 def results(
     ctx: typer.Context,
-    run: str | None = typer.Option(None, "--run", help="Only this run id (or prefix)."),
-    profile: str | None = typer.Option(None, "--profile", help="Only this profile."),
-    mode: str | None = typer.Option(None, "--mode", help="Only decode | concurrency | rate."),
-    label: list[str] = typer.Option([], "--label", help="Only results with label k=v (repeat)."),
-    last: int | None = typer.Option(None, "--last", help="Only the newest N (after filters)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the list as JSON."),
+    run: RunFilterOpt = None,
+    profile: ProfileFilterOpt = None,
+    mode: ModeFilterOpt = None,
+    label: LabelFilterOpt = (),
+    last: LastOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """List stored bench results, newest first (filters combine).
 
@@ -198,12 +172,13 @@ def results(
 @results_app.command("show")
 def show(
     result_id: int = typer.Argument(..., help="Bench result id (from `glmserve results`)."),
-    as_json: bool = typer.Option(False, "--json", help="The stored result as JSON."),
-    wide: bool = typer.Option(False, "--wide", help="Every column of the bench table."),
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """One stored result: its bench table and everything that makes it comparable."""
     from glmserve.bench.comparable import comparable_block
-    from glmserve.bench.results import BenchResult, render_plain, render_table
+    from glmserve.bench.results import BenchResult, render_plain
+    from glmserve.cli.views import render_table
     from glmserve.store import RunStore
 
     with RunStore.open() as store:
@@ -235,11 +210,11 @@ def show(
 def export(
     fmt: str = typer.Option("csv", "--format", help="csv (one row per level) | json | jsonl"),
     output: Path | None = typer.Option(None, "--output", help="Write here instead of stdout."),
-    run: str | None = typer.Option(None, "--run", help="Only this run id (or prefix)."),
-    profile: str | None = typer.Option(None, "--profile", help="Only this profile."),
-    mode: str | None = typer.Option(None, "--mode", help="Only decode | concurrency | rate."),
-    label: list[str] = typer.Option([], "--label", help="Only results with label k=v (repeat)."),
-    last: int | None = typer.Option(None, "--last", help="Only the newest N (after filters)."),
+    run: RunFilterOpt = None,
+    profile: ProfileFilterOpt = None,
+    mode: ModeFilterOpt = None,
+    label: LabelFilterOpt = (),
+    last: LastOpt = None,
 ) -> None:
     """Export stored results for a spreadsheet (csv) or a script (json, jsonl)."""
     if fmt not in FORMATS:

@@ -7,6 +7,20 @@ from pathlib import Path
 import typer
 
 from glmserve.cli._app import app, emit_json, err, out
+from glmserve.cli.options import (
+    ConcurrencyOpt,
+    HostOpt,
+    InputLenOpt,
+    JsonOpt,
+    NodesOpt,
+    NumPromptsOpt,
+    OutputLenOpt,
+    ReadyTimeoutOpt,
+    ResumeOpt,
+    SetOpt,
+    SimulateOpt,
+    StallBudgetOpt,
+)
 
 
 @app.command()
@@ -14,7 +28,7 @@ def report(
     ids: list[str] = typer.Argument(..., help="Sweep, tune and/or run ids (or run prefixes)."),
     html_file: Path = typer.Option(..., "--html", help="Write the self-contained HTML here."),
     png: Path | None = typer.Option(None, "--png", help="Also write one PNG per chart here."),
-    as_json: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
+    as_json: JsonOpt = False,
 ) -> None:
     """Render stored sweeps/runs as one self-contained HTML report (inline SVG) and PNGs.
 
@@ -38,39 +52,21 @@ def report(
         err.print("warning: no results in the selected ids", highlight=False)
 
 
-def _csv_ints(text: str, flag: str) -> list[int]:
-    from glmserve.errors import ConfigError
-
-    try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError as exc:
-        raise ConfigError(f"{flag}: expected comma-separated integers, got {text!r}") from exc
-    if not vals or any(v <= 0 for v in vals):
-        raise ConfigError(f"{flag}: expected positive integers, got {text!r}")
-    return vals
-
-
 @app.command()
 def sweep(
     profiles: str = typer.Option(
         None, "--profiles", help="Comma-separated profiles, in order (the first success is 1.00x)."
     ),
-    host: str = typer.Option(None, "--host", "-H", help="Host from hosts.yaml (default local)."),
-    nodes: str = typer.Option(
-        None, "--nodes", help="Host group a,b (node 0 first): run every profile over it."
-    ),
+    host: HostOpt = None,
+    nodes: NodesOpt = None,
     bench: list[str] = typer.Option(
-        [], "--bench", help="decode and/or concurrency (repeatable; default decode)."
+        (), "--bench", help="decode and/or concurrency (repeatable; default decode)."
     ),
-    concurrency: str = typer.Option(
-        "1,4,16", "--concurrency", help="Levels for --bench concurrency."
-    ),
-    input_len: int = typer.Option(128, "--input-len", help="Prompt tokens per request."),
-    output_len: int = typer.Option(256, "--output-len", help="Output tokens per request."),
-    num_prompts: int = typer.Option(None, "--num-prompts", help="Requests per level."),
-    sets: list[str] = typer.Option(
-        [], "--set", help="Override for every profile, e.g. sim.speed=20."
-    ),
+    concurrency: ConcurrencyOpt = "1,4,16",
+    input_len: InputLenOpt = 128,
+    output_len: OutputLenOpt = 256,
+    num_prompts: NumPromptsOpt = None,
+    sets: SetOpt = (),
     until_first_success: bool = typer.Option(
         False, "--until-first-success", help="Stop at the first profile that benchmarks."
     ),
@@ -80,23 +76,14 @@ def sweep(
     capture_steps: int = typer.Option(
         0, "--profile-steps", help="Also capture a torch-profiler trace of N decode steps."
     ),
-    timeout: float = typer.Option(
-        None,
-        "--timeout",
-        help="Seconds to wait for READY per profile (default 7200; 0: no deadline).",
-        min=0,
-    ),
-    stall_budgets: list[str] = typer.Option(
-        [],
-        "--stall-budget",
-        help="Start-up: PHASE=SECONDS without log progress = STALLED (repeatable; README).",
-    ),
+    timeout: ReadyTimeoutOpt = None,
+    stall_budgets: StallBudgetOpt = (),
     stall_timeout: float = typer.Option(
         60.0, "--stall-timeout", help="Bench: seconds a stream may stay silent (then an error)."
     ),
-    resume: str = typer.Option(None, "--resume", help="Continue this sweep id (finished kept)."),
-    simulate: bool = typer.Option(False, "--simulate", help="Launch the simulator, same flags."),
-    as_json: bool = typer.Option(False, "--json", help="Print the stored sweep as JSON."),
+    resume: ResumeOpt = None,
+    simulate: SimulateOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Launch, bench and stop each profile in turn; crashes are recorded with their diagnosis.
 
@@ -110,7 +97,7 @@ def sweep(
 
     Example: glmserve sweep --simulate --profiles flashinfer_gtc,trtllm_mla,cutlass_mla
     """
-    from glmserve.deploy.watch import parse_stall_budgets
+    from glmserve.cli.views import print_sweep
     from glmserve.errors import ConfigError, ServerCrashed, SweepInterrupted
     from glmserve.sweep.backend import LifecycleBackend
     from glmserve.sweep.loop import run_sweep
@@ -135,13 +122,10 @@ def sweep(
     else:
         if not profiles:
             raise ConfigError("--profiles is required (or --resume SWEEP_ID)")
-        modes = bench or ["decode"]
-        bad = [m for m in modes if m not in ("decode", "concurrency")]
-        if bad:
-            raise ConfigError(f"--bench: expected decode or concurrency, got {', '.join(bad)}")
-        opts = SweepOptions(
-            bench=modes,
-            concurrency=_csv_ints(concurrency, "--concurrency"),
+        opts = SweepOptions.from_cli(
+            bench,
+            concurrency,
+            stall_budgets,
             input_len=input_len,
             output_len=output_len,
             num_prompts=num_prompts,
@@ -151,9 +135,7 @@ def sweep(
             capture_steps=capture_steps,
             timeout_s=timeout,
             stall_timeout_s=stall_timeout,
-            stall_budgets=list(stall_budgets),
         )
-        parse_stall_budgets(opts.stall_budgets)  # a typo fails before anything starts
         group = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else []
         if group and host:
             raise ConfigError("give --host or --nodes, not both")
@@ -178,62 +160,10 @@ def sweep(
     if as_json:
         emit_json(sw.to_dict())
     else:
-        _print_table(sw)
+        print_sweep(sw)
         err.print(f"saved {sweep_dir(sw.sweep_id)}/sweep.json and sweep.md", highlight=False)
     if not any(e.status == OK for e in sw.entries):
         raise ServerCrashed(f"sweep {sw.sweep_id}: no profile succeeded")
-
-
-def _print_table(sw: object) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
-    from glmserve.sweep.summary import speed_note, sweep_rows
-
-    rows = sweep_rows(sw)  # type: ignore[arg-type]
-    levels = sorted({c for r in rows for c in r["aggregate_tok_s"]})
-    table = Table(title=f"sweep {sw.sweep_id}")  # type: ignore[attr-defined]
-    for col in ["profile", "status", "diagnosis", "decode tok/s", "TTFT ms"]:
-        table.add_column(col, overflow="fold")
-    for c in levels:
-        table.add_column(f"agg tok/s @{c}", justify="right")
-    table.add_column("speedup", justify="right")
-
-    def f(v: float | None) -> str:
-        return "-" if v is None else f"{v:.1f}"
-
-    for r in rows:
-        cells = (
-            r["profile"] + (f" ({len(r['nodes'])} nodes)" if r["nodes"] else ""),
-            r["status"],
-            _short(r["diagnosis"]),
-            f(r["decode_tok_s"]),
-            f(r["ttft_ms"]),
-            *[f(r["aggregate_tok_s"].get(c)) for c in levels],
-            "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
-        )
-        table.add_row(*(Text(c) for c in cells))  # data, never rich markup
-    # Not a terminal (CI, a file): do not squeeze the table into 80 columns.
-    out.print(table, width=None if out.is_terminal else 160)
-    for r in rows:
-        if r["group_id"]:
-            nodes = ", ".join(r["nodes"])
-            out.print(
-                f"{r['profile']}: group {r['group_id']} on nodes {nodes} "
-                f"(node 0 run {r['run_id']})",
-                highlight=False,
-                markup=False,
-            )
-    for r in rows:
-        if r["hint"]:
-            out.print(f"{r['profile']}: {r['hint']}", highlight=False, markup=False)
-    note = speed_note(sw)  # type: ignore[arg-type]
-    if note:
-        out.print(note, highlight=False, markup=False)
-
-
-def _short(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @app.command()
@@ -246,7 +176,7 @@ def profile(
     timeout: float = typer.Option(180.0, "--timeout", help="Seconds to wait for the traces."),
     top: int = typer.Option(8, "--top", help="Rows per table."),
     all_ranks: bool = typer.Option(False, "--all-ranks", help="Full tables for every rank."),
-    as_json: bool = typer.Option(False, "--json", help="The whole analysis as JSON."),
+    as_json: JsonOpt = False,
 ) -> None:
     """Capture a torch-profiler trace of a live run and say where decode time goes, per rank.
 
@@ -260,6 +190,7 @@ def profile(
 
     Example: glmserve profile 3fa2c1d0 --steps 5 --load concurrency:8
     """
+    from glmserve.cli.views import print_analysis
     from glmserve.profiling import analyze_path, capture_profile
 
     if not Path(run_id).exists() and ("/" in run_id or "." in run_id):
@@ -284,61 +215,3 @@ def profile(
         emit_json(analysis.to_dict())
         return
     print_analysis(analysis, top, all_ranks)
-
-
-def print_analysis(analysis: object, top: int = 8, all_ranks: bool = False) -> None:
-    """Rich tables for the first rank (all ranks with ``all_ranks``), one line per other rank,
-    then the findings."""
-    from rich.table import Table
-
-    ranks = analysis.ranks  # type: ignore[attr-defined]
-    for i, r in enumerate(ranks):
-        busy = r.gpu_busy_us / max(r.window_us, 1e-9)
-        for note in r.notes:
-            err.print(f"rank {r.rank}: note: {note}", highlight=False, markup=False)
-        title = (
-            f"rank {r.rank}: {r.steps} step(s), {r.step_us / 1000:.2f} ms/step "
-            f"({r.step_source})" + (f", GPU busy {busy:.0%}" if r.has_gpu else "")
-        )
-        if i > 0 and not all_ranks:
-            lead = r.kernels[0] if r.kernels else r.ops[0] if r.ops else None
-            what = (
-                f"; top: {getattr(lead, 'short_name', None) or lead.name} {lead.share:.0%}"
-                if lead
-                else ""
-            )
-            out.print(title + what, highlight=False, markup=False)
-            continue
-        if r.kernels:
-            kt = Table(title=title + " — top GPU kernels")
-            for col in ("kernel", "kind", "share", "ms/step", "calls", "launched by"):
-                kt.add_column(col, overflow="fold")
-            for k in r.kernels[:top]:
-                kt.add_row(
-                    k.short_name,
-                    k.kind,
-                    f"{k.share:.1%}",
-                    f"{k.total_us / max(r.steps, 1) / 1000:.2f}",
-                    str(k.count),
-                    k.launched_by,
-                )
-            out.print(kt)
-        what = "GPU time of launched kernels" if r.has_gpu else "CPU self time"
-        ot = Table(title=f"{title} — top ops ({what})")
-        for col in ("op", "what", "share", "ms/step", "calls"):
-            ot.add_column(col, overflow="fold")
-        for o in r.ops[:top]:
-            ot.add_row(
-                o.name,
-                o.label,
-                f"{o.share:.1%}",
-                f"{o.total_us / max(r.steps, 1) / 1000:.2f}",
-                str(o.count),
-            )
-        out.print(ot)
-    findings = analysis.findings  # type: ignore[attr-defined]
-    if not findings:
-        out.print("no findings: no single pattern dominates the decode step")
-    for fd in findings:
-        ranks_s = ",".join(str(x) for x in fd.ranks)
-        out.print(f"[{fd.severity}] {fd.message} (ranks {ranks_s})", highlight=False, markup=False)

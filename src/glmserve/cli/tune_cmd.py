@@ -5,13 +5,26 @@ from __future__ import annotations
 import typer
 
 from glmserve.cli._app import app, emit_json, err, out
+from glmserve.cli.options import (
+    ConcurrencyOpt,
+    InputLenOpt,
+    JsonOpt,
+    NumPromptsOpt,
+    OutputLenOpt,
+    ReadyTimeoutOpt,
+    ResumeOpt,
+    SetOpt,
+    SglangVersionOpt,
+    SimulateOpt,
+    StallBudgetOpt,
+)
 
 
 @app.command()
 def tune(
     profile: str = typer.Option(None, "--profile", help="Profile whose server flags are tuned."),
     search: list[str] = typer.Option(
-        [], "--search", help="server.KEY=V1,V2,... (repeatable): values to try for one flag."
+        (), "--search", help="server.KEY=V1,V2,... (repeatable): values to try for one flag."
     ),
     objective: str = typer.Option(
         "output_tok_s", "--objective", help="output_tok_s | goodput | decode_tok_s (maximised)."
@@ -19,12 +32,10 @@ def tune(
     slo: str = typer.Option(
         None, "--slo", help="Latency SLOs, e.g. ttft_p99_ms=2000,tpot_p99_ms=60."
     ),
-    concurrency: str = typer.Option(
-        "1,16", "--concurrency", help="Load points (bench concurrency) of every config."
-    ),
-    input_len: int = typer.Option(128, "--input-len", help="Prompt tokens per request."),
-    output_len: int = typer.Option(64, "--output-len", help="Output tokens per request."),
-    num_prompts: int = typer.Option(None, "--num-prompts", help="Requests per load point."),
+    concurrency: ConcurrencyOpt = "1,16",
+    input_len: InputLenOpt = 128,
+    output_len: OutputLenOpt = 64,
+    num_prompts: NumPromptsOpt = None,
     hosts: str = typer.Option(
         "local", "--hosts", help="Host pool a,b,c (hosts.yaml): one server per host at a time."
     ),
@@ -34,27 +45,19 @@ def tune(
     strategy: str = typer.Option(
         "auto", "--strategy", help="auto (grid if it fits the budget) | grid | coordinate."
     ),
-    sets: list[str] = typer.Option(
-        [], "--set", help="Override for every trial, e.g. sim.speed=10."
-    ),
-    sglang_version: str = typer.Option(
-        None, "--sglang-version", help="Validate each trial's flags for this release; skip misfits."
-    ),
-    timeout: float = typer.Option(
-        None, "--timeout", help="Seconds to wait for READY per trial (default 7200).", min=0
-    ),
-    stall_budgets: list[str] = typer.Option(
-        [], "--stall-budget", help="Start-up: PHASE=SECONDS without progress = STALLED."
-    ),
+    sets: SetOpt = (),
+    sglang_version: SglangVersionOpt = None,
+    timeout: ReadyTimeoutOpt = None,
+    stall_budgets: StallBudgetOpt = (),
     host_lost_after: float = typer.Option(
         60.0, "--host-lost-after", help="Seconds a host may stay unreachable before it leaves."
     ),
     write_profile: str = typer.Option(
         None, "--write-profile", help="Save the best config as this profile (extends --profile)."
     ),
-    resume: str = typer.Option(None, "--resume", help="Continue this tune id (finished kept)."),
-    simulate: bool = typer.Option(False, "--simulate", help="Launch the simulator, same flags."),
-    as_json: bool = typer.Option(False, "--json", help="Print the stored tune as JSON."),
+    resume: ResumeOpt = None,
+    simulate: SimulateOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Search server flags x load points for the best configuration that meets the SLOs.
 
@@ -70,9 +73,9 @@ def tune(
     --search server.max-running-requests=8,32 --search server.cuda-graph-max-bs=8,64
     --slo tpot_p99_ms=60 --hosts la,lb --budget 12
     """
-    from glmserve.cli.sweep_cmds import _csv_ints
     from glmserve.deploy.watch import parse_stall_budgets
     from glmserve.errors import ConfigError, ServerCrashed
+    from glmserve.sweep.state import positive_ints
     from glmserve.tune import resume_tune, start_tune
     from glmserve.tune import state as st
     from glmserve.tune.profile_out import write_profile as write_winner
@@ -106,7 +109,7 @@ def tune(
         tu, server = start_tune(
             profile,
             parse_search(search),
-            _csv_ints(concurrency, "--concurrency"),
+            positive_ints(concurrency, "--concurrency"),
             objective,
             parse_slo(slo),
             pool,

@@ -21,6 +21,7 @@ from glmserve.argspec.launch_script import (
 from glmserve.argspec.model import ArgSpec
 from glmserve.argspec.releases import available_versions, load_argspec, load_release_spec
 from glmserve.cli._app import app, emit_json, err, out
+from glmserve.cli.options import JsonOpt, SglangVersionOpt
 from glmserve.errors import ConfigError, FlagValidationError
 
 _SUMMARY = (
@@ -71,13 +72,11 @@ def validate(
     target: list[str] = typer.Argument(
         None, metavar="[SCRIPT | -- ARGV...]", help="launch script, or server flags after --"
     ),
-    sglang_version: str = typer.Option(
-        None, "--sglang-version", help="release to check against (see --list-versions)"
-    ),
+    sglang_version: SglangVersionOpt = None,
     spec_file: Path = typer.Option(
         None, "--spec", help="argspec JSON dumped on the host (DUMP_SNIPPET) instead of a version"
     ),
-    json_out: bool = typer.Option(False, "--json", help="print the report as JSON"),
+    json_out: JsonOpt = False,
     list_versions: bool = typer.Option(
         False, "--list-versions", help="list releases with a shipped argspec and exit"
     ),

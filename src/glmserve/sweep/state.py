@@ -206,6 +206,35 @@ class SweepOptions:
     stall_budgets: list[str] = field(default_factory=list)  # start-up: --stall-budget PHASE=S
     sglang_version: str | None = None
 
+    @classmethod
+    def from_cli(
+        cls, bench: list[str], concurrency: str, stall_budgets: list[str], **values: Any
+    ) -> SweepOptions:
+        """A new sweep's options from the command line (``bench`` empty: decode only); a
+        wrong bench mode, level list or stall budget is a ConfigError naming its flag, raised
+        before anything is launched."""
+        from glmserve.deploy.watch import parse_stall_budgets  # lazy: pulls in the watcher
+
+        modes = list(bench) or ["decode"]
+        bad = [m for m in modes if m not in ("decode", "concurrency")]
+        if bad:
+            raise ConfigError(f"--bench: expected decode or concurrency, got {', '.join(bad)}")
+        levels = positive_ints(concurrency, "--concurrency")
+        parse_stall_budgets(stall_budgets)
+        return cls(bench=modes, concurrency=levels, stall_budgets=list(stall_budgets), **values)
+
+
+def positive_ints(text: str, flag: str) -> list[int]:
+    """``"1,4,16"`` -> ``[1, 4, 16]``: concurrency levels of a sweep or a tune (ConfigError
+    naming ``flag`` for anything else)."""
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"{flag}: expected comma-separated integers, got {text!r}") from exc
+    if not vals or any(v <= 0 for v in vals):
+        raise ConfigError(f"{flag}: expected positive integers, got {text!r}")
+    return vals
+
 
 @contextlib.contextmanager
 def sweep_lock(sweep_id: str) -> Iterator[None]:

@@ -1,0 +1,92 @@
+"""Options that several verbs take, declared once as ``typing.Annotated`` aliases.
+
+A verb writes ``sets: SetOpt = ()`` instead of repeating ``typer.Option([], "--set", ...)``:
+the flag names, short flags, type, bounds and help live here, so ``--set`` (or ``--json``)
+means the same thing, spelled the same way, on every verb. The default stays in the verb's
+signature, where it differs between verbs (``--concurrency`` is ``1,4,16`` for a sweep,
+``1,16`` for a tune). Repeatable options default to ``()``: typer hands the verb a list either
+way, and an immutable default is never shared between calls.
+
+Options whose meaning differs between verbs (``--slo``, ``--stall-timeout``, ``--output``,
+``--mode``) stay declared in their verb.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+# -- what to launch, and where ------------------------------------------------------------
+ProfileOpt = Annotated[str, typer.Option("--profile", "-p", help="Profile name or YAML path.")]
+HostOpt = Annotated[
+    str | None, typer.Option("--host", "-H", help="Host from hosts.yaml (default local).")
+]
+NodesOpt = Annotated[
+    str | None,
+    typer.Option("--nodes", help="Host group a,b (node 0 first): one server over several nodes."),
+]
+SetOpt = Annotated[
+    list[str],
+    typer.Option("--set", help="Override a profile key, e.g. --set server.port=8001 (repeatable)."),
+]
+SimulateOpt = Annotated[bool, typer.Option("--simulate", help="Launch the simulator, same flags.")]
+SglangVersionOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--sglang-version",
+        help="SGLang release whose flag names and argparse apply (see validate --list-versions).",
+    ),
+]
+
+# -- start-up watching ----------------------------------------------------------------------
+ReadyTimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout", help="Seconds to wait for READY (default 7200; 0: no deadline).", min=0
+    ),
+]
+StallBudgetOpt = Annotated[
+    list[str],
+    typer.Option(
+        "--stall-budget",
+        help="Start-up: PHASE=SECONDS without log progress = STALLED (repeatable; README).",
+    ),
+]
+ResumeOpt = Annotated[
+    str | None,
+    typer.Option("--resume", help="Continue this stored sweep or tune id (finished work kept)."),
+]
+
+# -- load ----------------------------------------------------------------------------------
+ConcurrencyOpt = Annotated[
+    str,
+    typer.Option("--concurrency", help="Concurrency levels to bench, a comma list like 1,4,16."),
+]
+InputLenOpt = Annotated[int, typer.Option("--input-len", help="Prompt tokens per request.")]
+OutputLenOpt = Annotated[
+    int, typer.Option("--output-len", help="Output tokens per request (ignore_eos).")
+]
+NumPromptsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--num-prompts", help="Requests per level (default: decode 5, concurrency 2 x level)."
+    ),
+]
+
+# -- stored results ------------------------------------------------------------------------
+LastOpt = Annotated[
+    int | None, typer.Option("--last", help="The newest N stored results (after any filters).")
+]
+RunFilterOpt = Annotated[str | None, typer.Option("--run", help="Only this run id (or prefix).")]
+ProfileFilterOpt = Annotated[str | None, typer.Option("--profile", help="Only this profile.")]
+ModeFilterOpt = Annotated[
+    str | None, typer.Option("--mode", help="Only decode | concurrency | rate.")
+]
+LabelFilterOpt = Annotated[
+    list[str], typer.Option("--label", help="Only results with label k=v (repeat).")
+]
+
+# -- output --------------------------------------------------------------------------------
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
+WideOpt = Annotated[bool, typer.Option("--wide", help="Every table column, however wide.")]

@@ -1,0 +1,60 @@
+"""``glmserve.cli.options``: a shared option is spelled and explained the same on every verb,
+and a repeatable one reaches the verb as a list whether given or not."""
+
+from __future__ import annotations
+
+import typer
+from typer.main import get_command
+from typer.testing import CliRunner
+
+from glmserve.cli import app
+from glmserve.cli.options import JsonOpt, SetOpt
+
+
+def _params(flag: str) -> dict[str, object]:
+    """Verb path (``"results show"``) -> its click parameter spelled ``flag``."""
+    found = {}
+
+    def walk(cmd, path: str) -> None:
+        for p in cmd.params:
+            if flag in p.opts:
+                found[path] = p
+        for name, sub in getattr(cmd, "commands", {}).items():
+            walk(sub, f"{path} {name}".strip())
+
+    walk(get_command(app), "")
+    return found
+
+
+def test_json_is_one_flag_with_one_wording_on_the_converted_verbs():
+    params = _params("--json")
+    converted = {"bench", "compare", "diagnose", "profiles", "render", "results",
+                 "results show", "report", "sweep", "profile", "tune", "validate"}  # fmt: skip
+    assert converted <= set(params)
+    helps = {params[v].help for v in converted}
+    assert helps == {"Print the result as JSON on stdout."}
+    assert all(params[v].is_flag and params[v].default is False for v in converted)
+
+
+def test_shared_options_keep_their_short_flags():
+    assert _params("--profile")["render"].opts == ["--profile", "-p"]
+    assert _params("--host")["sweep"].opts == ["--host", "-H"]
+    assert "-p" not in _params("--profile")["tune"].opts
+
+
+def test_a_repeatable_option_defaults_to_an_empty_list():
+    seen = []
+    mini = typer.Typer()
+
+    @mini.command()
+    def verb(sets: SetOpt = (), as_json: JsonOpt = False) -> None:
+        seen.append((sets, as_json))
+
+    @mini.command()
+    def other() -> None:
+        pass
+
+    runner = CliRunner()
+    assert runner.invoke(mini, ["verb"]).exit_code == 0
+    assert runner.invoke(mini, ["verb", "--set", "a=1", "--set", "b=2", "--json"]).exit_code == 0
+    assert seen == [([], False), (["a=1", "b=2"], True)]
