@@ -8,16 +8,14 @@ sweep unless ``continue_on_error``; Ctrl-C (or SIGTERM) stops the server, saves 
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from glmserve.errors import (
     GlmserveError,
 )
+from glmserve.sigterm import sigterm_as_interrupt
 from glmserve.sweep.state import (
     CRASHED,
     FAILED,
@@ -104,37 +102,8 @@ def run_sweep(
     sweep unless ``continue_on_error``. Ctrl-C stops the running server, marks the profile
     interrupted, saves, and re-raises so the CLI exits 130; ``--resume`` picks up there.
     """
-    with sweep_lock(sweep.sweep_id), _term_as_interrupt():
+    with sweep_lock(sweep.sweep_id), sigterm_as_interrupt():
         return _run_locked(sweep, opts, backend, say)
-
-
-@contextlib.contextmanager
-def _term_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a CI timeout, ``kill``) takes the Ctrl-C path: stop the server, save, exit.
-
-    Forked children (bench workers) inherit the handler; in them it falls back to the
-    default action so ``Process.terminate()`` still ends them at once.
-    """
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    owner = os.getpid()
-
-    def on_term(signum: int, frame: Any) -> None:
-        if os.getpid() != owner:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-            return
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def _run_locked(sweep: Sweep, opts: SweepOptions, backend: SweepBackend, say: Any) -> Sweep:

@@ -9,18 +9,13 @@ node 0's run id (where its bench results are stored) plus the group id and every
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
-import os
-import secrets
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from glmserve.errors import ConfigError, RunNotFound
-from glmserve.paths import glmserve_home
+from glmserve.statedir import StateDir, dataclass_from
 
 SWEEP_VERSION = 1
 
@@ -123,30 +118,35 @@ class Sweep:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "sweep.json") -> Sweep:
-        if d.get("version") != SWEEP_VERSION:
-            raise ConfigError(f"{where}: unsupported sweep version {d.get('version')!r}")
-        names = set(cls.__dataclass_fields__)
-        kw = {k: v for k, v in d.items() if k in names and k != "entries"}
-        enames = set(SweepEntry.__dataclass_fields__)
-        entries = [SweepEntry(**{k: v for k, v in e.items() if k in enames}) for e in d["entries"]]
-        return cls(entries=entries, **kw)
+        return SWEEPS.decode(cls, d, where, entries=SweepEntry)
 
 
 # --------------------------------------------------------------------------- storage
 
 
-def sweeps_root() -> Path:
-    return glmserve_home() / "sweeps"
-
-
-def new_sweep_id() -> str:
-    return time.strftime("sw-%Y%m%d-%H%M%S-", time.gmtime()) + secrets.token_hex(2)
+SWEEPS = StateDir(
+    noun="sweep",
+    id_prefix="sw",
+    busy="sweep {ident} is being run by another glmserve process (pid {holder})",
+    version=SWEEP_VERSION,
+)
 
 
 def sweep_dir(sweep_id: str) -> Path:
-    if not sweep_id or "/" in sweep_id or sweep_id.startswith("."):
-        raise ConfigError(f"--resume: not a sweep id: {sweep_id!r}")
-    return sweeps_root() / sweep_id
+    return SWEEPS.dir(sweep_id)
+
+
+def list_sweep_ids() -> list[str]:
+    return SWEEPS.ids()
+
+
+def load_sweep(sweep_id: str) -> Sweep:
+    found = SWEEPS.read(sweep_id)
+    if found is None:
+        known = ", ".join(list_sweep_ids()[-5:]) or "none"
+        raise RunNotFound(f"unknown sweep {sweep_id!r} (recent: {known})")
+    data, where = found
+    return Sweep.from_dict(data, where)
 
 
 def save_sweep(sweep: Sweep) -> Path:
@@ -154,35 +154,7 @@ def save_sweep(sweep: Sweep) -> Path:
     from glmserve.sweep.summary import render_markdown
 
     sweep.updated_at = time.time()
-    d = sweep_dir(sweep.sweep_id)
-    d.mkdir(parents=True, exist_ok=True)
-    for name, text in (
-        ("sweep.json", json.dumps(sweep.to_dict(), indent=2, default=str)),
-        ("sweep.md", render_markdown(sweep)),
-    ):
-        tmp = d / f".{name}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, d / name)
-    return d / "sweep.json"
-
-
-def load_sweep(sweep_id: str) -> Sweep:
-    path = sweep_dir(sweep_id) / "sweep.json"
-    if not path.exists():
-        known = ", ".join(list_sweep_ids()[-5:]) or "none"
-        raise RunNotFound(f"unknown sweep {sweep_id!r} (recent: {known})")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}:{exc.lineno}: corrupt sweep file: {exc.msg}") from exc
-    return Sweep.from_dict(data, str(path))
-
-
-def list_sweep_ids() -> list[str]:
-    root = sweeps_root()
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if (p / "sweep.json").exists())
+    return SWEEPS.write(sweep.sweep_id, sweep.to_dict(), render_markdown(sweep))
 
 
 # --------------------------------------------------------------------------- running
@@ -236,28 +208,9 @@ def positive_ints(text: str, flag: str) -> list[int]:
     return vals
 
 
-@contextlib.contextmanager
-def sweep_lock(sweep_id: str) -> Iterator[None]:
+def sweep_lock(sweep_id: str) -> contextlib.AbstractContextManager[None]:
     """One process per sweep: a second ``--resume`` of a running sweep is refused."""
-    d = sweep_dir(sweep_id)
-    d.mkdir(parents=True, exist_ok=True)
-    with (d / ".lock").open("a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.seek(0)
-            holder = fh.read().strip() or "?"
-            raise ConfigError(
-                f"sweep {sweep_id} is being run by another glmserve process (pid {holder})"
-            ) from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(str(os.getpid()))
-        fh.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return SWEEPS.lock(sweep_id)
 
 
 def start_sweep(
@@ -274,7 +227,7 @@ def start_sweep(
     if dupes:
         raise ConfigError(f"--profiles: listed twice: {', '.join(sorted(dupes))}")
     sweep = Sweep(
-        sweep_id=new_sweep_id(),
+        sweep_id=SWEEPS.new_id(),
         profiles=list(profiles),
         host=host,
         simulate=simulate,
@@ -288,5 +241,4 @@ def start_sweep(
 
 
 def resume_options(sweep: Sweep) -> SweepOptions:
-    names = set(SweepOptions.__dataclass_fields__)
-    return SweepOptions(**{k: v for k, v in sweep.options.items() if k in names})
+    return dataclass_from(SweepOptions, sweep.options)

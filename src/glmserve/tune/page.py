@@ -84,27 +84,18 @@ def tune_section(tune: st.Tune) -> str:
         else f"{_e(', '.join(f'{k}={v}' for k, v in best.config.items()))} at concurrency "
         f"{best.concurrency}: {_e(tune.objective)} {_f(st.objective_value(tune, best))}"
     )
-    head = [*keys, "conc", "status", "host", "out tok/s", "goodput", "TTFT p99", "TPOT p99", "SLO"]
+    head = [*keys, *st.TRIAL_COLUMNS]
     rows = []
     for t in tune.trials:
-        m = t.metrics
-        slo_cell = "" if t.status != st.OK else ("ok" if m.get("meets_slo") else "miss")
-        cells = [t.config.get(k, "") for k in keys] + [
-            t.concurrency,
-            t.status,
-            t.host or "-",
-            _f(m.get("output_tok_s")),
-            _f(m.get("goodput")),
-            _f(m.get("ttft_p99_ms")),
-            _f(m.get("tpot_p99_ms")),
-            slo_cell + (" · pareto" if t.key in front else ""),
-        ]
+        cells = st.trial_cells(t, keys)
+        if t.key in front:
+            cells[-1] += " · pareto"  # the SLO cell
         rows.append(
             f'<tr class="status-{_e(t.status)}" data-trial="{_e(t.key)}">'
             + "".join(f"<td>{_e(c)}</td>" for c in cells)
             + "</tr>"
         )
-    failed = [t for t in tune.trials if t.status in (st.CRASHED, st.STALLED, st.FAILED, st.SKIPPED)]
+    failed = st.failed_trials(tune)
     fails = ""
     if failed:
         fails = (

@@ -19,17 +19,17 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from glmserve.errors import (
-    ConfigError,
     FlagValidationError,
     GlmserveError,
     TransportError,
     TuneInterrupted,
 )
+from glmserve.sigterm import sigterm_as_interrupt
 from glmserve.sweep.backend import LifecycleBackend, diagnosis_summary
 from glmserve.sweep.loop import StepOutcome
 from glmserve.tune import state as st
@@ -265,35 +265,10 @@ class Pool:
                 self.say(f"{host}: {config_key(trials[0].config)}: failed: {exc}")
 
 
-@contextlib.contextmanager
-def _term_as_interrupt() -> Iterator[None]:
-    """SIGTERM takes the Ctrl-C path (stop servers, save, exit 130), as in sweeps."""
-    import os
-    import signal
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    owner = os.getpid()
-
-    def on_term(signum: int, frame: Any) -> None:
-        if os.getpid() != owner:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-            return
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
 def run_tune(tune: st.Tune, runner: JobRunner, profile_server: dict[str, Any], say: Say) -> st.Tune:
     """Run (or resume) ``tune`` to the end of its strategy; saves after every step."""
     pool = Pool(tune, runner, say)
-    with tune_lock(tune), _term_as_interrupt():
+    with st.TUNES.lock(tune.tune_id), sigterm_as_interrupt():  # SIGTERM: the Ctrl-C path
         for t in tune.trials:  # what a previous process left running is to be run again
             if t.status in (st.RUNNING, st.INTERRUPTED):
                 t.status = st.PENDING
@@ -318,31 +293,6 @@ def run_tune(tune: st.Tune, runner: JobRunner, profile_server: dict[str, Any], s
         tune.status = "done"
         pool.save()
     return tune
-
-
-@contextlib.contextmanager
-def tune_lock(tune: st.Tune) -> Iterator[None]:
-    """One process per tune (the sweep's flock on the tune's own directory)."""
-    import fcntl
-    import os
-
-    d = st.tune_dir(tune.tune_id)
-    d.mkdir(parents=True, exist_ok=True)
-    with (d / ".lock").open("a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigError(
-                f"tune {tune.tune_id} is being run by another glmserve process"
-            ) from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(str(os.getpid()))
-        fh.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 # --------------------------------------------------------------------------- real jobs

@@ -5,16 +5,13 @@ the rest; a trial interrupted (Ctrl-C) or lost with its host runs again.
 
 from __future__ import annotations
 
-import json
-import os
-import secrets
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glmserve.errors import ConfigError, RunNotFound
-from glmserve.paths import glmserve_home
+from glmserve.errors import RunNotFound
+from glmserve.statedir import StateDir
 from glmserve.tune.space import config_key, pareto_front
 
 TUNE_VERSION = 1
@@ -29,6 +26,11 @@ CRASHED, STALLED, FAILED, SKIPPED, INTERRUPTED = (
 )
 # Kept by --resume. FAILED (a tool error) counts as finished too: the search moves on.
 FINISHED = frozenset({OK, CRASHED, STALLED, FAILED, SKIPPED})
+
+
+def trial_key(config: dict[str, str], concurrency: int) -> str:
+    """A trial's name, unique in its tune: the config's flags and the load, ``a=1,b=2@c16``."""
+    return f"{config_key(config)}@c{concurrency}"
 
 
 @dataclass
@@ -49,7 +51,7 @@ class Trial:
 
     @property
     def key(self) -> str:
-        return f"{config_key(self.config)}@c{self.concurrency}"
+        return trial_key(self.config, self.concurrency)
 
     @property
     def finished(self) -> bool:
@@ -81,7 +83,7 @@ class Tune:
         return [(str(k), [str(v) for v in vals]) for k, vals in self.search]
 
     def trial(self, config: dict[str, str], concurrency: int) -> Trial | None:
-        key = f"{config_key(config)}@c{concurrency}"
+        key = trial_key(config, concurrency)
         return next((t for t in self.trials if t.key == key), None)
 
     def to_dict(self) -> dict[str, Any]:
@@ -93,13 +95,7 @@ class Tune:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "tune.json") -> Tune:
-        if d.get("version") != TUNE_VERSION:
-            raise ConfigError(f"{where}: unsupported tune version {d.get('version')!r}")
-        names = set(cls.__dataclass_fields__)
-        kw = {k: v for k, v in d.items() if k in names and k != "trials"}
-        tnames = set(Trial.__dataclass_fields__)
-        trials = [Trial(**{k: v for k, v in t.items() if k in tnames}) for t in d["trials"]]
-        return cls(trials=trials, **kw)
+        return TUNES.decode(cls, d, where, trials=Trial)
 
 
 # --------------------------------------------------------------------------- results (pure)
@@ -183,25 +179,12 @@ def render_markdown(tune: Tune) -> str:
         ]
     else:
         lines += ["**Best:** no trial met the SLOs", ""]
-    head = [*keys, "conc", "status", "host", "out tok/s", "goodput", "TTFT p99", "TPOT p99"]
-    head += ["SLO", "pareto"]
+    head = [*keys, *TRIAL_COLUMNS, "pareto"]
     lines += ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for t in tune.trials:
-        m = t.metrics
-        slo = "" if t.status != OK else ("ok" if m.get("meets_slo") else "miss")
-        cells = [t.config.get(k, "") for k in keys] + [
-            str(t.concurrency),
-            t.status,
-            t.host or "-",
-            _fmt(m.get("output_tok_s")),
-            _fmt(m.get("goodput")),
-            _fmt(m.get("ttft_p99_ms")),
-            _fmt(m.get("tpot_p99_ms")),
-            slo,
-            "*" if t.key in front else "",
-        ]
+        cells = [*trial_cells(t, keys), "*" if t.key in front else ""]
         lines.append("| " + " | ".join(cells) + " |")
-    failed = [t for t in tune.trials if t.status in (CRASHED, STALLED, FAILED, SKIPPED)]
+    failed = failed_trials(tune)
     if failed:
         lines += ["", "## Failed and skipped trials", ""]
         for t in failed:
@@ -209,6 +192,30 @@ def render_markdown(tune: Tune) -> str:
     if tune.lost_hosts:
         lines += ["", f"Hosts taken out of the pool: {', '.join(tune.lost_hosts)}"]
     return "\n".join(lines) + "\n"
+
+
+# The trial table's columns after one per searched flag (tune.md and the report's tune page).
+TRIAL_COLUMNS = ("conc", "status", "host", "out tok/s", "goodput", "TTFT p99", "TPOT p99", "SLO")
+
+
+def trial_cells(trial: Trial, keys: list[str]) -> list[str]:
+    """A trial's row of the trial table, as text: its value of each flag in ``keys``, then
+    one cell per ``TRIAL_COLUMNS`` (SLO: ok or miss for a trial that ran, else empty)."""
+    m = trial.metrics
+    slo = "" if trial.status != OK else ("ok" if m.get("meets_slo") else "miss")
+    figures = ("output_tok_s", "goodput", "ttft_p99_ms", "tpot_p99_ms")
+    return [trial.config.get(k, "") for k in keys] + [
+        str(trial.concurrency),
+        trial.status,
+        trial.host or "-",
+        *(_fmt(m.get(f)) for f in figures),
+        slo,
+    ]
+
+
+def failed_trials(tune: Tune) -> list[Trial]:
+    """Trials that ended without a result (crashed, stalled, failed, skipped), in order."""
+    return [t for t in tune.trials if t.status in (CRASHED, STALLED, FAILED, SKIPPED)]
 
 
 def why(trial: Trial) -> str:
@@ -223,41 +230,31 @@ def why(trial: Trial) -> str:
 # --------------------------------------------------------------------------- storage
 
 
-def tunes_root() -> Path:
-    return glmserve_home() / "tunes"
+TUNES = StateDir(
+    noun="tune",
+    id_prefix="tu",
+    busy="tune {ident} is being run by another glmserve process",
+    version=TUNE_VERSION,
+)
 
 
 def new_tune_id() -> str:
-    return time.strftime("tu-%Y%m%d-%H%M%S-", time.gmtime()) + secrets.token_hex(2)
+    return TUNES.new_id()
 
 
 def tune_dir(tune_id: str) -> Path:
-    if not tune_id or "/" in tune_id or tune_id.startswith("."):
-        raise ConfigError(f"--resume: not a tune id: {tune_id!r}")
-    return tunes_root() / tune_id
+    return TUNES.dir(tune_id)
 
 
 def save_tune(tune: Tune) -> Path:
     """tune.json and tune.md, each written atomically (Ctrl-C never leaves half a file)."""
     tune.updated_at = time.time()
-    d = tune_dir(tune.tune_id)
-    d.mkdir(parents=True, exist_ok=True)
-    for name, text in (
-        ("tune.json", json.dumps(tune.to_dict(), indent=2, default=str)),
-        ("tune.md", render_markdown(tune)),
-    ):
-        tmp = d / f".{name}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, d / name)
-    return d / "tune.json"
+    return TUNES.write(tune.tune_id, tune.to_dict(), render_markdown(tune))
 
 
 def load_tune(tune_id: str) -> Tune:
-    path = tune_dir(tune_id) / "tune.json"
-    if not path.exists():
-        raise RunNotFound(f"unknown tune {tune_id!r} (see {tunes_root()})")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}:{exc.lineno}: corrupt tune file: {exc.msg}") from exc
-    return Tune.from_dict(data, str(path))
+    found = TUNES.read(tune_id)
+    if found is None:
+        raise RunNotFound(f"unknown tune {tune_id!r} (see {TUNES.root()})")
+    data, where = found
+    return Tune.from_dict(data, where)
