@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from glmserve.errors import ConfigError, RunNotFound
-from glmserve.profiling import PROFILED_EVENT
+from glmserve.profiling.analysis import PROFILED_EVENT
 from glmserve.sweep import OK, Sweep, list_sweep_ids, load_sweep, speed_note, sweep_rows
 
 PALETTE = ["#4269d0", "#efb118", "#ff725c", "#6cc5b0", "#3ca951", "#ff8ab7", "#a463f2", "#97bbf5"]
