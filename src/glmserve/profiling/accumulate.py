@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 from glmserve.profiling.events import (
@@ -48,6 +49,18 @@ _DECODE_FRAME = re.compile(
 _PREFILL_FRAME = re.compile(r"\.py\(\d+\): forward_extend$")
 _GRAPH_LAUNCH = re.compile(r"^(cu|cuda|hip)GraphLaunch")
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+@dataclass
+class _Window:
+    """The decode steps of one rank, what a profile's shares are of."""
+
+    spans: list[tuple[float, float]]  # CPU spans of the steps ([] without step markers)
+    kernels: list[KernelSpan]  # the GPU activity that belongs to them
+    window_us: float
+    steps: int
+    source: str  # which marker the steps came from
+    notes: list[str] = field(default_factory=list)
 
 
 class TraceAccumulator:
@@ -194,39 +207,13 @@ class TraceAccumulator:
         return [], ""
 
     def finish(self, steps_hint: int | None = None) -> RankProfile:
-        """Shares are of the decode steps' time: each step runs from its CPU marker's start
-        to the end of the last GPU kernel it launched (GPU work lags the CPU), overlapping
-        steps counted once. ``steps_hint``: how many steps were recorded, for traces without
-        any step marker (the GPU busy span is then split evenly over that many steps)."""
-        notes: list[str] = []
-        spans, step_source = self._step_spans(steps_hint)
-        kernels = self.kernels
-        if spans:
-            kernels, extents, left = self._kernels_in_steps(spans)
-            window, n_steps = union_length(sorted(extents)), len(spans)
-            if left[0]:
-                notes.append(
-                    f"{left[0]} GPU activities ({left[1] / 1000:.2f} ms) outside the "
-                    f"{n_steps} decode step(s) left out"
-                )
-        elif kernels:
-            first = min(k[0] for k in kernels)
-            window = max(k[0] + k[1] for k in kernels) - first
-            n_steps = steps_hint or 1
-            step_source = "gpu busy span" + (f" / {steps_hint} steps" if steps_hint else "")
-            notes.append(
-                "no decode-step markers (ProfilerStep#N, forward_decode/replay frames, "
-                "cudaGraphLaunch): shares are of the whole profiled GPU span"
-                + ("" if steps_hint else ", one step assumed")
-            )
-        elif self.ops:
-            n_steps = 1
-            window = max(o.end for o in self.ops) - min(o.ts for o in self.ops)
-            step_source = "cpu span"
-            notes.append("no decode-step markers: shares are of the whole profiled CPU span")
-        else:
-            n_steps, window, step_source = 0, 0.0, "empty"
-        if self.prefill_frames and step_source == "forward_decode/replay frames":
+        """The rank's profile, shares of the decode steps' time (see ``_window``).
+        ``steps_hint``: how many steps were recorded, for traces without any step marker
+        (the GPU busy span is then split evenly over that many steps)."""
+        win = self._window(steps_hint)
+        kernels = win.kernels
+        notes = win.notes
+        if self.prefill_frames and win.source == "forward_decode/replay frames":
             prefills = len(outermost(self.prefill_frames))
             notes.append(f"{prefills} prefill (forward_extend) forward(s) left out")
         devices = sorted({k[6] for k in kernels if k[6] is not None})
@@ -237,21 +224,19 @@ class TraceAccumulator:
             )
         if self.skipped:
             notes.append(f"{self.skipped} event(s) with missing or unusable ts/dur skipped")
-        has_gpu = bool(kernels)
-        busy = union_length(sorted((k[0], k[0] + k[1]) for k in kernels))
-        if has_gpu:
-            k_stats, ops = self._gpu_stats(window, kernels)
+        if kernels:
+            k_stats, ops = self._gpu_stats(win.window_us, kernels)
         else:
-            k_stats, ops = [], self._cpu_self_stats(window, spans)
+            k_stats, ops = [], self._cpu_self_stats(win.window_us, win.spans)
         return RankProfile(
             rank=self.rank,
             source=self.source,
-            steps=n_steps,
-            step_us=window / n_steps if n_steps else 0.0,
-            window_us=window,
-            step_source=step_source,
-            gpu_busy_us=busy,
-            has_gpu=has_gpu,
+            steps=win.steps,
+            step_us=win.window_us / win.steps if win.steps else 0.0,
+            window_us=win.window_us,
+            step_source=win.source,
+            gpu_busy_us=union_length(sorted((k[0], k[0] + k[1]) for k in kernels)),
+            has_gpu=bool(kernels),
             kernels=k_stats,
             ops=ops,
             event_count=self.events,
@@ -259,6 +244,37 @@ class TraceAccumulator:
             devices=devices,
             notes=notes,
         )
+
+    def _window(self, steps_hint: int | None) -> _Window:
+        """The decode steps shares are measured against: each step runs from its CPU marker's
+        start to the end of the last GPU kernel it launched (GPU work lags the CPU),
+        overlapping steps counted once; without markers, the whole GPU (else CPU) span."""
+        spans, source = self._step_spans(steps_hint)
+        if spans:
+            kernels, extents, left = self._kernels_in_steps(spans)
+            win = _Window(spans, kernels, union_length(sorted(extents)), len(spans), source)
+            if left[0]:
+                win.notes.append(
+                    f"{left[0]} GPU activities ({left[1] / 1000:.2f} ms) outside the "
+                    f"{win.steps} decode step(s) left out"
+                )
+            return win
+        kernels = self.kernels
+        if kernels:
+            first = min(k[0] for k in kernels)
+            window = max(k[0] + k[1] for k in kernels) - first
+            source = "gpu busy span" + (f" / {steps_hint} steps" if steps_hint else "")
+            note = (
+                "no decode-step markers (ProfilerStep#N, forward_decode/replay frames, "
+                "cudaGraphLaunch): shares are of the whole profiled GPU span"
+                + ("" if steps_hint else ", one step assumed")
+            )
+            return _Window([], kernels, window, steps_hint or 1, source, [note])
+        if self.ops:
+            window = max(o.end for o in self.ops) - min(o.ts for o in self.ops)
+            note = "no decode-step markers: shares are of the whole profiled CPU span"
+            return _Window([], kernels, window, 1, "cpu span", [note])
+        return _Window([], kernels, 0.0, 0, "empty")
 
     def _launch_ts(self, ext: int | None, corr: int | None) -> float | None:
         if corr is not None and corr in self.launch_sites:
