@@ -101,6 +101,15 @@ class _TextWindow:
         self.pos += 1
         return ch
 
+    def open_container(self, brackets: str) -> bool:
+        """Consume the opening bracket of ``brackets`` ("{}" or "[]"); False, with the
+        closing one consumed too, when the container is empty."""
+        self.expect(brackets[0])
+        if self.peek() == brackets[1]:
+            self.pos += 1
+            return False
+        return True
+
     def value(self) -> Any:
         """Decode the next JSON value, reading more text until it is complete."""
         self.peek()
@@ -162,9 +171,7 @@ class TraceFile:
                 self.has_event_array = True
                 yield from _array_items(win)
                 return
-            win.expect("{")
-            if win.peek() == "}":
-                win.pos += 1
+            if not win.open_container("{}"):
                 return
             while True:
                 key = win.value()
@@ -183,9 +190,7 @@ class TraceFile:
 
 
 def _array_items(win: _TextWindow) -> Iterator[dict[str, Any]]:
-    win.expect("[")
-    if win.peek() == "]":
-        win.pos += 1
+    if not win.open_container("[]"):
         return
     while True:
         item = win.value()
