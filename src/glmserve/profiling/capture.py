@@ -2,18 +2,24 @@
 
 SGLang's ``/start_profile`` with ``num_steps`` records that many forward steps and stops by
 itself, writing ``{id}-TP-{r}.trace.json.gz`` per rank into ``output_dir`` on the server's
-host. Steps only happen under load, so while it records, ``--load``'s concurrency of requests
-is kept in flight (short prompts, ``ignore_eos``: decode steps).
+host. Steps only happen under load, so while it records, the bench package's closed loop keeps
+``--load``'s concurrency of requests in flight (short prompts, ``ignore_eos``: decode steps).
 The files are then fetched over the run's transport and analysed like any others.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from typing import TYPE_CHECKING, Any
 
 from glmserve.errors import ConfigError
 from glmserve.profiling.analysis import PROFILED_EVENT, analyze_traces, summarize_analysis
 from glmserve.profiling.results import TraceAnalysis
+
+if TYPE_CHECKING:
+    from glmserve.bench.metrics import StreamRecord
+
+PROMPT_TOKENS = 64  # a short prompt: the load is there for its decode steps
 
 
 def parse_load(load: str) -> tuple[str, int]:
@@ -26,37 +32,31 @@ def parse_load(load: str) -> tuple[str, int]:
     raise ConfigError(f"--load: expected decode or concurrency:C (C > 0), got {load!r}")
 
 
-def _drive_load(base_url: str, concurrency: int, stop: Any, output_len: int) -> list[str]:
-    """Keep ``concurrency`` native /generate requests in flight until ``stop`` is set."""
-    import random
-    import threading
+def _start_load(
+    base_url: str, concurrency: int, steps: int, output_len: int, stop: threading.Event
+) -> list[StreamRecord]:
+    """Keep ``concurrency`` native /generate requests in flight until ``stop`` is set, on a
+    thread; the records (errors among them) fill the returned list as requests end.
 
-    import httpx
+    Every request SGLang can record has its own prompt: a slot sends one request per
+    ``output_len`` decode steps, so ``steps`` steps take ``2 + steps // output_len`` a slot
+    at most (the loop cycles through them after that, when recording is over).
+    """
+    from glmserve.bench.runner import keep_in_flight
+    from glmserve.bench.workload import build_request, make_prompts
 
-    errors: list[str] = []
-
-    def worker(seed: int) -> None:
-        rng = random.Random(seed)
-        with httpx.Client(timeout=httpx.Timeout(60.0, connect=5.0)) as client:
-            while not stop.is_set():
-                body = {
-                    "input_ids": [rng.randrange(100, 30000) for _ in range(64)],
-                    "sampling_params": {
-                        "max_new_tokens": output_len,
-                        "temperature": 0.0,
-                        "ignore_eos": True,
-                    },
-                }
-                try:
-                    client.post(f"{base_url}/generate", json=body).raise_for_status()
-                except httpx.HTTPError as exc:
-                    errors.append(str(exc))
-                    stop.wait(0.2)
-
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
-    for t in threads:
-        t.start()
-    return errors
+    count = concurrency * (2 + steps // max(output_len, 1))
+    prompts = make_prompts(count, PROMPT_TOKENS, seed=0)
+    requests = [build_request("native", p, output_len, model="") for p in prompts]
+    records: list[StreamRecord] = []
+    load = threading.Thread(
+        target=keep_in_flight,
+        args=(base_url, requests, concurrency, stop, records),
+        kwargs={"stall_timeout": 60.0},
+        daemon=True,
+    )
+    load.start()
+    return records
 
 
 def capture_profile(
@@ -74,7 +74,6 @@ def capture_profile(
     drives the load meanwhile, polls the host until every rank's file is there and no longer
     growing, copies them to ``$GLMSERVE_HOME/profiles/<run>/<stamp>/`` and parses them.
     """
-    import threading
     import time
 
     import httpx
@@ -115,7 +114,7 @@ def capture_profile(
                 f"run {run.run_id}: /start_profile answered {r.status_code}: {r.text.strip()[:200]}"
             )
         say(f"profiling {steps} steps on {want} rank(s) under {load} load")
-        errors = _drive_load(base, concurrency, stop, output_len)
+        records = _start_load(base, concurrency, steps, output_len, stop)
         try:
             gone = lambda: monitor.verdict is not None  # noqa: E731
             files = _wait_for_traces(t, remote_dir, want, time.monotonic() + timeout_s, gone)
@@ -127,6 +126,7 @@ def capture_profile(
         finally:
             stop.set()
     if not files:
+        errors = [r.error for r in records if r.error]
         raise ServerNotReady(
             f"run {run.run_id}: no trace files in {remote_dir} after {timeout_s:.0f}s"
             + (f" (load errors: {errors[-1]})" if errors else "")
