@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from glmserve.errors import ConfigError, RunNotFound
-from glmserve.profiling import PROFILED_EVENT
+from glmserve.profiling.analysis import PROFILED_EVENT
 from glmserve.sweep.state import OK, Sweep, list_sweep_ids, load_sweep
 from glmserve.sweep.summary import speed_note, sweep_rows
 

@@ -691,6 +691,22 @@ def run_warmup(settings: BenchSettings, requests: list[Request]) -> None:
         raise TransportError(f"cannot reach server at {settings.base_url}: {failed[0].error}")
 
 
+def keep_in_flight(
+    base_url: str,
+    requests: list[Request],
+    slots: int,
+    stop: threading.Event,
+    records: list[StreamRecord],
+    api: str = "native",
+    stall_timeout: float = 120.0,
+) -> str | None:
+    """Load for a measurement taken elsewhere (``glmserve profile``): the closed loop keeps
+    ``slots`` streams of ``requests`` (cycled) in flight until ``stop`` is set or the server
+    is unreachable, ``records`` filling as they go. Returns why it stopped."""
+    spec = _LoopSpec(base_url, api, requests, None, slots, stall_timeout, time.perf_counter(), None)
+    return asyncio.run(_closed_loop(spec, records, lambda r: None, {}, should_stop=stop.is_set))
+
+
 def prepare_requests(settings: BenchSettings, model: str) -> list[Request]:
     """Enough distinct prompts for the largest level (cycled when running by duration):
     random token ids, or the dataset file's prompts; output lengths per --random-range-ratio."""

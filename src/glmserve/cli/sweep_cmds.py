@@ -191,7 +191,8 @@ def profile(
     Example: glmserve profile 3fa2c1d0 --steps 5 --load concurrency:8
     """
     from glmserve.cli.views import print_analysis
-    from glmserve.profiling import analyze_path, capture_profile
+    from glmserve.profiling.analysis import analyze_path
+    from glmserve.profiling.capture import capture_profile
 
     if not Path(run_id).exists() and ("/" in run_id or "." in run_id):
         from glmserve.errors import ConfigError

@@ -159,7 +159,8 @@ class LifecycleBackend(SweepBackend):
         return outcome.result.to_dict()
 
     def capture(self, run_id: str, opts: SweepOptions) -> dict[str, Any]:
-        from glmserve.profiling import capture_profile, summarize_analysis
+        from glmserve.profiling.analysis import summarize_analysis
+        from glmserve.profiling.capture import capture_profile
 
         analysis = capture_profile(run_id, steps=opts.capture_steps, load="decode")
         return summarize_analysis(analysis)

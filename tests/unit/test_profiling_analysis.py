@@ -8,14 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from glmserve.profiling import (
-    TraceAccumulator,
-    TraceFormatError,
-    analyze_traces,
-    find_bottlenecks,
-    iter_trace,
-    summarize_trace,
-)
+from glmserve.profiling.accumulate import TraceAccumulator
+from glmserve.profiling.analysis import analyze_traces, summarize_trace
+from glmserve.profiling.findings import find_bottlenecks
+from glmserve.profiling.trace import TraceFormatError, iter_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
 CAST_KERNEL = (
@@ -190,7 +186,7 @@ def test_stream_reader_yields_events_and_metadata_on_both_sides(tmp_path):
 def test_reader_handles_plain_json_small_buffer_and_bare_array(tmp_path):
     t = _decode_like(steps=1, layers=2)
     plain = t.write(tmp_path / "plain.trace.json", gz=False)
-    from glmserve.profiling import TraceFile, _open_text, _TextWindow
+    from glmserve.profiling.trace import TraceFile, _open_text, _TextWindow
 
     with _open_text(plain) as fh:  # 7-char window: every event straddles a refill
         win = _TextWindow(fh, "plain", chunk_chars=7)
@@ -202,7 +198,7 @@ def test_reader_handles_plain_json_small_buffer_and_bare_array(tmp_path):
 
 
 def test_small_chunks_decode_numbers_split_across_refills(tmp_path, monkeypatch):
-    import glmserve.profiling as prof
+    import glmserve.profiling.trace as prof
 
     path = tmp_path / "n.json"
     path.write_text('{"traceEvents": [{"ph": "X", "ts": 123456789, "dur": 42}], "n": 98765}')
@@ -389,7 +385,7 @@ def test_steps_hint_splits_the_busy_span_when_there_are_no_profiler_steps():
 
 def test_reader_window_stays_bounded_on_a_trace_much_bigger_than_its_chunk(tmp_path, monkeypatch):
     """Real traces reach GBs: the text held at once is one chunk plus one event, not the file."""
-    import glmserve.profiling as prof
+    import glmserve.profiling.trace as prof
 
     t = _decode_like(steps=300, layers=4)
     path = t.write(tmp_path / "big-TP-0.trace.json.gz")
@@ -437,7 +433,7 @@ def test_stream_reader_agrees_with_json_loads_for_any_document_and_chunk_size():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    import glmserve.profiling as prof
+    import glmserve.profiling.trace as prof
 
     events = st.lists(st.dictionaries(st.text(max_size=6), _json_values(), max_size=4),
                       max_size=6)  # fmt: skip

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from glmserve.profiling import find_bottlenecks, summarize_trace
+from glmserve.profiling.analysis import summarize_trace
+from glmserve.profiling.findings import find_bottlenecks
 
 ROOT = Path(__file__).resolve().parents[2]
 

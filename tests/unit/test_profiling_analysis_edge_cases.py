@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from glmserve.cli import main
-from glmserve.profiling import TraceAccumulator, TraceFormatError, analyze_path, analyze_traces
+from glmserve.profiling.accumulate import TraceAccumulator
+from glmserve.profiling.analysis import analyze_path, analyze_traces
+from glmserve.profiling.trace import TraceFormatError
 
 SRT = "/usr/local/lib/python3.12/dist-packages/sglang/srt/model_executor"
 DECODE_EAGER = f"{SRT}/model_runner.py(2284): forward_decode"
@@ -112,7 +114,7 @@ def test_huge_integer_timestamp_among_good_events_is_skipped(tmp_path):
 
 def test_syntax_error_before_a_huge_tail_is_the_json_error(tmp_path, monkeypatch):
     """A plain syntax error is not 'one value larger than 64 MiB', however much follows."""
-    import glmserve.profiling as prof
+    import glmserve.profiling.trace as prof
 
     monkeypatch.setattr(prof, "MAX_EVENT_CHARS", 1 << 16)
     path = tmp_path / "bad.json"

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from glmserve.cli import main
-from glmserve.profiling import (
-    TraceFormatError,
+from glmserve.profiling.analysis import (
     analyze_path,
     analyze_traces,
-    find_bottlenecks,
     summarize_trace,
     summarize_trace_ranks,
 )
+from glmserve.profiling.findings import find_bottlenecks
+from glmserve.profiling.trace import TraceFormatError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
 EAGER = sorted((DATA / "tp2_eager").glob("*.trace.json.gz"))
@@ -259,7 +259,7 @@ def test_pytorch_18_kernels_link_by_lowercase_external_id_without_correlation(tm
 
 def test_one_endless_value_is_refused_instead_of_buffered(tmp_path, monkeypatch):
     """A "trace" whose first event never ends (a GB string, say) must not fill memory."""
-    import glmserve.profiling as prof
+    import glmserve.profiling.trace as prof
 
     monkeypatch.setattr(prof, "MAX_EVENT_CHARS", 1 << 16)
     path = tmp_path / "endless.json"

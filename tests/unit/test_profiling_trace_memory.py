@@ -19,7 +19,8 @@ import pytest
 
 _PROBE = """
 import resource, sys
-from glmserve.profiling import iter_trace, summarize_trace
+from glmserve.profiling.analysis import summarize_trace
+from glmserve.profiling.trace import iter_trace
 mode, path = sys.argv[1], sys.argv[2]
 if mode == "stream":
     n = sum(1 for _ in iter_trace(path))

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-import glmserve.profiling as prof
+import glmserve.profiling.trace as prof
 from glmserve.cli import main
-from glmserve.profiling import TraceFormatError, analyze_path, iter_trace
+from glmserve.profiling.analysis import analyze_path
+from glmserve.profiling.trace import TraceFormatError, iter_trace
 
 TRACES = Path(__file__).parent.parent / "data" / "traces"
 DEEP = 200_000
