@@ -193,7 +193,8 @@ def test_a_group_node_dying_mid_bench_ends_the_bench_naming_it(tmp_path):
     from dataclasses import replace
 
     from glmserve.config import profiles
-    from glmserve.deploy.group import launch_group, mark_followers_ready, stop_group, watch_group
+    from glmserve.deploy.deployment import Deployment
+    from glmserve.deploy.plan import plan_spec
 
     cfg_dir = Path(os.environ["GLMSERVE_CONFIG_DIR"])
     cfg_dir.mkdir(parents=True, exist_ok=True)
@@ -204,10 +205,10 @@ def test_a_group_node_dying_mid_bench_ends_the_bench_naming_it(tmp_path):
                                                 "sim.gpu-arch=sm100", "sim.speed=5"])  # fmt: skip
     spec = replace(profiles.simulate(spec), nodes=["la", "lb"])
     store = RunStore.open()
-    gid, runs = launch_group(spec, store=store)
+    dep = Deployment.launch(plan_spec(spec), store=store)
+    gid, runs = dep.id, dep.runs
     try:
-        assert watch_group(runs, poll_s=0.2, timeout_s=60).state == "READY"
-        mark_followers_ready(runs, store)
+        assert dep.watch(poll_s=0.2, timeout_s=60).state == "READY"  # followers marked READY
         cmd = [*GLMSERVE, "bench", gid, "--mode", "concurrency", "--concurrency", "4",
                "--num-prompts", "2000", "--output-len", "48", "--json"]  # fmt: skip
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -229,7 +230,7 @@ def test_a_group_node_dying_mid_bench_ends_the_bench_naming_it(tmp_path):
         assert data["complete"] is False and data["stopped"].startswith("server EXITED")
         assert 0 < data["levels"][0]["completed"] < 2000
     finally:
-        stop_group(runs, timeout=5, store=store)
+        dep.stop(timeout=5, raise_failure=True)
 
 
 def test_a_worker_dying_mid_bench_is_diagnosed_not_reported_complete(launch):

@@ -47,7 +47,7 @@ def _load_one(store: Any, item: str) -> dict[str, Any]:
     """A run id (exact, or a unique prefix), a group id (its node 0 run), else a number as a
     bench result id. An exact run id wins over a number: run ids are 8 hex digits, so about
     one in fifty is all digits."""
-    from glmserve.deploy.group import group_runs
+    from glmserve.deploy.deployment import Deployment
 
     try:
         run = store.get_run(item)
@@ -55,11 +55,8 @@ def _load_one(store: Any, item: str) -> dict[str, Any]:
         run = None
     if item.isdigit() and (run is None or run.run_id != item):
         return store.get_bench_result(int(item))
-    if run is None and item.startswith("g"):
-        members = group_runs(store, item)
-        run = members[0] if members else None
     if run is None:
-        store.get_run(item)  # raises RunNotFound naming the item
+        run = Deployment.resolve(store, item).head  # a group id; else RunNotFound naming it
     rows = store.list_bench_results(run_id=run.run_id, last=1)
     if not rows:
         raise RunNotFound(f"run {item} has no bench results (run `glmserve bench {item}`)")

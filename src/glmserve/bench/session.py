@@ -86,16 +86,17 @@ def bench_run(ident: str | None) -> tuple[str | None, dict[str, Any] | None]:
     """
     if ident is None:
         return None, None
-    from glmserve.deploy.group import group_summary, serving_run
+    from glmserve.deploy.deployment import Deployment
     from glmserve.store import RunStore
 
     with RunStore.open() as store:
-        head, runs = serving_run(store, ident)
-    if not runs:
+        dep = Deployment.resolve(store, ident)
+        head = dep.head
+    group = dep.summary()
+    if group is None:
         return head.run_id, None
-    _check_followers_alive(runs[1:])
-    group = group_summary(runs)
-    for node, run in zip(group["nodes"][1:], runs[1:], strict=True):  # node 0: run_metadata
+    _check_followers_alive(dep.followers)
+    for node, run in zip(group["nodes"][1:], dep.followers, strict=True):  # node 0: run_metadata
         node["gpus"] = (run.meta or {}).get("gpus") or host_gpus(run)
     return head.run_id, group
 
@@ -235,16 +236,16 @@ def endpoint(
         return
     if run_id is None:
         raise ConfigError("give a RUN id or --url URL")
-    from glmserve.deploy.group import serving_run
+    from glmserve.deploy.deployment import Deployment
     from glmserve.deploy.identity import serving_endpoint
     from glmserve.remote.process import transport_for_run
     from glmserve.store import RunStore
 
     with RunStore.open() as store:
-        _head, nodes = serving_run(store, run_id)
+        followers = Deployment.resolve(store, run_id).followers  # run_id: node 0 (bench_run)
     stop = abort.set if abort is not None else (lambda: None)
     with serving_endpoint(run_id) as (base, run, ident), contextlib.ExitStack() as stack:
-        watched = [run, *nodes[1:]]  # a group: node 0 serves, every node must stay up
+        watched = [run, *followers]  # a group: node 0 serves, every node must stay up
         monitors = [
             stack.enter_context(
                 RunMonitor(r, transport_for_run(r), on_dead=stop, suspect=failed, base_url=base)

@@ -359,7 +359,7 @@ def version_row(
 
 def run_group_checks(hosts: list[HostConfig], specs: list[LaunchSpec]) -> GroupCheck:
     """Every node checked at once (a thread each: ssh round trips dominate), then the checks
-    across nodes. ``specs[i]`` is node i's own spec (from ``multinode.node_specs``)."""
+    across nodes. ``specs[i]`` is node i's own spec (from ``plan.node_specs``)."""
     n = len(hosts)
     with ThreadPoolExecutor(max_workers=min(n, 8)) as pool:
         per_node = list(pool.map(lambda i: _node_rows(i, hosts[i], specs[i], n), range(n)))

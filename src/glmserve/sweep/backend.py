@@ -1,4 +1,5 @@
-"""The real sweep backend: profiles -> preflight -> launch -> watch -> bench -> stop."""
+"""The real sweep backend: every step of a profile through ``glmserve.deploy``'s
+``Deployment`` (plan -> check -> launch -> watch -> stop), plus bench and profiler capture."""
 
 from __future__ import annotations
 
@@ -9,10 +10,9 @@ from glmserve.sweep.state import SweepOptions
 
 
 class LifecycleBackend(SweepBackend):
-    """The real thing: profiles -> preflight -> lifecycle launch -> Watcher -> bench -> stop.
-
-    A profile with ``nodes:`` (or every profile, given ``nodes``) runs as a host group through
-    ``multinode``; the run id the loop holds is node 0's and every step resolves its group.
+    """The real thing: each profile planned, checked, launched, watched and stopped as one
+    ``Deployment`` (a single host, or a host group for a profile with ``nodes:`` or given
+    ``nodes``); the run id the loop holds is node 0's, which resolves to its whole group.
     """
 
     def __init__(
@@ -21,6 +21,7 @@ class LifecycleBackend(SweepBackend):
         simulate: bool,
         say: Any = say_nothing,
         nodes: list[str] | None = None,
+        reconnect_give_up_s: float | None = None,
     ) -> None:
         from glmserve.remote.hosts import get_host
         from glmserve.store import RunStore
@@ -29,50 +30,37 @@ class LifecycleBackend(SweepBackend):
         self.simulate = simulate
         self.say = say
         self.nodes = list(nodes or [])
+        self.reconnect_give_up_s = reconnect_give_up_s  # None: the watcher's default
         self.group_hosts: set[str] = set()  # every node of every group prepared so far
         self.store = RunStore.open()
 
+    def _deployment(self, run_id: str) -> Any:
+        from glmserve.deploy.deployment import Deployment
+
+        return Deployment.resolve(self.store, run_id)
+
     def prepare(self, profile: str, opts: SweepOptions) -> Any:
-        from dataclasses import replace
+        """The profile's plan (--host applies to a profile without ``nodes:``)."""
+        from glmserve.deploy.plan import plan
 
-        from glmserve.config import profiles
-        from glmserve.remote.hosts import get_host
-
-        spec = profiles.load_profile(profile, list(opts.overrides), opts.sglang_version)
-        group = self.nodes or spec.nodes
-        head = get_host(group[0]) if group else self.host
-        if self.simulate:
-            py = None if head.is_local else head.python
-            spec = profiles.simulate(spec, python=py)
-        if group:
-            spec = replace(spec, nodes=list(group))
-            self.group_hosts.update(group)
-        return spec
-
-    def _group(self, run_id: str) -> list[Any]:
-        """The group's runs when ``run_id`` belongs to one, else []."""
-        from glmserve.deploy.group import resolve_runs
-
-        runs = resolve_runs(self.store, run_id)
-        return runs if "group_id" in runs[0].meta else []
+        p = plan(
+            profile,
+            host=self.host.name,
+            nodes=self.nodes,
+            overrides=opts.overrides,
+            simulate=self.simulate,
+            sglang_version=opts.sglang_version,
+            host_is_default=True,
+        )
+        if p.grouped:
+            self.group_hosts.update(p.names)
+        return p
 
     def check(self, spec: Any) -> str | None:
-        from glmserve.deploy.preflight import run_checks
-        from glmserve.remote.transport import transport_for
-
-        if spec.nodes:
-            return self._check_group(spec)
-        rows = run_checks(self.host, spec, transport_for(self.host))
-        bad = [r for r in rows if r.blocking]
-        return "; ".join(f"{r.name}: {r.detail}" for r in bad) or None
-
-    def _check_group(self, spec: Any) -> str | None:
-        from glmserve.deploy.group import plan_group
-        from glmserve.deploy.preflight import run_group_checks
+        from glmserve.deploy.deployment import Deployment
         from glmserve.errors import TransportError
 
-        hosts, specs = plan_group(spec)
-        res = run_group_checks(hosts, specs)
+        res = Deployment(plan=spec, store=self.store).check()
         if res.unreachable:
             raise TransportError(f"unreachable node(s): {', '.join(res.unreachable)}")
         return (
@@ -86,58 +74,28 @@ class LifecycleBackend(SweepBackend):
         )
 
     def launch(self, spec: Any) -> str:
-        from glmserve.remote.process import launch_run
+        from glmserve.deploy.deployment import Deployment
 
-        if spec.nodes:
-            from glmserve.deploy.group import launch_group
-
-            _gid, runs = launch_group(spec, store=self.store, say=self.say)
-            return runs[0].run_id
-        return launch_run(spec, self.host.name, store=self.store, say=self.say).run_id
+        return Deployment.launch(spec, store=self.store, say=self.say).head.run_id
 
     def group_of(self, run_id: str) -> dict[str, Any] | None:
-        from glmserve.deploy.group import group_summary
-
-        runs = self._group(run_id)
-        return group_summary(runs) if runs else None
+        return self._deployment(run_id).summary()
 
     def watch(self, run_id: str, opts: SweepOptions) -> StepOutcome:
-        from glmserve.deploy.watch import Watcher, parse_stall_budgets
-        from glmserve.remote.process import transport_for_run
-
-        poll = 0.2 if self.simulate else 1.0
-        runs = self._group(run_id)
-        if runs:
-            return self._watch_group(runs, poll, opts)
-        run = self.store.get_run(run_id)
-        w = Watcher(
-            run,
-            transport_for_run(run),
-            self.store,
-            poll_s=poll,
-            timeout_s=opts.timeout_s,
-            stall_budgets=parse_stall_budgets(opts.stall_budgets),
-        )
-        res = w.watch()
-        return StepOutcome(res.state, diagnosis_summary(res.diagnosis))
-
-    def _watch_group(self, runs: list[Any], poll: float, opts: SweepOptions) -> StepOutcome:
-        """Every node at once; READY marks the other nodes ready, a failure names its node."""
-        from glmserve.deploy.group import mark_followers_ready, watch_group
+        """Every node to a verdict; a failure names its node (in a group)."""
         from glmserve.deploy.watch import parse_stall_budgets
 
-        res = watch_group(
-            runs,
-            poll_s=poll,
+        dep = self._deployment(run_id)
+        res = dep.watch(
+            poll_s=0.2 if self.simulate else 1.0,
             timeout_s=opts.timeout_s,
             stall_budgets=parse_stall_budgets(opts.stall_budgets),
+            reconnect_give_up_s=self.reconnect_give_up_s,
         )
         diag = diagnosis_summary(res.decisive.diagnosis)
-        if res.state == "READY":
-            mark_followers_ready(runs, self.store)
-        else:
-            bad = runs[res.failing_rank or 0]
-            diag.update(node_rank=res.failing_rank or 0, host=bad.host, node_run_id=bad.run_id)
+        if res.failing_rank is not None:
+            bad = dep.runs[res.failing_rank]
+            diag.update(node_rank=res.failing_rank, host=bad.host, node_run_id=bad.run_id)
         return StepOutcome(res.state, diag)
 
     def bench(self, run_id: str, mode: str, opts: SweepOptions) -> dict[str, Any]:
@@ -167,31 +125,10 @@ class LifecycleBackend(SweepBackend):
 
     def assess(self, run_id: str) -> StepOutcome:
         """One run, or every node of its group: the first node not READY decides."""
-        from glmserve.deploy.watch import assess_run
-
-        runs = self._group(run_id) or [self.store.get_run(run_id)]
-        for run in runs:
-            info = assess_run(run, self.store)
-            run = self.store.get_run(run.run_id)
-            diag = {"state": info["state"], "category": run.category, "root_cause": run.root_cause}
-            if run.hint:
-                diag["hint"] = run.hint
-            if len(runs) > 1:
-                diag.update(node_rank=run.meta.get("node_rank"), host=run.host)
-            diag = {k: v for k, v in diag.items() if v is not None and v != ""}
-            if info["state"] != "READY":
-                return StepOutcome(str(info["state"]), diag)
-        return StepOutcome("READY", {"state": "READY"})
+        return StepOutcome(*self._deployment(run_id).assess())
 
     def stop(self, run_id: str) -> None:
-        from glmserve.deploy.group import stop_group
-        from glmserve.remote.process import stop_run
-
-        runs = self._group(run_id)
-        if runs:
-            stop_group(runs, store=self.store)
-        else:
-            stop_run(run_id, store=self.store)
+        self._deployment(run_id).stop(raise_failure=True)
 
     def runs_started_since(self, profile: str, since: float) -> list[str]:
         hosts = {self.host.name} | self.group_hosts

@@ -30,8 +30,7 @@ from glmserve.errors import (
     TuneInterrupted,
 )
 from glmserve.sigterm import sigterm_as_interrupt
-from glmserve.sweep.backend import LifecycleBackend, diagnosis_summary
-from glmserve.sweep.loop import StepOutcome
+from glmserve.sweep.backend import LifecycleBackend
 from glmserve.tune import state as st
 from glmserve.tune.space import Budget, config_key, grid, level_metrics, starting_config
 
@@ -503,22 +502,4 @@ class _TuneBackend(LifecycleBackend):
     pool has other hosts to run the trial on; a lone sweep waits longer for a reconnect)."""
 
     def __init__(self, host: str, simulate: bool, host_lost_s: float) -> None:
-        super().__init__(host, simulate, say=lambda m: None)
-        self.host_lost_s = host_lost_s
-
-    def watch(self, run_id: str, opts: Any) -> Any:
-        from glmserve.deploy.watch import Watcher, parse_stall_budgets
-        from glmserve.remote.process import transport_for_run
-
-        run = self.store.get_run(run_id)
-        w = Watcher(
-            run,
-            transport_for_run(run),
-            self.store,
-            poll_s=0.2 if self.simulate else 1.0,
-            timeout_s=opts.timeout_s,
-            stall_budgets=parse_stall_budgets(opts.stall_budgets),
-            reconnect_give_up_s=self.host_lost_s,
-        )
-        res = w.watch()
-        return StepOutcome(res.state, diagnosis_summary(res.diagnosis))
+        super().__init__(host, simulate, say=lambda m: None, reconnect_give_up_s=host_lost_s)

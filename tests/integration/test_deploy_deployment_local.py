@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from glmserve.config import profiles
-from glmserve.deploy.group import launch_group, mark_followers_ready, stop_group, watch_group
+from glmserve.deploy.deployment import Deployment
+from glmserve.deploy.plan import plan_spec
 from glmserve.remote.hosts import get_host
 from glmserve.remote.process import probe_group
 from glmserve.remote.transport import LocalTransport, free_local_port
@@ -49,14 +50,14 @@ def test_local_group_ready_then_stop(local_pair):
     )
     spec = replace(profiles.simulate(spec), nodes=local_pair)
     store = RunStore.open()
-    gid, runs = launch_group(spec, store=store)
+    dep = Deployment.launch(plan_spec(spec), store=store)
+    gid, runs = dep.id, dep.runs
     try:
         # Followers are started first so node 0 checks (and binds) the port last.
         assert runs[1].created_at <= runs[0].created_at
-        result = watch_group(runs, poll_s=0.2, timeout_s=60)
+        result = dep.watch(poll_s=0.2, timeout_s=60)  # READY: the other nodes marked READY
         assert (result.state, result.failing_rank) == ("READY", None)
         assert set(result.results) <= {0, 1} and result.results[0].state == "READY"
-        mark_followers_ready(runs, store)
         follower = store.get_run(runs[1].run_id)
         assert follower.state == "READY" and follower.meta["ready_pids"] == [follower.pid]
         assert Path(runs[0].run_dir).parent.parent != Path(runs[1].run_dir).parent.parent
@@ -71,7 +72,7 @@ def test_local_group_ready_then_stop(local_pair):
             time.sleep(0.05)
         assert _cli(args) == 3
     finally:
-        reports = stop_group(runs, timeout=5, store=store)
+        reports = dep.stop(timeout=5, raise_failure=True)
     assert [r["group_id"] for r in reports] == [gid, gid]
     t = LocalTransport(get_host("la"))
     for r in runs:
@@ -91,10 +92,11 @@ def test_local_group_warmup_hang_is_stalled_by_the_phase_budget(local_pair):
     )  # fmt: skip
     spec = replace(profiles.simulate(spec), nodes=local_pair)
     store = RunStore.open()
-    _gid, runs = launch_group(spec, store=store)
+    dep = Deployment.launch(plan_spec(spec), store=store)
+    runs = dep.runs
     try:
         t0 = time.monotonic()
-        result = watch_group(runs, poll_s=0.2, stall_budgets={State.WARMUP: 3.0})
+        result = dep.watch(poll_s=0.2, stall_budgets={State.WARMUP: 3.0})
         assert (result.state, result.failing_rank) == ("STALLED", 0)
         assert time.monotonic() - t0 < 30
         d = result.decisive.diagnosis
@@ -102,4 +104,4 @@ def test_local_group_warmup_hang_is_stalled_by_the_phase_budget(local_pair):
         log0 = (Path(runs[0].run_dir) / "server.log").read_text()
         assert '"GET /health HTTP/1.1" 503' in log0  # the noise was there
     finally:
-        stop_group(runs, timeout=5, store=store)
+        dep.stop(timeout=5, raise_failure=True)

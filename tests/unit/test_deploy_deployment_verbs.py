@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from glmserve.cli import main
-from glmserve.deploy.group import GroupLogs, group_summary, node_prefix
+from glmserve.deploy.deployment import group_summary
+from glmserve.deploy.logs import GroupLogs, node_prefix
 from glmserve.deploy.preflight import CheckRow, sglang_versions, version_row
 from glmserve.store import RunRecord, RunStore
 from glmserve.sweep.loop import StepOutcome, SweepBackend, run_sweep

@@ -1,20 +1,24 @@
-"""Multi-node: per-node argv (pure), group lookup in the store, the simulator's node options."""
+"""Planning: a single host is a group of one, a host group's per-node argv (pure), the rules
+for --host / --nodes / a profile's ``nodes:``, and the simulator's node options."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pytest
 
 from glmserve.config.spec import ArgOrigin, LaunchSpec
-from glmserve.deploy.group import (
+from glmserve.deploy.plan import (
     drop_flags,
     format_addr,
-    group_runs,
     node_specs,
-    resolve_runs,
+    parse_nodes,
+    plan,
+    plan_spec,
     ssh_hostname,
 )
-from glmserve.errors import ConfigError, RunNotFound
-from glmserve.store import RunRecord, RunStore
+from glmserve.errors import ConfigError
 
 
 def spec(*argv: str, nodes: tuple[str, ...] = ("a", "b"), **kw: object) -> LaunchSpec:
@@ -80,27 +84,6 @@ def test_ssh_hostname_from_ssh_g_output():
     assert ssh_hostname("user root\n") is None
 
 
-def _rec(store: RunStore, rid: str, group: str | None, rank: int = 0) -> None:
-    meta = {"group_id": group, "node_rank": rank} if group else {}
-    store.add_run(RunRecord(rid, f"h{rank}", "p", 30000, f"/r/{rid}", meta=meta))
-
-
-def test_group_lookup_by_group_id_prefix_or_a_node_run():
-    store = RunStore.open()
-    _rec(store, "aaaa0001", "g1234567", 1)
-    _rec(store, "aaaa0002", "g1234567", 0)
-    _rec(store, "bbbb0001", None)
-    _rec(store, "cccc0001", "g1299999", 0)
-    assert [r.run_id for r in group_runs(store, "g1234567")] == ["aaaa0002", "aaaa0001"]
-    assert [r.run_id for r in resolve_runs(store, "g1234")] == ["aaaa0002", "aaaa0001"]
-    assert [r.run_id for r in resolve_runs(store, "aaaa0001")] == ["aaaa0002", "aaaa0001"]
-    assert [r.run_id for r in resolve_runs(store, "bbbb")] == ["bbbb0001"]
-    with pytest.raises(RunNotFound, match="ambiguous"):
-        resolve_runs(store, "g12")
-    with pytest.raises(RunNotFound):
-        resolve_runs(store, "g7777777")
-
-
 def test_simulator_node_options_and_fault_targeting():
     from glmserve.simulator.options import parse
 
@@ -121,3 +104,82 @@ def test_simulator_follower_ranks():
     s = SimServer(parse(["--model-path", "m", "--tp", "8", "--nnodes", "2", "--node-rank", "1"]))
     assert s.ranks == [4, 5, 6, 7]
     assert SimServer(parse(["--model-path", "m", "--tp", "8"])).ranks == list(range(8))
+
+
+# -- the planner: a single host is a group of one ------------------------------------------------
+def _hosts(text: str = "hosts:\n  la:\n    workdir: /tmp/a\n  lb:\n    workdir: /tmp/b\n") -> None:
+    cfg = Path(os.environ["GLMSERVE_CONFIG_DIR"])
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "hosts.yaml").write_text(text)
+
+
+def _two_node_profile() -> None:
+    prof = Path(os.environ["GLMSERVE_CONFIG_DIR"]) / "profiles"
+    prof.mkdir(parents=True, exist_ok=True)
+    (prof / "two-node.yaml").write_text("extends: trtllm_mla\nnodes: [la, lb]\n")
+
+
+def _no_address(_host: object) -> str:
+    raise AssertionError("a single host needs no rendezvous address")
+
+
+def test_a_single_host_is_a_group_of_one_with_the_hosts_own_python():
+    _hosts("hosts:\n  la:\n    workdir: /tmp/a\n    venv: /opt/sgl\n")
+    p = plan("trtllm_mla", host="la", overrides=["server.port=30123"], address=_no_address)
+    assert not p.grouped and p.names == ["la"] and p.dist_init_addr is None
+    (node,) = p.nodes
+    assert (node.rank, node.host.name, node.spec.port) == (0, "la", 30123)
+    assert node.spec.venv == "/opt/sgl" and p.spec.venv != "/opt/sgl"  # the host's, per node
+    assert node.spec.argv == p.spec.argv and node.spec.flag_value("--node-rank") is None
+    assert plan("trtllm_mla").names == ["local"]  # no --host: this machine
+
+
+def test_a_group_plan_gives_each_node_its_rank_flags_and_node0s_address():
+    _hosts()
+    p = plan(
+        "trtllm_mla",
+        nodes=["la", "lb"],
+        overrides=["server.port=30000"],
+        address=lambda h: f"{h.name}.example",
+    )
+    assert p.grouped and p.names == ["la", "lb"] and p.spec.nodes == ["la", "lb"]
+    assert p.dist_init_addr == "la.example:31000"
+    assert [flags(n.spec) for n in p.nodes] == [
+        ("2", "0", "la.example:31000"),
+        ("2", "1", "la.example:31000"),
+    ]
+    assert [n.host.resolved_workdir for n in p.nodes] == ["/tmp/a", "/tmp/b"]
+
+
+def test_the_profiles_nodes_are_used_without_host_and_refused_with_host():
+    _hosts()
+    _two_node_profile()
+    assert plan("two-node", address=lambda h: "10.0.0.1").names == ["la", "lb"]
+    with pytest.raises(ConfigError, match=r"targets nodes la, lb; drop --host \(or pass --nodes\)"):
+        plan("two-node", host="la")
+    # The sweep's --host is only a default: a profile that names its nodes runs on them.
+    assert plan("two-node", host="la", host_is_default=True, address=str).names == ["la", "lb"]
+    # --nodes beats the profile's nodes.
+    assert plan("two-node", nodes=["lb", "la"], address=str).names == ["lb", "la"]
+
+
+def test_host_and_nodes_rules_and_their_messages():
+    _hosts()
+    with pytest.raises(ConfigError, match=r"^give --host or --nodes, not both$"):
+        plan("trtllm_mla", host="la", nodes=["la", "lb"])
+    with pytest.raises(ConfigError, match="at least 2 nodes, got 1"):
+        plan("trtllm_mla", nodes=["la"])
+    assert parse_nodes(None) is None and parse_nodes(" la, lb ,") == ["la", "lb"]
+    for bad in ("", " , "):
+        with pytest.raises(
+            ConfigError, match=f"^--nodes: expected host names like a,b, got {bad!r}$"
+        ):
+            parse_nodes(bad)
+
+
+def test_the_simulator_runs_on_node0s_python_and_the_spec_plans_like_the_profile():
+    _hosts("hosts:\n  la:\n    workdir: /tmp/a\n  lb:\n    workdir: /tmp/b\n    python: /x/py\n")
+    p = plan("trtllm_mla", nodes=["la", "lb"], simulate=True, address=str)
+    assert {n.spec.launcher for n in p.nodes} == {"simulator"}
+    assert p.nodes[0].spec.python == p.nodes[1].spec.python  # local node 0: this interpreter
+    assert plan_spec(p.spec, address=str).names == p.names  # a loaded spec plans the same
