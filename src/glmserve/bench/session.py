@@ -287,7 +287,7 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
     if s.max_concurrency is not None and not (s.request_rate or s.rate_sweep):
         raise ConfigError("--max-concurrency caps open-loop load: give --request-rate too "
                           "(closed-loop levels are --concurrency)")  # fmt: skip
-    if not 0.0 <= s.random_range_ratio <= 1.0:
+    if not 0.0 <= s.range_ratio() <= 1.0:
         raise ConfigError("--random-range-ratio must be within 0..1")
     for c, _ in gates.min_output_tok_s or []:
         if c not in s.concurrency:
