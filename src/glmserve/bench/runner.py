@@ -100,13 +100,14 @@ class BenchSettings:
         """``--random-range-ratio`` as given, else its default for this load shape.
 
         bench_serving's default (0.0, lengths uniform in [1, len]) applies where the knob has
-        its meaning: random prompts offered open loop (``--request-rate``, ``--rate-sweep``).
-        Decode and concurrency levels, and ``--dataset-path`` prompts (bench_serving ignores
-        the ratio for datasets), use fixed lengths (1.0), so their figure is one shape.
+        its meaning: random prompts offered open loop at ``--request-rate``. Decode and
+        concurrency levels, the rate sweep (its saturation rule compares latencies within a
+        level) and ``--dataset-path`` prompts (bench_serving ignores the ratio for datasets)
+        use fixed lengths (1.0), so their figure is one shape.
         """
         if self.random_range_ratio is not None:
             return self.random_range_ratio
-        if (self.request_rate or self.rate_sweep) and not self.dataset_path:
+        if self.request_rate and not self.dataset_path:
             return BENCH_SERVING_RANGE_RATIO
         return FIXED_RANGE_RATIO
 

@@ -184,8 +184,8 @@ def bench(
     random_range_ratio: float | None = typer.Option(
         None,
         "--random-range-ratio",
-        help="Lengths uniform in [len*ratio, len]; default 0.0 open loop (bench_serving's), "
-        "1.0 (fixed) for decode, concurrency and --dataset-path.",
+        help="Lengths uniform in [len*ratio, len]; default 0.0 with --request-rate "
+        "(bench_serving's), else 1.0 (fixed lengths).",
     ),
     dataset_path: str | None = typer.Option(
         None, "--dataset-path", help="Prompts from a ShareGPT JSON/JSONL or plain text file."
