@@ -1,5 +1,6 @@
 """Issue 14 #1 rate sweep (guidellm's): synchronous, then everything at once, then rates
-between; the server's capacity (``--max-running-requests``) is where it saturates."""
+between, against the simulator; the saturation rule itself is tested on hand-built levels in
+tests/unit/test_bench_ratesweep.py."""
 
 from __future__ import annotations
 
@@ -7,22 +8,8 @@ import json
 
 import pytest
 
-from glmserve.bench.session import saturation, sweep_rates
+from glmserve.bench.ratesweep import SATURATION
 from glmserve.cli import main
-
-
-def test_sweep_rates_lie_strictly_between():
-    assert sweep_rates(1.0, 5.0, 3) == [2.0, 3.0, 4.0]
-    assert sweep_rates(2.0, 2.0, 3) == [2.0]
-
-
-def test_saturation_is_the_last_rate_before_queues_grow():
-    levels = [{"request_rate": r, "e2e_trend": t, "request_throughput": 1.0}
-              for r, t in ((2.0, 1.0), (4.0, 1.1), (6.0, 2.5), (8.0, 1.2))]  # fmt: skip
-    levels.append({"request_rate": "inf", "e2e_trend": 4.0, "request_throughput": 7.0})
-    sat = saturation(levels)
-    assert sat["rate"] == 4.0 and sat["max_request_throughput"] == 7.0
-    assert [m["saturated"] for m in sat["rates"]] == [False, False, True, False]
 
 
 def test_rate_sweep_against_the_simulator(capsys, start_simulator):
@@ -45,5 +32,7 @@ def test_rate_sweep_against_the_simulator(capsys, start_simulator):
         assert x["achieved_request_rate"] == pytest.approx(x["request_rate"], rel=0.1)
     sat = res["sweep"]
     assert sat["max_request_throughput"] == high
+    assert sat["rule"] == SATURATION and res["settings"]["random_range_ratio"] == 1.0
     assert not sat["rates"][0]["saturated"]  # the lowest rate is kept up with
+    assert sat["rates"][0]["saturated_by"] == []
     assert sat["rate"] is not None and sat["rate"] >= rates[0]

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from glmserve.bench.metrics import PERCENTILES, level_metrics, percentile
+from glmserve.bench.ratesweep import completion_rate, e2e_trend, ttft_growth
 from glmserve.errors import ConfigError
 
 RESULT_VERSION = 1
@@ -83,6 +84,9 @@ def summarize_level(
     lm["request_rate"] = rate if rate is None or math.isfinite(rate) else "inf"
     lm["e2e_trend"] = e2e_trend(records)
     lm["burstiness"] = getattr(settings, "burstiness", 1.0) if rate is not None else None
+    if rate is not None:  # what the rate sweep's saturation rule reads (bench.ratesweep)
+        lm["completion_rate"] = completion_rate(records)
+        lm["ttft_growth"] = ttft_growth(records)
     samples = [float(x) for x in server.get("last_gen_throughput_samples", [])]
     srv = {k: v for k, v in server.items() if k != "last_gen_throughput_samples"}
     srv["last_gen_throughput"] = percentile(samples, 50)
@@ -96,21 +100,6 @@ def summarize_level(
         stopped=stopped,
     )
     return lm
-
-
-def e2e_trend(records: list[Any]) -> float | None:
-    """Median E2E of the last quarter of successful requests (by send time) over that of the
-    first quarter: about 1 under a load the server keeps up with, growing when requests queue.
-    None with fewer than 8 requests."""
-    from glmserve.bench.metrics import stream_metrics
-
-    ok = sorted((r for r in records if r.ok and r.send is not None), key=lambda r: r.send)
-    if len(ok) < 8:
-        return None
-    q = len(ok) // 4
-    first = percentile([m for r in ok[:q] if (m := stream_metrics(r).e2e) is not None], 50)
-    last = percentile([m for r in ok[-q:] if (m := stream_metrics(r).e2e) is not None], 50)
-    return last / first if first and last is not None else None
 
 
 def build_result(

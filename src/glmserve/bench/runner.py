@@ -49,6 +49,10 @@ from glmserve.bench.workload import (
 from glmserve.errors import TransportError
 
 SLOTS_PER_PROCESS = 128
+# --random-range-ratio defaults: bench_serving's (sglang/bench_serving.py 0.5.9, line 3093)
+# for open-loop random prompts; fixed lengths for decode and concurrency levels.
+BENCH_SERVING_RANGE_RATIO = 0.0
+FIXED_RANGE_RATIO = 1.0
 CONNECT_FAILED = "connect failed"
 ABORTED = "aborted: the server stopped serving"
 
@@ -73,7 +77,9 @@ class BenchSettings:
     request_rate: list[float] | None = None  # open loop: one level per rate (req/s)
     burstiness: float = 1.0  # gamma shape of the inter-arrival gaps (1 = Poisson)
     max_concurrency: int | None = None  # open loop: at most this many in flight
-    random_range_ratio: float = 1.0  # input/output lengths uniform in [len * ratio, len]
+    # Input/output lengths uniform in [len * ratio, len]; None: the default for the load shape
+    # (``range_ratio``), and the resolved number is what the result records.
+    random_range_ratio: float | None = None
     dataset_path: str | None = None  # prompts from a file instead of random token ids
     tokenizer: str | None = None  # local tokenizer: exact prompt lengths for text prompts
     percentiles: list[float] = field(default_factory=lambda: [50.0, 90.0, 95.0, 99.0])
@@ -89,6 +95,21 @@ class BenchSettings:
     @property
     def open_loop(self) -> bool:
         return bool(self.request_rate)
+
+    def range_ratio(self) -> float:
+        """``--random-range-ratio`` as given, else its default for this load shape.
+
+        bench_serving's default (0.0, lengths uniform in [1, len]) applies where the knob has
+        its meaning: random prompts offered open loop at ``--request-rate``. Decode and
+        concurrency levels, the rate sweep (its saturation rule compares latencies within a
+        level) and ``--dataset-path`` prompts (bench_serving ignores the ratio for datasets)
+        use fixed lengths (1.0), so their figure is one shape.
+        """
+        if self.random_range_ratio is not None:
+            return self.random_range_ratio
+        if self.request_rate and not self.dataset_path:
+            return BENCH_SERVING_RANGE_RATIO
+        return FIXED_RANGE_RATIO
 
     def level_points(self) -> list[tuple[int, float | None]]:
         """(concurrency, rate) of each level: closed-loop levels have no rate; an open-loop
@@ -130,6 +151,7 @@ class BenchSettings:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (an infinite rate is "inf": strict JSON has no Infinity)."""
         d = {k: v for k, v in self.__dict__.items() if k not in ("abort", "failed")}
+        d["random_range_ratio"] = self.range_ratio()  # the lengths used, never "default"
         if d.get("request_rate"):
             d["request_rate"] = [r if math.isfinite(r) else "inf" for r in d["request_rate"]]
         return d
@@ -713,15 +735,15 @@ def prepare_requests(settings: BenchSettings, model: str) -> list[Request]:
     need = max((settings.prompts_for(c, r) or 2 * c) for c, r in settings.level_points())
     need = max(need, settings.warmup, 1)
     tok = load_tokenizer(settings.tokenizer)
+    ratio = settings.range_ratio()
     prompts: list[Any]
     if settings.dataset_path:
         prompts = dataset_prompts(settings.dataset_path, need, settings.seed, tok)
     else:
         vocab = len(tok) if tok is not None else None
-        ratio = settings.random_range_ratio
         prompts = make_prompts(need, settings.input_len, settings.seed, ratio, vocab)
     rng = random.Random(settings.seed + 1)
-    outs = lengths(need, settings.output_len, min(settings.random_range_ratio, 1.0), rng)
+    outs = lengths(need, settings.output_len, min(ratio, 1.0), rng)
     return [
         build_request(settings.api, p, o, model, tok) for p, o in zip(prompts, outs, strict=True)
     ]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from glmserve import __version__
+from glmserve.bench.ratesweep import level_plan, saturation
 from glmserve.bench.results import BenchResult, build_result, evaluate_gates, summarize_level
 from glmserve.bench.runner import (
     BenchSettings,
@@ -288,59 +289,13 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
     if s.max_concurrency is not None and not (s.request_rate or s.rate_sweep):
         raise ConfigError("--max-concurrency caps open-loop load: give --request-rate too "
                           "(closed-loop levels are --concurrency)")  # fmt: skip
-    if not 0.0 <= s.random_range_ratio <= 1.0:
+    if not 0.0 <= s.range_ratio() <= 1.0:
         raise ConfigError("--random-range-ratio must be within 0..1")
     for c, _ in gates.min_output_tok_s or []:
         if c not in s.concurrency:
             raise ConfigError(
                 f"--min-output-tok-s {c}:...: concurrency {c} is not in --concurrency"
             )
-
-
-def sweep_rates(low: float, high: float, count: int) -> list[float]:
-    """``count`` rates evenly spaced strictly between ``low`` and ``high`` (guidellm's sweep)."""
-    if not high > low > 0:
-        return [low] if low > 0 else []
-    step = (high - low) / (count + 1)
-    return [round(low + step * (i + 1), 4) for i in range(count)]
-
-
-def level_plan(settings: BenchSettings, done: list[dict[str, Any]]) -> Iterator[tuple[int, Any]]:
-    """The levels to run, in order. A rate sweep (guidellm's) first measures the synchronous
-    request rate (one request at a time) and the throughput rate (everything at once), then
-    offers ``--rate-sweep`` rates between them; ``done`` is read lazily, level by level."""
-    points = settings.level_points()
-    yield from points
-    if not settings.rate_sweep or len(done) < 2:
-        return
-    low = done[0].get("request_throughput") or 0.0
-    high = done[1].get("request_throughput") or 0.0
-    for r in sweep_rates(low, high, settings.rate_sweep):
-        yield points[1][0], r
-
-
-def saturation(levels: list[dict[str, Any]]) -> dict[str, Any]:
-    """Which offered rates the server kept up with. An open-loop level is *saturated* when its
-    requests queue up: the median E2E of its last quarter of requests (by send time) is more
-    than 1.5x that of its first quarter (stable load keeps it flat). ``rate`` is the highest
-    offered rate before the first saturated one."""
-    marks = []
-    for lv in levels:
-        rate = lv.get("request_rate")
-        if not isinstance(rate, (int, float)):
-            continue
-        trend = lv.get("e2e_trend")
-        marks.append({"rate": rate, "e2e_trend": trend,
-                      "saturated": trend is not None and trend > 1.5})  # fmt: skip
-    marks.sort(key=lambda m: m["rate"])
-    ok = None
-    for m in marks:
-        if m["saturated"]:
-            break
-        ok = m["rate"]
-    thr = next((lv.get("request_throughput") for lv in levels if lv.get("request_rate") == "inf"),
-               None)  # fmt: skip
-    return {"rates": marks, "rate": ok, "max_request_throughput": thr}
 
 
 def run_bench(

@@ -6,8 +6,9 @@ random words (the server's ``usage.prompt_tokens`` then says how long it really 
 ``--tokenizer``, the ids decoded to text as bench_serving's random dataset does.
 
 ``--random-range-ratio R`` draws each request's input and output length uniformly from
-``[max(1, int(len * R)), len]`` (bench_serving's rule); glmserve's default R is 1.0 (fixed
-lengths, so a number means one shape) where bench_serving's is 0.0.
+``[max(1, int(len * R)), len]`` (bench_serving's ``compute_random_lens``). Its default is
+bench_serving's 0.0 for random prompts at ``--request-rate``, else 1.0 (fixed lengths, so a
+number means one shape): see ``BenchSettings.range_ratio``.
 
 ``--dataset-path FILE`` takes prompts from a local file: ShareGPT JSON (a list of
 ``{"conversations": [{"from": "human", "value": ...}, ...]}``) or JSONL (one such object, or

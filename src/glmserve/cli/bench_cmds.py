@@ -112,10 +112,11 @@ def bench(
     max_concurrency: int | None = typer.Option(
         None, "--max-concurrency", help="Open loop: at most this many requests in flight."
     ),
-    random_range_ratio: float = typer.Option(
-        1.0,
+    random_range_ratio: float | None = typer.Option(
+        None,
         "--random-range-ratio",
-        help="Lengths uniform in [len*ratio, len] (glmserve default 1.0: fixed lengths).",
+        help="Lengths uniform in [len*ratio, len]; default 0.0 with --request-rate "
+        "(bench_serving's), else 1.0 (fixed lengths).",
     ),
     dataset_path: str | None = typer.Option(
         None, "--dataset-path", help="Prompts from a ShareGPT JSON/JSONL or plain text file."
