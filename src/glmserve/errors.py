@@ -10,7 +10,9 @@ boundary with ``raise X(...) from exc`` so callers only ever see this tree::
     │   ├── YamlSyntaxError            2  a YAML file is not YAML at all
     │   ├── RunNotServing              2  the run was stopped: nothing of it to measure
     │   ├── StoreError                 2  runs.sqlite damaged, locked or from a newer glmserve
-    │   └── PortClaimed                2  another live run holds this host:port
+    │   ├── PortClaimed                2  another live run holds this host:port
+    │   ├── TraceFormatError           2  a profiler trace is not a Chrome trace (file:line)
+    │   └── SimUsageError              2  a --sim-* option of `glmserve simulate` is wrong
     ├── BenchmarkGateFailed            1  a --min-*/--max-* gate was missed
     ├── DiagnosedError                    carries the log's diagnosis
     │   ├── ServerCrashed              3  the server died
@@ -18,12 +20,22 @@ boundary with ``raise X(...) from exc`` so callers only ever see this tree::
     │   └── NotAServerLog              6  `diagnose` input holds no SGLang log line
     ├── TransportError                 5  ssh/connection/HTTP reachability failures
     │   ├── RemoteCommandError         5  a remote command exited non-zero (carries Result)
-    │   └── ServerIdentityError        5  the port answers, but not with the run's server
+    │   ├── ServerIdentityError        5  the port answers, but not with the run's server
+    │   ├── NoRequestSucceeded         5  the server answered, but no bench request succeeded
+    │   └── ServerStreamError             an error event inside one response stream (recorded
+    │                                     as that request's error, never shown by the CLI)
     ├── RunNotFound                    2  unknown run id
     ├── StopFailed                     the first failure's code, after every run was tried
+    ├── HostLost                       5  a tune host stopped answering (caught by the tune)
     └── Interrupted                  130  Ctrl-C/SIGTERM (a bare Ctrl-C prints "interrupted")
         ├── SweepInterrupted         130  during a sweep (saved, server stopped)
-        └── TuneInterrupted          130  during a tune (saved, servers stopped)
+        ├── TuneInterrupted          130  during a tune (saved, servers stopped)
+        └── BenchInterrupted         130  during a bench (partial result stored, incomplete)
+
+Not in the tree, on purpose: ``glmserve_runtime.PatchError`` (the patch runs inside SGLang's
+workers on the GPU host, where glmserve itself is not installed) and two private control-flow
+signals that never leave their module (``argspec.value_checks._TypeRejected``,
+``bench.fasthttp._ClosedBeforeResponse``).
 """
 
 from __future__ import annotations
@@ -160,6 +172,36 @@ class PortClaimed(ConfigError):
     def __init__(self, message: str, holder: str | None = None) -> None:
         super().__init__(message)
         self.holder = holder
+
+
+class TraceFormatError(ConfigError):
+    """A trace file is not a Chrome trace (message names file:line)."""
+
+
+class BenchInterrupted(Interrupted):
+    """Ctrl-C during a bench: the partial result was printed and stored, marked incomplete."""
+
+    notice = False
+
+
+class NoRequestSucceeded(TransportError):
+    """The server answered, but not one request of the bench succeeded (exit 5)."""
+
+
+class ServerStreamError(TransportError):
+    """The server reported an error inside a response stream; the bench client records it as
+    that request's error (it never reaches the CLI)."""
+
+
+class SimUsageError(ConfigError):
+    """A ``--sim-*`` option is wrong (not an SGLang flag: exit 2 with one line)."""
+
+
+class HostLost(GlmserveError):
+    """A tune host stopped answering: take it out of the pool, re-queue its job. Caught by
+    the tune's worker (never a TransportError: the job's own handler would catch it)."""
+
+    exit_code = EXIT_TRANSPORT
 
 
 @dataclass

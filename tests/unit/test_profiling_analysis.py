@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from glmserve.errors import TraceFormatError
 from glmserve.profiling.accumulate import TraceAccumulator
 from glmserve.profiling.analysis import analyze_traces, summarize_trace
 from glmserve.profiling.findings import find_bottlenecks
-from glmserve.profiling.trace import TraceFormatError, iter_trace
+from glmserve.profiling.trace import iter_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
 CAST_KERNEL = (

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from glmserve.cli import main
+from glmserve.errors import TraceFormatError
 from glmserve.profiling.accumulate import TraceAccumulator
 from glmserve.profiling.analysis import analyze_path, analyze_traces
-from glmserve.profiling.trace import TraceFormatError
 
 SRT = "/usr/local/lib/python3.12/dist-packages/sglang/srt/model_executor"
 DECODE_EAGER = f"{SRT}/model_runner.py(2284): forward_decode"

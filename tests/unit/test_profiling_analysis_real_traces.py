@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from glmserve.cli import main
+from glmserve.errors import TraceFormatError
 from glmserve.profiling.analysis import (
     analyze_path,
     analyze_traces,
@@ -18,7 +19,6 @@ from glmserve.profiling.analysis import (
     summarize_trace_ranks,
 )
 from glmserve.profiling.findings import find_bottlenecks
-from glmserve.profiling.trace import TraceFormatError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
 EAGER = sorted((DATA / "tp2_eager").glob("*.trace.json.gz"))

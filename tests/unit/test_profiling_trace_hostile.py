@@ -16,8 +16,9 @@ import pytest
 
 import glmserve.profiling.trace as prof
 from glmserve.cli import main
+from glmserve.errors import TraceFormatError
 from glmserve.profiling.analysis import analyze_path
-from glmserve.profiling.trace import TraceFormatError, iter_trace
+from glmserve.profiling.trace import iter_trace
 
 TRACES = Path(__file__).parent.parent / "data" / "traces"
 DEEP = 200_000

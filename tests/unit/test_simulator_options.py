@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from glmserve.errors import SimUsageError
 from glmserve.simulator import options
-from glmserve.simulator.options import SimUsageError
 
 SEED_ARGV = [
     "--model",

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from glmserve.errors import ConfigError
+from glmserve.errors import ConfigError, HostLost
 from glmserve.tune import state as st
 from glmserve.tune.profile_out import changed_keys
-from glmserve.tune.runner import HostLost, JobRunner, choose_strategy, run_tune
+from glmserve.tune.runner import JobRunner, choose_strategy, run_tune
 from glmserve.tune.space import (
     Budget,
     grid,

@@ -17,6 +17,7 @@ import httpx
 from glmserve.bench.fasthttp import ARRIVAL, SENT_AT, FastTransport
 from glmserve.bench.metrics import StreamRecord, spread_total
 from glmserve.bench.workload import Request
+from glmserve.errors import ServerStreamError
 
 try:  # orjson is ~5x faster on the cumulative native chunks; plain json works too
     import orjson
@@ -132,10 +133,6 @@ class _Parser:
         if total is not None and self.chunks:
             self.rec.chunk_tokens = spread_total(self.chunks, total)
             self.rec.tokens_estimated = total != self.chunks
-
-
-class ServerStreamError(Exception):
-    """The server reported an error inside the stream."""
 
 
 def prepare_request(client: httpx.AsyncClient, base_url: str, req: Request) -> httpx.Request:

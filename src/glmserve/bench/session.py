@@ -32,13 +32,12 @@ from glmserve.bench.runner import (
     run_warmup,
 )
 from glmserve.deploy.identity import RunMonitor, Verdict
-from glmserve.errors import EXIT_INTERRUPTED, ConfigError, GlmserveError, TransportError
-
-
-class BenchInterrupted(GlmserveError):
-    """Ctrl-C during a bench: the partial result was printed and stored, marked incomplete."""
-
-    exit_code = EXIT_INTERRUPTED
+from glmserve.errors import (
+    ConfigError,
+    GlmserveError,
+    NoRequestSucceeded,
+    TransportError,
+)
 
 
 @dataclass
@@ -46,10 +45,6 @@ class Gates:
     min_decode_tok_s: float | None = None
     max_ttft_ms: float | None = None
     min_output_tok_s: list[tuple[int, float]] | None = None
-
-
-class NoRequestSucceeded(TransportError):
-    """The server answered, but not one request of the bench succeeded (exit 5)."""
 
 
 @dataclass

@@ -11,7 +11,7 @@ import typer
 from glmserve.bench.metrics import parse_percentiles, parse_slo
 from glmserve.bench.results import parse_output_gate, render_plain
 from glmserve.bench.runner import BenchSettings, Progress
-from glmserve.bench.session import BenchInterrupted, Gates, run_bench
+from glmserve.bench.session import Gates, run_bench
 from glmserve.cli._app import app, emit_json, err, is_interactive, out
 from glmserve.cli.options import (
     ConcurrencyOpt,
@@ -29,7 +29,7 @@ from glmserve.cli.views import (
     render_table,
     sweep_line,
 )
-from glmserve.errors import BenchmarkGateFailed, ConfigError, StoreError
+from glmserve.errors import BenchInterrupted, BenchmarkGateFailed, ConfigError, StoreError
 
 
 def _rates(text: str) -> list[float]:

@@ -15,11 +15,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from glmserve.errors import TraceFormatError
 from glmserve.profiling.accumulate import TraceAccumulator
 from glmserve.profiling.events import as_int
 from glmserve.profiling.findings import find_bottlenecks
 from glmserve.profiling.results import RankProfile, TraceAnalysis
-from glmserve.profiling.trace import TraceFile, TraceFormatError
+from glmserve.profiling.trace import TraceFile
 from glmserve.profiling.tracefiles import (
     find_trace_files,
     name_label,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
-from glmserve.errors import ConfigError
+from glmserve.errors import TraceFormatError
 
 MAX_EVENT_CHARS = 64 << 20  # one JSON value larger than this is not a trace event
 # torch-profiler traces gzip 10-20x (the test traces: 13-18x); deflate tops out near 1000x,
@@ -38,10 +38,6 @@ _CUT_MARGIN = 256
 _WS = " \t\r\n"
 _WS_RUN = re.compile(r"[ \t\r\n]*")
 _DELIMS = _WS + ",]}:"
-
-
-class TraceFormatError(ConfigError):
-    """A trace file is not a Chrome trace (message names file:line)."""
 
 
 class _TextWindow:

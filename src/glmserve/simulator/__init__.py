@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from glmserve.errors import SimUsageError
 from glmserve.simulator import costmodel
-from glmserve.simulator.options import CRASH_KINDS, PHASES, SimUsageError
+from glmserve.simulator.options import CRASH_KINDS, PHASES
 
 SIM_HELP = f"""\
 glmserve simulate: SGLang 0.5.9-compatible server simulator (no GPU needed).

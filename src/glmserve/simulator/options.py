@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from glmserve.errors import SimUsageError
 from glmserve.simulator import costmodel
 from glmserve.simulator.costmodel import CostModel, ServerShape
 
@@ -192,10 +193,6 @@ class SimOptions:
         s["max_running_requests"] = self.max_running_requests
         s["context_length"] = s.get("context_length") or self.model.context_len
         return s
-
-
-class SimUsageError(Exception):
-    """A ``--sim-*`` option is wrong (not an SGLang flag: exit 2 with one line)."""
 
 
 def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:

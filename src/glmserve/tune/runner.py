@@ -26,6 +26,7 @@ from typing import Any
 from glmserve.errors import (
     FlagValidationError,
     GlmserveError,
+    HostLost,
     TransportError,
     TuneInterrupted,
 )
@@ -36,10 +37,6 @@ from glmserve.tune.space import Budget, config_key, grid, level_metrics, startin
 
 Say = Callable[[str], None]
 _OPEN_LOCK = threading.Lock()
-
-
-class HostLost(Exception):
-    """The host stopped answering: take it out of the pool, re-queue its job."""
 
 
 @dataclass
