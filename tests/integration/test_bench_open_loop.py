@@ -30,7 +30,8 @@ def bench(capsys, url: str, *args: str) -> dict:
 def test_request_rate_20_is_achieved_and_matches_ground_truth(capsys, start_simulator):
     sim = start_simulator(*SIM)
     res = bench(capsys, sim.url, "--request-rate", "20", "--num-prompts", "200",
-                "--input-len", "32", "--output-len", "32", "--output-details",
+                "--input-len", "32", "--output-len", "32", "--random-range-ratio", "1",
+                "--output-details",
                 "--slo", f"ttft_ms={SLO_TTFT_MS},tpot_ms={SLO_TPOT_MS}")  # fmt: skip
     assert res["mode"] == "rate" and res["complete"]
     lv = res["levels"][0]
@@ -38,10 +39,15 @@ def test_request_rate_20_is_achieved_and_matches_ground_truth(capsys, start_simu
     assert lv["completed"] == 200 and lv["errors"] == 0
     assert lv["achieved_request_rate"] == pytest.approx(20.0, rel=0.05)
     assert lv["request_throughput"] == pytest.approx(200 / lv["duration_s"])
-    assert lv["input_tok_s"] == pytest.approx(200 * 32 / lv["duration_s"])
     assert lv["windows"]["output_tok_s"] == "full"
     assert len(lv["per_request"]["ttft_ms"]) == 200
     tr = httpx.get(sim.url + "/sim/trace", timeout=30).json()
+    # --random-range-ratio 1: every request has exactly the lengths asked for (the default,
+    # 0.0 as in bench_serving, draws them from [1, 32]); the input figure is checked against
+    # the prompt tokens the server received.
+    prompt_tokens = [int(r["prompt_tokens"]) for r in tr["requests"].values()]
+    assert prompt_tokens == [32] * 200
+    assert lv["input_tok_s"] == pytest.approx(sum(prompt_tokens) / lv["duration_s"], rel=0.02)
     truth = gt.trace_records(tr, since=lv["window_start"] - 1e-3)
     assert len(truth) == 200
     ms = [stream_metrics(r) for r in truth]
@@ -51,8 +57,12 @@ def test_request_rate_20_is_achieved_and_matches_ground_truth(capsys, start_simu
         "itl_ms": percentile([x for m in ms for x in m.itls], 50),
         "e2e_ms": percentile([m.e2e for m in ms], 50),
     }
+    # The client's TTFT also holds the request's trip from its send to the simulator's arrival
+    # stamp (HTTP parsing in a busy Python server, measured 0.6-0.8 ms on a 2-core box, at the
+    # old code as well), which the server cannot see: 1 ms absolute covers that trip, no more.
     for key, value in want.items():
-        assert lv[key]["p50"] == pytest.approx(value * 1000, rel=0.02), key
+        slack = 1.0 if key == "ttft_ms" else 0.0
+        assert lv[key]["p50"] == pytest.approx(value * 1000, rel=0.02, abs=slack), key
     tok_truth = gt.truth_tok_s(tr, lv["window_start"], lv["window_end"])
     assert lv["output_tok_s"] == pytest.approx(tok_truth, rel=0.02)
     # full-window figures against the server's: its requests / first arrival to last emission
@@ -61,15 +71,18 @@ def test_request_rate_20_is_achieved_and_matches_ground_truth(capsys, start_simu
     assert lv["request_throughput"] == pytest.approx(200 / (last - first), rel=0.02)
     busy = sum(r.chunk_times[-1] - r.send for r in truth)
     assert lv["achieved_concurrency"] == pytest.approx(busy / (last - first), rel=0.02)
-    # goodput: the same SLOs applied to what the server did. A request within a fraction of a
-    # millisecond of a bound can fall either side (client send precedes server arrival), and
-    # ~4 requests lie within 1 ms of the TTFT bound here: 5% leaves room for that, no more.
-    good_truth = sum(
-        1 for m in ms if m.ttft * 1000 <= SLO_TTFT_MS and (m.tpot or 0) * 1000 <= SLO_TPOT_MS
-    )
-    assert 20 < good_truth < 180
-    assert lv["good_requests"] == pytest.approx(good_truth, rel=0.05)
-    assert lv["goodput"] == pytest.approx(good_truth / (last - first), rel=0.05)
+    # goodput: the same SLOs applied to what the server did. The client's TTFT is the server's
+    # plus the request's trip (under 1 ms, above), so the client's good count lies between the
+    # server's count with the TTFT bound 1 ms tighter and its count at the bound itself.
+    def good_truth(ttft_bound_ms: float) -> int:
+        return sum(
+            1 for m in ms if m.ttft * 1000 <= ttft_bound_ms and (m.tpot or 0) * 1000 <= SLO_TPOT_MS
+        )
+
+    low, high = good_truth(SLO_TTFT_MS - 1.0), good_truth(SLO_TTFT_MS)
+    assert 20 < low <= high < 180 and high - low < 30
+    assert low <= lv["good_requests"] <= high
+    assert lv["goodput"] == pytest.approx(lv["good_requests"] / (last - first), rel=0.02)
     pr = lv["per_request"]
     recount = sum(1 for t, p in zip(pr["ttft_ms"], pr["tpot_ms"], strict=True)
                   if t <= SLO_TTFT_MS and (p or 0) <= SLO_TPOT_MS)  # fmt: skip
