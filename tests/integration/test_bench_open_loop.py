@@ -71,6 +71,7 @@ def test_request_rate_20_is_achieved_and_matches_ground_truth(capsys, start_simu
     assert lv["request_throughput"] == pytest.approx(200 / (last - first), rel=0.02)
     busy = sum(r.chunk_times[-1] - r.send for r in truth)
     assert lv["achieved_concurrency"] == pytest.approx(busy / (last - first), rel=0.02)
+
     # goodput: the same SLOs applied to what the server did. The client's TTFT is the server's
     # plus the request's trip (under 1 ms, above), so the client's good count lies between the
     # server's count with the TTFT bound 1 ms tighter and its count at the bound itself.
