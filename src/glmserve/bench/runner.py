@@ -38,6 +38,7 @@ import httpx
 
 from glmserve.bench.client import make_client, prepare_request, stream_request
 from glmserve.bench.metrics import StreamRecord
+from glmserve.bench.progress import Progress
 from glmserve.bench.workload import (
     Request,
     build_request,
@@ -171,19 +172,6 @@ class LevelRun:
     rate: float | None = None  # open loop: the offered request rate
     server: dict[str, Any] = field(default_factory=dict)
     stopped: str | None = None  # why the level ended early, if it did
-
-
-class Progress:
-    """Callbacks a front end implements; the default does nothing."""
-
-    def level_started(self, concurrency: int, total: int | None, duration: float | None) -> None:
-        pass
-
-    def update(self, done: int, errors: int, tokens: int, elapsed: float) -> None:
-        pass
-
-    def level_finished(self, run: LevelRun) -> None:
-        pass
 
 
 # -- server probes -------------------------------------------------------------------------

@@ -8,10 +8,7 @@ from typing import Any
 
 import typer
 
-from glmserve.bench.metrics import parse_percentiles, parse_slo
-from glmserve.bench.results import parse_output_gate, render_plain
-from glmserve.bench.runner import BenchSettings, Progress
-from glmserve.bench.session import Gates, run_bench
+from glmserve.bench.progress import Progress
 from glmserve.cli._app import app, emit_json, err, is_interactive, out
 from glmserve.cli.options import (
     ConcurrencyOpt,
@@ -170,6 +167,11 @@ def bench(
     if (request_rate is not None or rate_sweep) and mode == "decode":
         mode = "rate"  # open loop: one level per offered rate
     levels = [1] if mode in ("decode", "rate") else _levels(concurrency)
+    from glmserve.bench.metrics import parse_percentiles, parse_slo
+    from glmserve.bench.results import parse_output_gate, render_plain
+    from glmserve.bench.runner import BenchSettings
+    from glmserve.bench.session import Gates, run_bench
+
     settings = BenchSettings(
         base_url=url or "",
         mode=mode,

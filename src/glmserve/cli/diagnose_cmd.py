@@ -17,7 +17,6 @@ import typer
 from glmserve.cli._app import app, emit_json, out
 from glmserve.cli.options import JsonOpt
 from glmserve.cli.views import render_diagnosis
-from glmserve.diagnose import Diagnosis, State, diagnose_stream
 from glmserve.errors import (
     EXIT_CRASHED,
     EXIT_OK,
@@ -29,6 +28,7 @@ from glmserve.errors import (
 )
 
 if TYPE_CHECKING:
+    from glmserve.diagnose import Diagnosis
     from glmserve.remote.transport import Transport
 
 READ_CHUNK = 1 << 20  # bytes per read of a file or stdin
@@ -83,6 +83,8 @@ class _Chunks:
 
 def _diagnose_stream(stream: BinaryIO, label: str) -> Diagnosis:
     """Stream a file or stdin through the diagnoser; refuse input that is no SGLang log."""
+    from glmserve.diagnose import diagnose_stream
+
     chunks = _Chunks(stream, label)
     diag = diagnose_stream(chunks, evidence_within=EVIDENCE_WITHIN)
     if not diag.sglang_log:
@@ -116,6 +118,8 @@ def _diagnose_target(target: str) -> tuple[Diagnosis, str]:
         from glmserve.store import RunStore
     except ImportError as exc:
         raise ConfigError(f"no such log file or run: {target}") from exc
+    from glmserve.diagnose import diagnose_stream
+
     with RunStore.open() as store:
         run = store.get_run(target)
     # A run's server.log is the server's own output: empty means it has not written yet.
@@ -136,6 +140,8 @@ def _run_log_chunks(t: Transport, path: str) -> Iterator[bytes]:
 
 def exit_code_for(diag: Diagnosis) -> int:
     """The process status `diagnose` (and watchers reusing it) report for a verdict."""
+    from glmserve.diagnose import State
+
     if diag.state in (State.CRASHED, State.EXITED):
         return EXIT_CRASHED
     if diag.state is State.STALLED:

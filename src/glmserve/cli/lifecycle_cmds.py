@@ -1,7 +1,7 @@
 """Verbs for the server lifecycle: check, launch, status, logs, stop, runs.
 
 Each verb parses its options, plans or resolves a deployment (``glmserve.deploy``), calls one
-step of it and renders the result (``lifecycle_views``); a single host and a host group take
+step of it and renders the result (``views``); a single host and a host group take
 the same path. Verdicts become exit codes through the error tree (3 crashed, 4 stalled/timeout,
 5 transport).
 """
@@ -9,24 +9,34 @@ the same path. Verdicts become exit codes through the error tree (3 crashed, 4 s
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
 from glmserve.cli._app import app, emit_json, err
-from glmserve.errors import EXIT_INTERRUPTED, ConfigError, TransportError
+from glmserve.cli.options import (
+    HostOpt,
+    JsonOpt,
+    NodesOpt,
+    PollOpt,
+    ProfileOpt,
+    ReadyTimeoutOpt,
+    SetOpt,
+    SimulateOpt,
+    StallBudgetOpt,
+)
+from glmserve.errors import ConfigError, Interrupted, TransportError
 
 
 # -- check -------------------------------------------------------------------------------------
 @app.command()
 def check(
-    profile: str = typer.Option(..., "--profile", "-p", help="Profile to check."),
-    host: str = typer.Option(None, "--host", "-H", help="Host from hosts.yaml (default local)."),
-    sets: list[str] = typer.Option([], "--set", help="Override, e.g. server.port=8001."),
-    simulate: bool = typer.Option(False, "--simulate", help="Check for a simulator launch."),
-    json_out: bool = typer.Option(False, "--json", help="Rows as JSON."),
-    nodes: str = typer.Option(
-        None, "--nodes", help="Host group a,b (node 0 first): check every node of it."
-    ),
+    profile: ProfileOpt,
+    host: HostOpt = None,
+    sets: SetOpt = (),
+    simulate: SimulateOpt = False,
+    json_out: JsonOpt = False,
+    nodes: NodesOpt = None,
 ) -> None:
     """Preflight a launch in one pass: ssh, python + SGLang, live flag spec, GPUs, port, model,
     disk. Exit 2 if anything blocks, 5 if the host is unreachable. A profile with ``nodes:``
@@ -36,7 +46,7 @@ def check(
     Example: glmserve check --profile trtllm_mla --host gpu8
     Example (two nodes): glmserve check --profile trtllm_mla --nodes gpu8a,gpu8b
     """
-    from glmserve.cli import lifecycle_views as views
+    from glmserve.cli import views
     from glmserve.deploy.deployment import Deployment
     from glmserve.deploy.plan import parse_nodes, plan
 
@@ -56,33 +66,22 @@ def check(
 # -- launch ------------------------------------------------------------------------------------
 @app.command()
 def launch(
-    profile: str = typer.Option(..., "--profile", "-p", help="Profile to launch."),
-    host: str = typer.Option(None, "--host", "-H", help="Host from hosts.yaml (default local)."),
-    sets: list[str] = typer.Option([], "--set", help="Override, e.g. server.port=8001."),
-    simulate: bool = typer.Option(False, "--simulate", help="Launch the simulator, same flags."),
+    profile: ProfileOpt,
+    host: HostOpt = None,
+    sets: SetOpt = (),
+    simulate: SimulateOpt = False,
     no_wait: bool = typer.Option(False, "--no-wait", help="Start and return at once."),
     replace: bool = typer.Option(False, "--replace", help="Stop a live run on that port first."),
-    timeout: float = typer.Option(
-        None,
-        "--timeout",
-        help="Seconds to wait for READY (default 7200; 0: no deadline).",
-        min=0,
-    ),
+    timeout: ReadyTimeoutOpt = None,
     stall_timeout: float = typer.Option(
         None,
         "--stall-timeout",
         help="Seconds without log progress = STALLED, every phase (default per phase).",
     ),
-    stall_budgets: list[str] = typer.Option(
-        [],
-        "--stall-budget",
-        help="PHASE=SECONDS stall budget for one phase (repeatable; beats --stall-timeout).",
-    ),
-    poll: float = typer.Option(1.0, "--poll", help="Seconds between polls.", min=0.05),
-    json_out: bool = typer.Option(False, "--json", help="Run and verdict as JSON."),
-    nodes: str = typer.Option(
-        None, "--nodes", help="Host group a,b (node 0 first): one server over several nodes."
-    ),
+    stall_budgets: StallBudgetOpt = (),
+    poll: PollOpt = 1.0,
+    json_out: JsonOpt = False,
+    nodes: NodesOpt = None,
 ) -> None:
     """Start a run (nohup + setsid, recorded) and wait for READY; exit 3 crashed, 4 stalled.
     A profile with ``nodes:`` (or --nodes) starts one run per node as a group.
@@ -90,7 +89,7 @@ def launch(
     Example: glmserve launch --profile trtllm_mla --host gpu8 --timeout 1800
     Example (two nodes): glmserve launch --profile trtllm_mla --nodes gpu8a,gpu8b
     """
-    from glmserve.cli import lifecycle_views as views
+    from glmserve.cli import views
     from glmserve.deploy.deployment import Deployment
     from glmserve.deploy.plan import parse_nodes, plan
     from glmserve.deploy.watch import check_stall_timeout, parse_stall_budgets
@@ -121,9 +120,8 @@ def launch(
                 stall_budgets=budgets,
                 on_tick=progress,
             )
-    except KeyboardInterrupt:
-        views.stopped_watching(dep)
-        raise SystemExit(EXIT_INTERRUPTED) from None  # main() ignores a typer.Exit code
+    except KeyboardInterrupt:  # the server keeps running: say how to reach it
+        raise Interrupted(f"stopped watching: {views.keeps_running(dep)}") from None
     except TransportError as exc:
         raise TransportError(f"{exc}; {views.keeps_running(dep)}") from exc
     stopped = dep.stop_failed(verdict, views.say)
@@ -140,13 +138,13 @@ def launch(
 def status(
     run_id: str = typer.Argument(None, help="One run (id or unique prefix); default all live."),
     all_runs: bool = typer.Option(False, "--all", help="Include finished runs."),
-    json_out: bool = typer.Option(False, "--json", help="Rows as JSON."),
+    json_out: JsonOpt = False,
 ) -> None:
     """Runs with state, uptime, host, profile, port (checked live on their hosts).
 
     Example: glmserve status --json
     """
-    from glmserve.cli import lifecycle_views as views
+    from glmserve.cli import views
     from glmserve.deploy.deployment import status_rows
     from glmserve.store import RunStore
 
@@ -160,14 +158,14 @@ def status(
 @app.command()
 def runs(
     last: int = typer.Option(20, "--last", "-n", help="How many, newest first."),
-    host: str = typer.Option(None, "--host", "-H", help="Only this host."),
-    json_out: bool = typer.Option(False, "--json", help="Records as JSON."),
+    host: Annotated[str | None, typer.Option("--host", "-H", help="Only this host.")] = None,
+    json_out: JsonOpt = False,
 ) -> None:
     """Recorded runs from the store (no host is contacted).
 
     Example: glmserve runs --last 5
     """
-    from glmserve.cli import lifecycle_views as views
+    from glmserve.cli import views
     from glmserve.store import RunStore
 
     records = RunStore.open().list_runs(host=host, last=last)
@@ -183,7 +181,7 @@ def logs(
     run_id: str = typer.Argument(..., help="Run id or unique prefix, or a group id (g...)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
     lines: int = typer.Option(None, "-n", "--lines", help="Only the last N lines (per node)."),
-    poll: float = typer.Option(0.5, "--poll", help="Seconds between reads when following."),
+    poll: PollOpt = 0.5,
 ) -> None:
     """Print a run's server.log (by byte offset over ssh; -f follows until the server ends).
     A group id prints every node's log, each line prefixed ``\\[nodeI host]``; -f follows them
@@ -192,7 +190,7 @@ def logs(
     Example: glmserve logs 3f2a -f -n 50
     Example (a group): glmserve logs g1a2b3c4 -n 20 -f
     """
-    from glmserve.cli import lifecycle_views as views
+    from glmserve.cli import views
     from glmserve.deploy.deployment import Deployment
     from glmserve.store import RunStore
 
@@ -217,14 +215,14 @@ def stop(
     ),
     all_runs: bool = typer.Option(False, "--all", help="Every live run."),
     timeout: float = typer.Option(15.0, "--timeout", help="Seconds between TERM and KILL."),
-    json_out: bool = typer.Option(False, "--json", help="What was signalled, as JSON."),
+    json_out: JsonOpt = False,
 ) -> None:
     """Stop a run: TERM its process group, wait, KILL, verify nothing is left. Never by name;
     the PID's start time is checked first so a reused PID is never signalled.
 
     Example: glmserve stop 3f2a
     """
-    from glmserve.cli import lifecycle_views as views
+    from glmserve.cli import views
     from glmserve.deploy.deployment import Deployment
     from glmserve.remote.process import stop_failure, stop_runs
     from glmserve.store import RunStore

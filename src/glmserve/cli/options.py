@@ -53,6 +53,9 @@ StallBudgetOpt = Annotated[
         help="Start-up: PHASE=SECONDS without log progress = STALLED (repeatable; README).",
     ),
 ]
+PollOpt = Annotated[
+    float, typer.Option("--poll", help="Seconds between reads of the log.", min=0.05)
+]
 ResumeOpt = Annotated[
     str | None,
     typer.Option("--resume", help="Continue this stored sweep or tune id (finished work kept)."),

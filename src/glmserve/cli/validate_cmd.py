@@ -8,21 +8,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from glmserve.argspec.launch_script import (
-    LaunchInvocation,
-    check_argv,
-    check_launch,
-    find_launch,
-    read_script,
-)
-from glmserve.argspec.model import ArgSpec
-from glmserve.argspec.releases import available_versions, load_argspec, load_release_spec
 from glmserve.cli._app import app, emit_json, err, out
 from glmserve.cli.options import JsonOpt, SglangVersionOpt
 from glmserve.errors import ConfigError, FlagValidationError
+
+if TYPE_CHECKING:
+    from glmserve.argspec.launch_script import LaunchInvocation
+    from glmserve.argspec.model import ArgSpec
 
 _SUMMARY = (
     "Check sglang.launch_server flags against one SGLang release's argparse, the way that "
@@ -59,8 +55,8 @@ Migrating a script to another release:
   glmserve validate --fix --sglang-version 0.5.23 run_tp8_trtllm_mla.sh
   glmserve validate --fix --diff --sglang-version 0.5.23 run_tp8_trtllm_mla.sh
 --fix rewrites SCRIPT in place for that release: renamed flags take its names, deprecated
-flags their documented successors (argspecs/translations.json), nothing else changes. It
-refuses (exit 2, writing nothing) when a choice the release dropped is used, or when the
+flags their documented successors (glmserve/argspec/data/translations.json), nothing else
+changes. It refuses (exit 2, writing nothing) when a choice the release dropped is used, or when the
 migrated flags still fail its argparse. --diff prints the change as a unified diff instead
 of writing it.
 """
@@ -74,7 +70,10 @@ def validate(
     ),
     sglang_version: SglangVersionOpt = None,
     spec_file: Path = typer.Option(
-        None, "--spec", help="argspec JSON dumped on the host (DUMP_SNIPPET) instead of a version"
+        None, "--spec", help=(
+            "argspec JSON dumped on the host (python3 glmserve/argspec/dump_program.py "
+            "> spec.json there) instead of a version"
+        ),
     ),
     json_out: JsonOpt = False,
     list_versions: bool = typer.Option(
@@ -87,6 +86,9 @@ def validate(
         False, "--diff", help="with --fix: print a unified diff instead of writing SCRIPT"
     ),
 ) -> None:
+    from glmserve.argspec.launch_script import check_argv, check_launch
+    from glmserve.argspec.releases import available_versions, load_argspec, load_release_spec
+
     if list_versions:
         out.print("\n".join(available_versions()), highlight=False)
         return
@@ -133,6 +135,8 @@ def validate(
 
 def _script_invocation(items: list[str]) -> LaunchInvocation | None:
     """A single non-flag TARGET is a script path; anything else is a raw argv."""
+    from glmserve.argspec.launch_script import find_launch, read_script
+
     if len(items) != 1 or items[0].startswith("-"):
         return None
     path = Path(items[0])
@@ -160,6 +164,7 @@ def _hint_fix(invocation: LaunchInvocation, spec: ArgSpec, target: str) -> None:
 def _fix_script(items: list[str], spec: ArgSpec, diff_only: bool) -> None:
     """``--fix``: migrate the script for ``spec``'s release; write it (or print the diff)
     only when the migrated launch command passes that release's argparse."""
+    from glmserve.argspec.launch_script import check_launch, find_launch, read_script
     from glmserve.argspec.portable import fix_script
 
     if len(items) != 1 or items[0].startswith("-"):
