@@ -20,7 +20,6 @@ import difflib
 import json
 import re
 import shlex
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -439,53 +438,3 @@ def fix_script(text: str, source: str, spec: ArgSpec) -> ScriptFix:
         lines[index] = lines[index][:start] + new + lines[index][end:]
     changes = [(e[0] + 1, e[4]) for e in edits]
     return ScriptFix(source, spec.version, text, "".join(lines), changes)
-
-
-def host_argspec(version: str) -> ArgSpec | None:
-    """The argparse spec of ``version`` as a host runs it: shipped, else the live spec
-    ``glmserve check`` cached for it; None when glmserve has neither."""
-    from glmserve.argspec.releases import load_argspec, load_release_spec
-    from glmserve.deploy.preflight import argspec_cache_path
-
-    try:
-        return load_release_spec(version)
-    except ConfigError:
-        pass
-    cache = argspec_cache_path(version)
-    return load_argspec(str(cache)) if cache.is_file() else None
-
-
-def port_for_host(
-    spec: LaunchSpec, transport: Any, say: Callable[[str], None] = lambda _m: None
-) -> LaunchSpec:
-    """``spec`` spelled for the SGLang release installed where it will run (one command on
-    the host reads it), so a launch serves the release the user actually has. The
-    simulator, or a host without SGLang, gets the flags as written. FlagValidationError
-    when that release dropped a choice the profile uses."""
-    if spec.launcher != "sglang":
-        return spec
-    from glmserve.deploy.preflight import check_python
-
-    _prow, _srow, version = check_python(transport, spec)
-    if version is None:
-        return spec
-    argspec = host_argspec(version)
-    if argspec is None:
-        say(
-            f"sglang {version} on the host has no shipped or cached argspec: flags launched as "
-            "written (glmserve check caches the host's spec)"
-        )
-        return spec
-    ported, changes = port_spec(spec, argspec)
-    refused = refusals(ported.argv, argspec)
-    if refused:
-        from glmserve.argspec.validation import format_finding
-
-        raise FlagValidationError(
-            f"sglang {version} on the host: "
-            + "; ".join(format_finding(ported, f) for f in refused),
-            findings=refused,
-        )
-    for change in changes:
-        say(f"sglang {version} on the host: {change.format()}")
-    return ported

@@ -311,3 +311,11 @@ def load_argspec(version_or_path: str) -> ArgSpec:
             raise ConfigError(f"{text}: no such argspec file")
         return _read_spec_file(path)
     raise ConfigError(_unknown_version_message(text))
+
+
+def argspec_cache_path(version: str) -> Path:
+    """Where ``check`` keeps a host's live argparse spec for SGLang ``version`` (a release
+    glmserve ships no spec for is still validated the way that host parses it)."""
+    from glmserve.paths import glmserve_home
+
+    return glmserve_home() / "argspecs" / f"sglang-{re.sub(r'[^0-9A-Za-z.+-]', '_', version)}.json"

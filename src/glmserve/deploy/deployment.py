@@ -167,15 +167,20 @@ class Deployment:
         """Start one run per node of ``plan``; does not wait. Nodes start from the last rank
         down, so node 0 (the one that binds ``--port``) checks its port last. If any node
         fails to start, the nodes already started are stopped."""
-        from glmserve.remote.process import launch_run, stop_run
+        from glmserve.deploy.preflight import port_for_host
+        from glmserve.remote.process import host_adjusted_spec, launch_run, stop_run
+        from glmserve.remote.transport import transport_for
 
         store = store or RunStore.open()
         gid = new_group_id(store) if plan.grouped else None
         started: list[RunRecord] = []
         try:
             for node in reversed(plan.nodes):
+                # the flags as the host's SGLang release spells them (one command reads it)
+                spec = host_adjusted_spec(node.spec, node.host)
+                spec = port_for_host(spec, transport_for(node.host), say)
                 rec = launch_run(
-                    node.spec,
+                    spec,
                     node.host.name,
                     replace_existing=replace_existing,
                     store=store,

@@ -13,18 +13,20 @@ worse, mis-shard) and node 0 must have the dist-init port free (its TCP store bi
 from __future__ import annotations
 
 import os
-import re
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from glmserve.argspec.releases import argspec_cache_path
 from glmserve.config.spec import LaunchSpec
-from glmserve.errors import GlmserveError, TransportError
-from glmserve.paths import glmserve_home
+from glmserve.errors import ConfigError, FlagValidationError, GlmserveError, TransportError
 from glmserve.remote.hosts import HostConfig
 from glmserve.remote.transport import Transport, shell_path
 from glmserve.store import RunStore
+
+if TYPE_CHECKING:
+    from glmserve.argspec.model import ArgSpec
 
 MIN_LOG_DISK_MB = 200  # below: blocking
 WARN_LOG_DISK_MB = 2048  # below: warning
@@ -100,11 +102,6 @@ def check_python(t: Transport, spec: LaunchSpec) -> tuple[CheckRow, CheckRow, st
         except Exception:  # packaging absent or odd version: informative only
             detail += f" (profile targets {spec.sglang_range})"
     return prow, CheckRow("sglang", status, detail), sgl
-
-
-def argspec_cache_path(version: str) -> Path:
-    """Where ``check`` keeps a host's live argparse spec for SGLang ``version``."""
-    return glmserve_home() / "argspecs" / f"sglang-{re.sub(r'[^0-9A-Za-z.+-]', '_', version)}.json"
 
 
 def check_argspec(t: Transport, spec: LaunchSpec, version: str | None) -> CheckRow:
@@ -384,3 +381,53 @@ def run_group_checks(hosts: list[HostConfig], specs: list[LaunchSpec]) -> GroupC
         row.node, row.host = 0, hosts[0].name
         rows.append(row)
     return GroupCheck(rows, unreachable)
+
+
+# -- the host's release ----------------------------------------------------------------------
+def host_argspec(version: str) -> ArgSpec | None:
+    """The argparse spec of ``version`` as a host runs it: shipped, else the live spec
+    ``glmserve check`` cached for it; None when glmserve has neither."""
+    from glmserve.argspec.releases import load_argspec, load_release_spec
+
+    try:
+        return load_release_spec(version)
+    except ConfigError:
+        pass
+    cache = argspec_cache_path(version)
+    return load_argspec(str(cache)) if cache.is_file() else None
+
+
+def port_for_host(
+    spec: LaunchSpec, transport: Any, say: Callable[[str], None] = lambda _m: None
+) -> LaunchSpec:
+    """``spec`` spelled for the SGLang release installed where it will run (one command on
+    the host reads it), so a launch serves the release the user actually has. The
+    simulator, or a host without SGLang, gets the flags as written. FlagValidationError
+    when that release dropped a choice the profile uses."""
+    if spec.launcher != "sglang":
+        return spec
+    _prow, _srow, version = check_python(transport, spec)
+    if version is None:
+        return spec
+    argspec = host_argspec(version)
+    if argspec is None:
+        say(
+            f"sglang {version} on the host has no shipped or cached argspec: flags launched as "
+            "written (glmserve check caches the host's spec)"
+        )
+        return spec
+    from glmserve.argspec.portable import port_spec, refusals
+
+    ported, changes = port_spec(spec, argspec)
+    refused = refusals(ported.argv, argspec)
+    if refused:
+        from glmserve.argspec.validation import format_finding
+
+        raise FlagValidationError(
+            f"sglang {version} on the host: "
+            + "; ".join(format_finding(ported, f) for f in refused),
+            findings=refused,
+        )
+    for change in changes:
+        say(f"sglang {version} on the host: {change.format()}")
+    return ported

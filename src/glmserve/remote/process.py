@@ -356,7 +356,9 @@ def launch_run(
     say: Callable[[str], None] = lambda _m: None,
     meta: dict[str, Any] | None = None,
 ) -> RunRecord:
-    """Upload and start one run; returns its record (state STARTING). Does not wait.
+    """Upload and start one run of exactly ``spec`` (a deployment first spells its flags for
+    the host's SGLang release, ``deploy.preflight.port_for_host``); returns its record (state
+    STARTING). Does not wait.
 
     Order matters: the store is checked and the run's row (claiming host:port, see
     ``RunStore.add_run``) is written before anything is uploaded or started, so a second
@@ -370,9 +372,6 @@ def launch_run(
     store = store or RunStore.open()
     store.check()
     t = transport_for(host)
-    from glmserve.argspec.portable import port_for_host
-
-    spec = port_for_host(spec, t, say)  # the flags as the host's SGLang release spells them
     port = spec.port
     for old in find_alive_runs(store, t, host.name, port):
         if not replace_existing:

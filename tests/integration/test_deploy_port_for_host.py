@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 from tests.fixtures.sglang_releases import sglang_source
 
-from glmserve.argspec.portable import port_for_host
 from glmserve.config.profiles import load_profile, simulate
-from glmserve.deploy.preflight import check_argspec, check_python
+from glmserve.deploy.preflight import check_argspec, check_python, port_for_host
 from glmserve.errors import FlagValidationError
 from glmserve.remote.hosts import get_host
 from glmserve.remote.transport import transport_for
@@ -70,3 +69,20 @@ def test_check_validates_the_flags_as_the_hosts_release_spells_them(python_with_
     assert row.status in ("ok", "warn"), row.detail
     assert "argv valid for sglang 0.5.23" in row.detail
     assert "--nsa-decode-backend -> --dsa-decode-backend" in row.detail
+
+
+def test_a_deployment_launch_refuses_before_anything_starts(
+    python_with_0_5_23, tmp_path, monkeypatch
+):
+    """The launch path itself ports the flags (not only the helper): cutlass_mla, which 0.5.23
+    dropped, is refused on that host, and no run is recorded or started."""
+    from glmserve.deploy.deployment import Deployment
+    from glmserve.deploy.plan import plan_spec
+    from glmserve.store import RunStore
+
+    monkeypatch.setenv("GLMSERVE_HOME", str(tmp_path / "home"))
+    store = RunStore.open()
+    p = plan_spec(_spec("cutlass_mla", python_with_0_5_23), get_host("local"))
+    with pytest.raises(FlagValidationError, match=r"sglang 0\.5\.23 on the host"):
+        Deployment.launch(p, store=store)
+    assert store.list_runs() == []
