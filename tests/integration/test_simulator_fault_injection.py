@@ -65,7 +65,7 @@ def test_crash_after_ready_uses_running_phase_sigquit(start_simulator):
     assert "scheduler.event_loop_normal()" in log
 
 
-def test_trtllm_mla_on_sm120_crashes_at_warmup_like_the_seeds(start_simulator):
+def test_trtllm_mla_on_sm120_crashes_at_warmup_as_in_the_field(start_simulator):
     sim = start_simulator("--attention-backend", "trtllm_mla", *FAST, wait_ready=False)
     assert sim.wait_exit(20) == KILLED
     log = sim.log_text()
