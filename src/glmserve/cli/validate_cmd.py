@@ -70,7 +70,9 @@ def validate(
     ),
     sglang_version: SglangVersionOpt = None,
     spec_file: Path = typer.Option(
-        None, "--spec", help=(
+        None,
+        "--spec",
+        help=(
             "argspec JSON dumped on the host (python3 glmserve/argspec/dump_program.py "
             "> spec.json there) instead of a version"
         ),
