@@ -250,7 +250,7 @@ def main() -> None:
         "python_version": platform.python_version(),
         # The label every dump made without GLMSERVE_ARGSPEC_MADE_BY carries; kept as it is
         # so cached and shipped specs keep one spelling.
-        "made_by": os.environ.get("GLMSERVE_ARGSPEC_MADE_BY", "glmserve dump_program"),
+        "made_by": os.environ.get("GLMSERVE_ARGSPEC_MADE_BY", "glmserve DUMP_SNIPPET"),
         "stubbed_modules": sorted(stubbed),
         "parser": {
             "allow_abbrev": parser.allow_abbrev,
