@@ -461,6 +461,17 @@ class RunStore:
         return int(cur.lastrowid or 0)
 
     @_db_errors
+    def stop_requested(self, run_id: str) -> bool:
+        """Has ``glmserve stop`` begun on this run? Its STOPPING event is written before the
+        first signal, so a watcher or ``status`` that then finds the processes gone knows the
+        user ended them: not a crash, not a plain exit."""
+        row = self.db.execute(
+            "SELECT 1 FROM events WHERE run_id = ? AND state IN ('STOPPING', 'STOPPED') LIMIT 1",
+            (run_id,),
+        ).fetchone()
+        return row is not None
+
+    @_db_errors
     def list_events(self, run_id: str) -> list[dict[str, Any]]:
         rows = self.db.execute(
             "SELECT * FROM events WHERE run_id = ? ORDER BY id", (run_id,)

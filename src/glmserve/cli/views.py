@@ -27,7 +27,13 @@ from rich.text import Text
 
 from glmserve.bench.progress import Progress
 from glmserve.cli._app import err, is_interactive, out
-from glmserve.errors import GlmserveError, ServerCrashed, ServerNotReady
+from glmserve.errors import (
+    DiagnosedError,
+    GlmserveError,
+    RunNotServing,
+    ServerCrashed,
+    ServerNotReady,
+)
 
 if TYPE_CHECKING:
     from glmserve.bench.results import BenchResult
@@ -543,6 +549,8 @@ def launch_json(
                 "reconnects": d.reconnects,
                 **d.diagnosis.to_dict(),
             }
+    if v is not None and verdict.decisive.state == "STOPPED":
+        v["state"] = "STOPPED"  # the log's phase stays in "phase"
     if not dep.grouped:
         return {"run": runs[0], "verdict": v}
     data = {"group_id": dep.group_id, "runs": runs, "verdict": v}
@@ -625,6 +633,14 @@ def _how_to(run_id: str) -> str:
 def _failure(result: Any, run_id: str) -> GlmserveError:
     """Print a failed watch's diagnosis and return its error (exit 3 crashed, 4 stalled)."""
     d = result.diagnosis
+    if result.state == "STOPPED":
+        err.print(
+            f"[yellow]STOPPED[/yellow] by `glmserve stop` in phase {escape(str(d.phase.value))}",
+            highlight=False,
+        )
+        return RunNotServing(
+            f"run {run_id} was stopped (glmserve stop) in phase {d.phase.value}, before READY"
+        )
     if result.state in ("CRASHED", "EXITED"):
         cat = d.category.value if d.category else result.state
         where = f" at log line {d.line}" if d.line else ""
@@ -656,7 +672,9 @@ def verdict_error(dep: Any, verdict: Any) -> GlmserveError | None:
     if not dep.grouped:
         return error
     msg = f"group {dep.group_id}: node {rank} ({bad.host}) {error}; every node stopped"
-    return type(error)(msg, diagnosis=verdict.decisive.diagnosis)
+    if isinstance(error, DiagnosedError):
+        return type(error)(msg, diagnosis=verdict.decisive.diagnosis)
+    return type(error)(msg)
 
 
 def ready(dep: Any, verdict: Any) -> None:

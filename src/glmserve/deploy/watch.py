@@ -197,7 +197,7 @@ class WatchTick:
 class WatchResult:
     """The verdict and how it was reached."""
 
-    state: str  # READY | CRASHED | STALLED | EXITED | TIMEOUT | CANCELLED (not recorded)
+    state: str  # READY | CRASHED | STALLED | EXITED | TIMEOUT; CANCELLED, STOPPED (not recorded)
     diagnosis: Diagnosis
     elapsed_s: float
     offset: int
@@ -394,6 +394,16 @@ class Watcher:
         return td
 
     def _finish(self, state: str, d: Diagnosis, started: float, **extra: Any) -> WatchResult:
+        if state != "READY" and self.store.stop_requested(self.run.run_id):
+            # `glmserve stop` ended it while we watched: what we saw (the processes gone, a
+            # traceback from the SIGTERM) is the stop, not a crash; the stop records it.
+            return WatchResult(
+                state="STOPPED",
+                diagnosis=d,
+                elapsed_s=time.monotonic() - started,
+                offset=self.offset,
+                reconnects=self.reconnects,
+            )
         now = time.time()
         fields: dict[str, Any] = {"state": state, "log_offset": self.offset}
         if state == "READY":
@@ -632,7 +642,13 @@ def assess_run(run: RunRecord, store: RunStore, t: Transport | None = None) -> d
         elif d.state is not State.READY:
             state = d.state.value
         # else: the log says ready, the port shows no listener yet: the stored state holds
-    elif run.state not in ("STOPPED", "FAILED"):
+    elif run.ended_at is not None or run.state in ("STOPPED", "FAILED"):
+        pass  # already seen ended (stopped, or judged): its verdict holds
+    elif store.stop_requested(run.run_id):
+        # being stopped right now: the stop ends it; a verdict reached before (STALLED) holds
+        state = run.state if run.terminal else "STOPPED"
+        fields["ended_at"] = time.time()
+    else:
         d = d.exited(None)  # dead: a warning such as a soft watchdog line explains it
         state = "CRASHED" if d.state is State.CRASHED else "EXITED"
         if run.ended_at is None:

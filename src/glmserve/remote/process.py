@@ -585,7 +585,13 @@ def stop_run(run_id: str, timeout: float = 15.0, store: RunStore | None = None) 
     processes are stopped all the same and the report says ``recorded: False`` and why."""
     store = store or RunStore.open()
     run = _await_launch(store, store.get_run(run_id))
+    # Said before the first signal: a watcher (a `launch` still waiting on this run) or a
+    # `status` that finds the processes gone meanwhile must not call it a crash or an exit.
+    with contextlib.suppress(StoreError):
+        store.add_event(run.run_id, "STOPPING", None, {"by_pid": os.getpid()})
     report = stop_process(transport_for_run(run), run, timeout)
+    with contextlib.suppress(StoreError):
+        run = store.get_run(run.run_id)  # a verdict reached meanwhile (CRASHED, STALLED) holds
     fields: dict[str, Any] = {"ended_at": run.ended_at or time.time()}
     if not run.terminal:
         fields["state"] = "STOPPED"

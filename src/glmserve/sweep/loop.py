@@ -172,7 +172,7 @@ def _run_entry(
     outcome = backend.watch(entry.run_id, opts)
     entry.diagnosis = outcome.diagnosis
     if outcome.state != "READY":
-        entry.status = CRASHED if outcome.state in ("CRASHED", "EXITED") else STALLED
+        entry.status = _failed_start_status(outcome.state)
         d = outcome.diagnosis or {}
         why = " ".join(str(d[k]) for k in ("category", "root_cause") if d.get(k))
         node = f" on node {d['node_rank']} ({d.get('host')})" if "node_rank" in d else ""
@@ -234,3 +234,11 @@ def _stop_quietly(entry: SweepEntry, backend: SweepBackend, say: Any) -> None:
     finally:
         if main:
             signal.signal(signal.SIGINT, old)
+
+
+def _failed_start_status(state: str) -> str:
+    """A start that did not reach READY: crashed, stalled, or stopped by `glmserve stop`
+    from outside (FAILED, not a verdict on the config: ``--resume`` runs it again)."""
+    if state in ("CRASHED", "EXITED"):
+        return CRASHED
+    return FAILED if state == "STOPPED" else STALLED

@@ -443,7 +443,10 @@ class LifecycleJobRunner(JobRunner):
         if self._interrupted(trials):
             return
         if outcome.state != "READY":
-            status = st.CRASHED if outcome.state in ("CRASHED", "EXITED") else st.STALLED
+            # stopped from outside (`glmserve stop`): no verdict on the config
+            status = {"CRASHED": st.CRASHED, "EXITED": st.CRASHED, "STOPPED": st.FAILED}.get(
+                outcome.state, st.STALLED
+            )
             self._mark(trials, status=status, diagnosis=outcome.diagnosis, ended_at=time.time())
             d = outcome.diagnosis or {}
             self.say(f"{host}: {name}: {outcome.state}: {d.get('category')} {d.get('root_cause')}")
