@@ -6,6 +6,7 @@ and the READY bookkeeping of the other nodes; the sshd test covers the CLI and c
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -42,7 +43,7 @@ def local_pair(tmp_path: Path) -> list[str]:
     return ["la", "lb"]
 
 
-def test_local_group_ready_then_stop(local_pair):
+def test_local_group_ready_then_stop(local_pair, capsys):
     port = free_local_port()
     spec = profiles.load_profile(
         "trtllm_mla",
@@ -71,6 +72,15 @@ def test_local_group_ready_then_stop(local_pair):
         while probe_group(t, int(runs[1].pgid or 0)).live_pids and time.monotonic() < deadline:
             time.sleep(0.05)
         assert _cli(args) == 3
+        # status: node 0 alone still looks READY, but its group cannot serve (asked by group
+        # id, and in the default live list, where the ended node 1 no longer shows)
+        capsys.readouterr()
+        for ident in ([gid], []):
+            assert _cli(["status", *ident, "--json"]) == 0
+            rows = json.loads(capsys.readouterr().out)
+            head = next(r for r in rows if r["run_id"] == runs[0].run_id)
+            assert head["state"] == "READY" and head["group_state"] in ("EXITED", "CRASHED")
+            assert f"node 1 (lb) is {head['group_state']}" in head["group_problem"]
     finally:
         reports = dep.stop(timeout=5, raise_failure=True)
     assert [r["group_id"] for r in reports] == [gid, gid]

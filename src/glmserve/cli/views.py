@@ -716,6 +716,8 @@ def print_status(rows: list[dict[str, Any]]) -> None:
             what = f"patch active on {row['patch_active']} ranks " + what
         if row.get("category"):
             what = f"{row['category']}: {row.get('root_cause') or ''} " + what
+        if row.get("group_problem"):  # first: a READY node of a broken group is no server
+            what = f"NOT SERVING: {row['group_problem']} " + what
         cells = (
             row["run_id"],
             row["state"],
@@ -724,7 +726,7 @@ def print_status(rows: list[dict[str, Any]]) -> None:
             row["profile"],
             str(row["port"]),
             str(row["pid"] or ""),
-            what.strip()[:120],
+            what.strip()[:200],
         )
         table.add_row(*(Text(str(c)) for c in cells))  # data, never rich markup
     out.print(table)

@@ -30,7 +30,7 @@ from typing import Any
 
 from glmserve.deploy.plan import Plan
 from glmserve.errors import GlmserveError, RunNotFound
-from glmserve.store import RunRecord, RunStore
+from glmserve.store import TERMINAL_STATES, RunRecord, RunStore
 
 Say = Callable[[str], None]
 Tick = Callable[[int, Any], None]  # (node rank, WatchTick)
@@ -487,7 +487,39 @@ def status_rows(store: RunStore, ident: str | None, all_runs: bool) -> list[dict
         if "group_id" in r.meta:
             rows[-1]["group_id"] = r.meta["group_id"]
             rows[-1]["node_rank"] = r.meta.get("node_rank")
+    _judge_groups(store, rows)
     return rows
+
+
+def _judge_groups(store: RunStore, rows: list[dict[str, Any]]) -> None:
+    """Give every grouped row its group's verdict: a group serves only while every node
+    does, so a READY node 0 beside a dead node 1 must not read as a working server (its
+    collectives hang). Nodes not listed (an ended one drops out of the live list) are read
+    from the store, as their last assessment left them."""
+    listed = {row["run_id"]: row["state"] for row in rows}
+    for gid in {row["group_id"] for row in rows if row.get("group_id")}:
+        nodes = group_runs(store, gid, exact=True)
+        down = [
+            (int(r.meta.get("node_rank", i)), r.host, listed.get(r.run_id, r.state))
+            for i, r in enumerate(nodes)
+            if listed.get(r.run_id, r.state).rstrip("?") in TERMINAL_STATES
+        ]
+        if down and len(down) < len(nodes):
+            rank, host, state = down[0]
+            group_state = state.rstrip("?")
+            problem = (
+                f"group {gid} cannot serve: node {rank} ({host}) is {group_state}; "
+                f"stop every node: glmserve stop {gid}"
+            )
+        elif down:
+            group_state, problem = down[0][2].rstrip("?"), None  # all ended: nothing serves
+        else:
+            states = {listed.get(r.run_id, r.state).rstrip("?") for r in nodes}
+            group_state, problem = ("READY" if states == {"READY"} else "STARTING"), None
+        for row in rows:
+            if row.get("group_id") == gid:
+                row["group_state"] = group_state
+                row["group_problem"] = problem
 
 
 def _stored_row(r: RunRecord) -> dict[str, Any]:
