@@ -23,6 +23,7 @@ from glmserve.errors import (
     EXIT_TIMEOUT,
     ConfigError,
     NotAServerLog,
+    RunNotServing,
     ServerCrashed,
     ServerNotReady,
 )
@@ -30,6 +31,7 @@ from glmserve.errors import (
 if TYPE_CHECKING:
     from glmserve.diagnose import Diagnosis
     from glmserve.remote.transport import Transport
+    from glmserve.store import RunRecord, RunStore
 
 READ_CHUNK = 1 << 20  # bytes per read of a file or stdin
 # A file or stdin whose first EVIDENCE_WITHIN bytes hold no SGLang line is refused without
@@ -40,7 +42,9 @@ EVIDENCE_WITHIN = 32 << 20
 _HELP = """Classify an SGLang server log: start-up phase, or crash category, root-cause line and
 a hint.
 
-TARGET is a log file, `-` for stdin, or a glmserve run id (its server.log is fetched).
+TARGET is a log file, `-` for stdin, or a glmserve run id (its server.log is fetched, and
+its processes are looked at as `status` does: a log cut off mid-start whose processes are
+gone is EXITED, a run stopped with `glmserve stop` exits 2).
 
 \b
 Exit codes:
@@ -48,7 +52,7 @@ Exit codes:
   3  CRASHED (or EXITED)
   4  STALLED (only from a watcher; a file alone never stalls)
   6  the file or stdin holds no SGLang log line (empty, binary, other text)
-  2  no such file or run
+  2  no such file or run, or the run was stopped
 
 \b
 Examples:
@@ -122,8 +126,53 @@ def _diagnose_target(target: str) -> tuple[Diagnosis, str]:
 
     with RunStore.open() as store:
         run = store.get_run(target)
-    # A run's server.log is the server's own output: empty means it has not written yet.
-    return diagnose_stream(_run_log_chunks(transport_for_run(run), run.log_path)), f"run {target}"
+        # A run's server.log is the server's own output: empty means it has not written yet.
+        diag = diagnose_stream(_run_log_chunks(transport_for_run(run), run.log_path))
+        return _with_run_state(diag, run, store)
+
+
+def _with_run_state(diag: Diagnosis, run: RunRecord, store: RunStore) -> tuple[Diagnosis, str]:
+    """A run's verdict is its log's *and* its processes': a log that stops mid-warmup says
+    "still starting", but if the processes are gone (killed, OOM-killed, a worker dead behind
+    a 503 /health) the answer is what ``status`` says. Looked at live, as ``status`` does;
+    when the host cannot be reached the log's verdict stands, labelled so."""
+    import dataclasses
+
+    from glmserve.deploy.watch import assess_run
+    from glmserve.diagnose import Category, State
+    from glmserve.errors import TransportError
+
+    label = f"run {run.run_id}"
+    if diag.state in (State.CRASHED, State.EXITED):
+        return diag, label  # the log already names the failure
+    try:
+        state = str(assess_run(run, store)["state"])
+    except TransportError as exc:
+        return diag, f"{label} (host not reachable, log only: {exc})"
+    run = store.get_run(run.run_id)
+    if state == "EXITED":
+        return diag.exited(None), label
+    if state == "CRASHED":
+        try:
+            category: Category | None = Category(run.category) if run.category else None
+        except ValueError:
+            category = Category.CRASH
+        crashed = dataclasses.replace(
+            diag,
+            state=State.CRASHED,
+            category=category or Category.CRASH,
+            root_cause=run.root_cause or "the server's processes died",
+            hint=run.hint or diag.hint,
+        )
+        return crashed, label
+    if state == "STALLED":
+        return dataclasses.replace(diag, state=State.STALLED, hint=run.hint or diag.hint), label
+    if state in ("STOPPED", "FAILED"):
+        raise RunNotServing(
+            f"{label} was stopped (glmserve stop) in phase {diag.phase.value}; its log: "
+            f"glmserve logs {run.run_id}"
+        )
+    return diag, label
 
 
 def _run_log_chunks(t: Transport, path: str) -> Iterator[bytes]:
