@@ -18,7 +18,10 @@ CASES = {
     "no_kernel_image": ("graphs", "no kernel image is available for execution on the device"),
     "tllm_unsupported_arch": ("warmup", "fmhaRunner.cuh:30: Unsupported architecture"),
     "illegal_memory_access": ("load", "an illegal memory access was encountered"),
-}
+    "kv_no_memory": ("kv", "RuntimeError: Not enough memory. Please try to increase "
+                     "--mem-fraction-static. Current value: "
+                     "self.server_args.mem_fraction_static="),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", sorted(CASES))

@@ -14,6 +14,7 @@ ROOT = {
     "tllm_unsupported_arch": "Error in function 'TllmGenFmhaRunner'",
     "nccl_timeout": "Watchdog caught collective operation timeout: WorkNCCL(",
     "illegal_memory_access": "CUDA error: an illegal memory access was encountered",
+    "kv_no_memory": "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static",
 }
 
 

@@ -154,3 +154,15 @@ def test_flags_past_the_modelled_gpu_memory_crash_with_oom_at_start():
     assert (o.shape.cuda_graph_max_bs, o.shape.chunked_prefill_size) == (16, 1024)
     default = options.parse(base)
     assert (default.shape.cuda_graph_max_bs, default.shape.chunked_prefill_size) == (512, 8192)
+
+
+def test_a_static_fraction_too_low_for_any_kv_pool_is_sglangs_own_refusal_at_kv():
+    """sglang 0.5.9 model_runner_kv_cache_mixin.py:415-419: no pool left after the weights is
+    "Not enough memory. Please try to increase --mem-fraction-static" at pool sizing, not a
+    CUDA OOM later (an audit found the old simulator logged a 0-token pool, then an OOM whose
+    hint said to lower the fraction)."""
+    from glmserve.simulator import costmodel, options
+
+    o = options.parse(["--model-path", "m", "--tp-size", "8", "--mem-fraction-static", "0.5"])
+    assert costmodel.pool_tokens(o.model, o.shape) <= 0
+    assert (o.crash_kind, o.crash_at) == ("kv_no_memory", "kv")

@@ -89,7 +89,9 @@ def crash_now(server: SimServer, phase: str, kind: str | None = None) -> None:
         nccl_abort(server, phase)
         return
     base, per_node = server.ranks[0], len(server.ranks)
-    crash = faults.scheduler_crash(kind, phase, o.gpu_arch, o.shape.attention_backend, per_node)
+    crash = faults.scheduler_crash(
+        kind, phase, o.gpu_arch, o.shape.attention_backend, per_node, o.shape.mem_fraction_static
+    )
     for ln in crash.pre_lines:
         server.log.raw(ln)
     server.log.line(

@@ -23,6 +23,9 @@ SG = f"{SITE}/sglang/srt"
 
 # Where each kind's text comes from (public logs), for whoever maintains the templates.
 SOURCES = {
+    "kv_no_memory": [
+        "sglang 0.5.9 srt/model_executor/model_runner_kv_cache_mixin.py:415-419 (init_memory_pool)",
+    ],
     "oom": [
         "https://github.com/sgl-project/sglang/issues/8864",
         "https://github.com/QwenLM/Qwen3-Coder/issues/174",
@@ -171,8 +174,25 @@ def _traceback(frames: list[Frame], exc: str) -> str:
     return "Traceback (most recent call last):\n" + body + exc
 
 
-def exception_text(kind: str, rank: int, gpu_arch: str, phase: str) -> tuple[str, list[str]]:
+# No KV pool left after the weights: SGLang refuses before allocating anything (sglang 0.5.9
+# srt/model_executor/model_runner_kv_cache_mixin.py:415-419, in init_memory_pool), so the log
+# never shows "KV Cache is allocated".
+_NO_KV_MEMORY_FRAMES = _stack("""
+    model_executor/model_runner.py:590 initialize | self.init_memory_pool(min_per_gpu_memory)
+    model_executor/model_runner_kv_cache_mixin.py:416 init_memory_pool | raise RuntimeError(
+""")
+
+
+def exception_text(
+    kind: str, rank: int, gpu_arch: str, phase: str, mem_fraction: float | None = None
+) -> tuple[str, list[str]]:
     """(exception lines that end the traceback, raw lines printed before it)."""
+    if kind == "kv_no_memory":
+        return (
+            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+            f"Current value: self.server_args.mem_fraction_static={mem_fraction}\n",
+            [],
+        )
     if kind == "oom":
         return (
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.14 GiB. GPU "
@@ -262,11 +282,20 @@ _GRAPH_HELP = (
 )
 
 
-def scheduler_crash(kind: str, phase: str, gpu_arch: str, backend: str, tp_size: int) -> CrashLog:
+def scheduler_crash(
+    kind: str,
+    phase: str,
+    gpu_arch: str,
+    backend: str,
+    tp_size: int,
+    mem_fraction: float | None = None,
+) -> CrashLog:
     """The failing rank's traceback for ``kind`` at ``phase`` (load, kv, ..., after-ready)."""
     rank = min(3, tp_size - 1) if kind in ("oom", "nccl_timeout") else 0
-    exc, pre = exception_text(kind, rank, gpu_arch, phase)
-    if phase in _PHASE_FRAMES:
+    exc, pre = exception_text(kind, rank, gpu_arch, phase, mem_fraction)
+    if kind == "kv_no_memory":
+        frames = _INIT_FRAMES + _NO_KV_MEMORY_FRAMES
+    elif phase in _PHASE_FRAMES:
         frames = _INIT_FRAMES + _PHASE_FRAMES[phase]
     else:
         frames = _RUN_FRAMES + _ATTN_FRAMES.get(backend, _ATTN_FRAMES["flashinfer"])

@@ -48,6 +48,7 @@ KV_CACHE_DTYPE_CHOICES = ["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "f
 PHASES = ["load", "kv", "graphs", "warmup"]
 CRASH_KINDS = [
     "oom",
+    "kv_no_memory",
     "flashinfer_fp8_static_assert",
     "no_kernel_image",
     "tllm_unsupported_arch",
@@ -59,6 +60,7 @@ CRASH_KINDS = [
 # Where each crash kind happens when --sim-crash-at is not given.
 NATURAL_PHASE = {
     "oom": "kv",
+    "kv_no_memory": "kv",
     "flashinfer_fp8_static_assert": "warmup",
     "no_kernel_image": "graphs",
     "tllm_unsupported_arch": "warmup",
@@ -321,8 +323,13 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:
             )
     kind = sim.sim_crash_kind
     if not kind and not crash_at and costmodel.startup_oom(model, shape):
-        # the flags ask for more than the modelled GPU holds: OOM where SGLang would hit it
-        kind, crash_at = "oom", ("graphs" if cuda_graph else "warmup")
+        # the flags ask for more than the modelled GPU holds: fail where SGLang would. No
+        # KV pool left after the weights (--mem-fraction-static too low): its own refusal at
+        # pool sizing; else CUDA OOM at graph capture or the warmup forward.
+        if costmodel.pool_tokens(model, shape) <= 0:
+            kind, crash_at = "kv_no_memory", "kv"
+        else:
+            kind, crash_at = "oom", ("graphs" if cuda_graph else "warmup")
     if crash_at and not kind:
         kind = NATURAL_KIND[crash_at]
     if kind and not crash_at:
