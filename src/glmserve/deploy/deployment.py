@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from glmserve.deploy.plan import Plan
-from glmserve.errors import GlmserveError, RunNotFound
+from glmserve.errors import ConfigError, GlmserveError, RunNotFound
 from glmserve.store import TERMINAL_STATES, RunRecord, RunStore
 
 Say = Callable[[str], None]
@@ -167,10 +167,15 @@ class Deployment:
         """Start one run per node of ``plan``; does not wait. Nodes start from the last rank
         down, so node 0 (the one that binds ``--port``) checks its port last. If any node
         fails to start, the nodes already started are stopped."""
-        from glmserve.deploy.preflight import port_for_host
+        from glmserve.deploy.preflight import check_simulated, port_for_host
         from glmserve.remote.process import host_adjusted_spec, launch_run, stop_run
         from glmserve.remote.transport import transport_for
 
+        for node in plan.nodes:  # the simulator's own parse, before anything starts
+            if node.spec.launcher == "simulator":
+                row = check_simulated(transport_for(node.host), node.spec)
+                if row.status == "fail":
+                    raise ConfigError(f"{node.host.name}: {row.detail}")
         store = store or RunStore.open()
         gid = new_group_id(store) if plan.grouped else None
         started: list[RunRecord] = []

@@ -12,6 +12,7 @@ worse, mis-shard) and node 0 must have the dist-init port free (its TCP store bi
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -153,20 +154,35 @@ def check_argspec(t: Transport, spec: LaunchSpec, version: str | None) -> CheckR
     return CheckRow("flags", "warn" if warn else "ok", detail)
 
 
-def check_simulated_patches(spec: LaunchSpec) -> CheckRow:
-    """Under ``--simulate`` the simulator parses its own flags, but a runtime patch's
-    requirements still hold: the simulated workers refuse them at init exactly as the real
-    patch does, so ``check`` fails on them as it does for a real host."""
+def check_simulated(t: Transport, spec: LaunchSpec) -> CheckRow:
+    """Under ``--simulate`` the flags go to the simulator, which parses them itself: the
+    host's simulator is asked to parse this argv without starting (``check_args``), so a
+    bad ``--set sim.*`` or server value is a failed check (exit 2) before anything starts,
+    not a BAD_ARGS crash after. A runtime patch's requirements still hold: the simulated
+    workers refuse them at init exactly as the real patch does, so they fail here too."""
     from glmserve.argspec.validation import patch_requirement_errors
 
-    argv = list(spec.argv)
+    argv = [*spec.argv, *spec.sim_args]
     version = "0.5.9"  # the simulator's default --sim-sglang-version
     if "--sim-sglang-version" in argv[:-1]:
         version = argv[argv.index("--sim-sglang-version") + 1]
     errors = patch_requirement_errors(spec, version)
     if errors:
         return CheckRow("flags", "fail", "; ".join(errors))
-    return CheckRow("flags", "skip", "simulate: the simulator parses its own flags")
+    code = (
+        "import json, sys\n"
+        "try:\n    from glmserve.simulator import check_args\n"
+        "except ImportError:\n    print('SKIP'); sys.exit(0)\n"
+        f"sys.exit(check_args(json.loads({json.dumps(json.dumps(argv))})))"
+    )
+    res = t.run(_py(spec, code), timeout=120)
+    text = res.stdout.strip()
+    if res.ok and text.endswith("SKIP"):
+        return CheckRow("flags", "skip", "the host's glmserve simulator cannot check flags")
+    if not res.ok:
+        why = text.splitlines()[-1] if text else res.tail()
+        return CheckRow("flags", "fail", f"simulator refuses the argv: {why}")
+    return CheckRow("flags", "ok", "argv accepted by the simulator (simulate)")
 
 
 def check_gpus(t: Transport, spec: LaunchSpec, need: int | None = None) -> CheckRow:
@@ -275,7 +291,7 @@ def run_checks(
     prow, srow, version = check_python(t, spec)
     rows += [prow, srow]
     if spec.launcher == "simulator":
-        rows.append(check_simulated_patches(spec))
+        rows.append(check_simulated(t, spec))
     else:
         rows.append(check_argspec(t, spec, version))
     rows.append(check_gpus(t, spec, gpus_needed))

@@ -86,6 +86,32 @@ Cost model:
 {costmodel.__doc__}"""
 
 
+def check_args(argv: list[str]) -> int:
+    """Parse ``argv`` as a launch would, start nothing: 0, or 2 with one line saying what
+    is wrong (``glmserve check``/``launch --simulate`` call this on the host before
+    launching, so a bad flag is a usage error there and not a crash after the start)."""
+    import contextlib
+    import io
+
+    from glmserve.simulator import options
+
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(buf):
+            options.parse(list(argv))
+    except SimUsageError as exc:
+        print(f"error: {exc}")
+        return 2
+    except SystemExit as exc:  # argparse: usage, then "prog: error: ..."
+        if not exc.code:
+            return 0
+        lines = [ln for ln in buf.getvalue().splitlines() if ln.strip()]
+        print(lines[-1].split(": ", 1)[-1] if lines else f"argument error ({exc.code})")
+        return 2
+    print("ok")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m glmserve.simulator``; returns the process exit status."""
     from glmserve.simulator import options
