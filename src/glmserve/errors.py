@@ -12,7 +12,7 @@ boundary with ``raise X(...) from exc`` so callers only ever see this tree::
     │   ├── StoreError                 2  runs.sqlite damaged, locked or from a newer glmserve
     │   ├── PortClaimed                2  another live run holds this host:port
     │   ├── TraceFormatError           2  a profiler trace is not a Chrome trace (file:line)
-    │   └── SimUsageError              2  a --sim-* option of `glmserve simulate` is wrong
+    │   └── SimUsageError              2  `glmserve simulate`: a --sim-* option, or --port, is wrong
     ├── BenchmarkGateFailed            1  a --min-*/--max-* gate was missed
     ├── DiagnosedError                    carries the log's diagnosis
     │   ├── ServerCrashed              3  the server died
@@ -194,7 +194,9 @@ class ServerStreamError(TransportError):
 
 
 class SimUsageError(ConfigError):
-    """A ``--sim-*`` option is wrong (not an SGLang flag: exit 2 with one line)."""
+    """A ``--sim-*`` option (glmserve's, not SGLang's) or a ``--port`` no socket can bind is
+    wrong: exit 2 with one line, where a bad SGLang flag gets argparse's usage block as
+    SGLang prints it."""
 
 
 class HostLost(GlmserveError):
