@@ -79,7 +79,9 @@ def validate(
     ),
     json_out: JsonOpt = False,
     list_versions: bool = typer.Option(
-        False, "--list-versions", help="list releases with a shipped argspec and exit"
+        False,
+        "--list-versions",
+        help="list releases with a shipped argspec and exit (--json: a list of strings)",
     ),
     fix: bool = typer.Option(
         False, "--fix", help="rewrite SCRIPT's flags for the release (renames, successors)"
@@ -92,7 +94,10 @@ def validate(
     from glmserve.argspec.releases import available_versions, load_argspec, load_release_spec
 
     if list_versions:
-        out.print("\n".join(available_versions()), highlight=False)
+        if json_out:  # a list of what --sglang-version accepts, oldest first
+            emit_json(available_versions())
+        else:
+            out.print("\n".join(available_versions()), highlight=False)
         return
     if (sglang_version is None) == (spec_file is None):
         shipped = available_versions()
