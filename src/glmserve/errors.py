@@ -9,6 +9,7 @@ boundary with ``raise X(...) from exc`` so callers only ever see this tree::
     │   ├── FlagValidationError        2  argv rejected for the target SGLang release
     │   ├── YamlSyntaxError            2  a YAML file is not YAML at all
     │   ├── RunNotServing              2  the run was stopped: nothing of it to measure
+    │   ├── RunLogMissing              2  `logs`: the run's server.log is gone from its host
     │   ├── StoreError                 2  runs.sqlite damaged, locked or from a newer glmserve
     │   ├── PortClaimed                2  another live run holds this host:port
     │   ├── TraceFormatError           2  a profiler trace is not a Chrome trace (file:line)
@@ -160,6 +161,11 @@ class SweepInterrupted(Interrupted):
     """Ctrl-C: the running server was stopped and the sweep saved; exit 130."""
 
     notice = False
+
+
+class RunLogMissing(ConfigError):
+    """The run's server.log does not exist on its host (deleted, or the run never started):
+    ``logs`` says so, naming the file (exit 2), instead of printing nothing and exiting 0."""
 
 
 class StoreError(ConfigError):

@@ -185,7 +185,8 @@ def logs(
 ) -> None:
     """Print a run's server.log (by byte offset over ssh; -f follows until the server ends).
     A group id prints every node's log, each line prefixed ``\\[nodeI host]``; -f follows them
-    all until every node's server has ended.
+    all until every node's server has ended. A server.log that is gone from its host (deleted)
+    exits 2, naming the file.
 
     Example: glmserve logs 3f2a -f -n 50
     Example (a group): glmserve logs g1a2b3c4 -n 20 -f
