@@ -9,10 +9,11 @@ boundary with ``raise X(...) from exc`` so callers only ever see this tree::
     │   ├── FlagValidationError        2  argv rejected for the target SGLang release
     │   ├── YamlSyntaxError            2  a YAML file is not YAML at all
     │   ├── RunNotServing              2  the run was stopped: nothing of it to measure
+    │   ├── RunLogMissing              2  `logs`: the run's server.log is gone from its host
     │   ├── StoreError                 2  runs.sqlite damaged, locked or from a newer glmserve
     │   ├── PortClaimed                2  another live run holds this host:port
     │   ├── TraceFormatError           2  a profiler trace is not a Chrome trace (file:line)
-    │   └── SimUsageError              2  a --sim-* option of `glmserve simulate` is wrong
+    │   └── SimUsageError              2  `glmserve simulate`: a --sim-* option, or --port, is wrong
     ├── BenchmarkGateFailed            1  a --min-*/--max-* gate was missed
     ├── DiagnosedError                    carries the log's diagnosis
     │   ├── ServerCrashed              3  the server died
@@ -162,6 +163,11 @@ class SweepInterrupted(Interrupted):
     notice = False
 
 
+class RunLogMissing(ConfigError):
+    """The run's server.log does not exist on its host (deleted, or the run never started):
+    ``logs`` says so, naming the file (exit 2), instead of printing nothing and exiting 0."""
+
+
 class StoreError(ConfigError):
     """runs.sqlite is damaged, locked, or from a newer glmserve (exit 2, names the file)."""
 
@@ -194,7 +200,9 @@ class ServerStreamError(TransportError):
 
 
 class SimUsageError(ConfigError):
-    """A ``--sim-*`` option is wrong (not an SGLang flag: exit 2 with one line)."""
+    """A ``--sim-*`` option (glmserve's, not SGLang's) or a ``--port`` no socket can bind is
+    wrong: exit 2 with one line, where a bad SGLang flag gets argparse's usage block as
+    SGLang prints it."""
 
 
 class HostLost(GlmserveError):

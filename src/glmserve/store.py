@@ -200,6 +200,26 @@ def _store_error(path: Path, exc: sqlite3.Error) -> StoreError:
     return StoreError(f"{path}: run store error: {text}")
 
 
+def _cannot_write(exc: sqlite3.Error) -> bool:
+    """SQLite's words for a file it could not create or write (permissions, among others)."""
+    text = str(exc)
+    return "unable to open database file" in text or "readonly database" in text
+
+
+def _unwritable(p: Path) -> str:
+    """Why SQLite could not open ``p`` when the cause is its folder, "" otherwise. SQLite's
+    own words ("unable to open database file", "attempt to write a readonly database") do
+    not say that the folder is the problem: every open writes there (the WAL and shared-memory
+    files, the open lock), so the store needs a writable folder even to be read."""
+    if not os.access(p.parent, os.W_OK | os.X_OK):
+        return (
+            f"the directory {p.parent} is not writable (SQLite creates the store's journal "
+            "and lock files there, even to read it); make it writable or point GLMSERVE_HOME "
+            "at a writable directory"
+        )
+    return ""
+
+
 @contextmanager
 def _opening(p: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``<store>.lock`` while a process opens and migrates.
@@ -258,7 +278,8 @@ class RunStore:
                 raise
             if _no_room(exc) and p.is_file():
                 return cls._open_read_only(p, str(exc))
-            raise StoreError(f"{p}: cannot open run store: {exc}") from exc
+            why = (_cannot_write(exc) and _unwritable(p)) or str(exc)
+            raise StoreError(f"{p}: cannot open run store: {why}") from exc
         return store
 
     @classmethod

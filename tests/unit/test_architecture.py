@@ -43,6 +43,7 @@ RANKS: dict[str, int] = {
     "report": 10,
     "simulator": 10,
     "cli": 11,
+    "__main__": 11,  # the console script: imports the CLI inside its Ctrl-C handler
 }
 
 # The one upward import, on purpose: ``load_profile(name, sglang_version=V)`` returns the

@@ -132,6 +132,17 @@ def test_list_versions(capsys: pytest.CaptureFixture[str]) -> None:
     assert {"0.5.8", "0.5.9", "0.5.23"} <= set(out.split())
 
 
+def test_list_versions_json_is_a_list_of_version_strings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(capsys, "--list-versions", "--json")
+    assert code == 0
+    versions = json.loads(out)
+    assert isinstance(versions, list) and all(isinstance(v, str) for v in versions)
+    _, text, _ = run(capsys, "--list-versions")
+    assert versions == text.split()  # the same releases, in the same order
+
+
 @pytest.mark.skipif(shutil.which("glmserve") is None, reason="console script not installed")
 def test_installed_executable() -> None:
     proc = subprocess.run(

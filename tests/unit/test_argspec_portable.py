@@ -376,6 +376,27 @@ def test_cli_fix_writes_the_migrated_script_that_then_validates(tmp_path, capsys
     assert "deprecated" not in out
 
 
+def test_cli_fix_on_a_symlink_migrates_its_target_and_keeps_the_link(tmp_path, capsys):
+    """The link is written through: the script it points at is migrated (atomically, mode
+    kept, no temp file left beside it) and the link stays a link to it."""
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    target = _reference_script_copy(scripts)
+    links = tmp_path / "links"
+    links.mkdir()
+    link = links / "link.sh"
+    link.symlink_to(Path("..") / "scripts" / target.name)
+    code, _, err = _cli(capsys, "validate", "--fix", "--sglang-version", "0.5.23", str(link))
+    assert code == 0, err
+    assert link.is_symlink() and os.readlink(link) == str(Path("..") / "scripts" / target.name)
+    assert "--dsa-decode-backend trtllm" in target.read_text()
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o750
+    assert [p.name for p in scripts.iterdir()] == [target.name]
+    assert [p.name for p in links.iterdir()] == [link.name]
+    code, out, err = _cli(capsys, "validate", "--sglang-version", "0.5.23", str(target))
+    assert code == 0, out + err
+
+
 def test_cli_fix_refusal_leaves_the_script_alone(tmp_path, capsys):
     path = _reference_script_copy(tmp_path)
     path.write_text(path.read_text().replace("trtllm_mla", "cutlass_mla"))

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from glmserve.cli import diagnose_cmd, main
@@ -43,3 +47,48 @@ def test_interrupted_errors_exit_130_notice_or_error(monkeypatch, capsys, exc, p
     assert err.endswith(printed)
     # --debug: a traceback for an error, none for a notice
     assert ("Traceback" in err) is (not exc.notice)
+
+
+# -- the console script: Ctrl-C while the CLI is still being imported -------------------------
+# Ctrl-C is made deterministic: an import hook raises KeyboardInterrupt where SIGINT would
+# have landed (inside an import of the CLI's start-up), instead of racing a real signal.
+_CTRL_C_DURING_IMPORT = """
+import sys
+
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+from glmserve.__main__ import main
+raise SystemExit(main())
+"""
+
+
+@pytest.mark.parametrize("module", ["typer", "rich.console", "glmserve.cli.lifecycle_cmds"])
+def test_ctrl_c_while_the_cli_is_imported_exits_130_without_a_traceback(module):
+    code = _CTRL_C_DURING_IMPORT.format(module=module)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "runs"], capture_output=True, text=True, timeout=60
+    )
+    assert (proc.returncode, proc.stderr, proc.stdout) == (EXIT_INTERRUPTED, "interrupted\n", "")
+
+
+def test_the_console_script_is_the_entry_that_handles_ctrl_c_during_imports():
+    import glmserve.__main__ as entry
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    scripts = tomllib.loads(pyproject.read_text())["project"]["scripts"]
+    assert scripts == {"glmserve": "glmserve.__main__:main"}
+    assert entry.EXIT_INTERRUPTED == EXIT_INTERRUPTED
+
+
+def test_python_dash_m_glmserve_runs_the_cli():
+    proc = subprocess.run(
+        [sys.executable, "-m", "glmserve", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert (proc.returncode, proc.stdout) == (0, "glmserve 0.1.0\n")

@@ -3,11 +3,14 @@ and a repeatable one reaches the verb as a list whether given or not."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
 import typer
 from typer.main import get_command
 from typer.testing import CliRunner
 
-from glmserve.cli import app
+from glmserve.cli import app, main
 from glmserve.cli.options import JsonOpt, SetOpt
 
 
@@ -58,3 +61,30 @@ def test_a_repeatable_option_defaults_to_an_empty_list():
     assert runner.invoke(mini, ["verb"]).exit_code == 0
     assert runner.invoke(mini, ["verb", "--set", "a=1", "--set", "b=2", "--json"]).exit_code == 0
     assert seen == [([], False), (["a=1", "b=2"], True)]
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["runs", "-n", "0"], "'--last' / '-n'"),
+        (["runs", "--last", "-5"], "'--last' / '-n'"),
+        (["stop", "--timeout", "-5", "abc"], "'--timeout'"),
+        (["profile", "--top", "0", "trace.json"], "'--top'"),
+        (["validate", "--sglang-version", "", "--", "--model", "m"], "'--sglang-version'"),
+        (["render", "-p", "trtllm_mla", "--sglang-version", " "], "'--sglang-version'"),
+        (["tune", "--sglang-version", "", "--profile", "trtllm_mla"], "'--sglang-version'"),
+    ],
+)
+def test_out_of_range_or_empty_option_values_are_refused_with_exit_2(capsys, args, flag):
+    """A count below 1, a negative timeout or an empty release name is refused before the
+    verb runs (it would list every run, print empty tables, or mean "no release")."""
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"Invalid value for {flag}" in captured.err
+    assert "Traceback" not in captured.err
+
+
+def test_the_smallest_accepted_values_still_run(capsys):
+    assert main(["runs", "-n", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []

@@ -105,6 +105,26 @@ def test_following_a_group_ends_when_every_node_has_ended(tmp_path):
     ]
 
 
+@pytest.mark.parametrize("extra", [[], ["-n", "5"], ["-f"]])
+def test_logs_of_a_run_whose_log_was_deleted_is_one_line_exit_2(tmp_path, capsys, extra):
+    runs = _group(tmp_path, [b"a1\n", b""])
+    one = RunRecord("r9", "la", "p", 30001, str(tmp_path / "run0"), created_at=time.time())
+    RunStore.open().add_run(one)
+    (Path(runs[0].run_dir) / "server.log").unlink()
+    assert main(["logs", "r9", *extra]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip().splitlines() == [
+        f"error: run r9: no log file la:{tmp_path}/run0/server.log (deleted, or the run never "
+        "started)"
+    ]
+    # a group names the node whose log is gone; an empty log (node 1) is no error
+    assert main(["logs", "g1234567"]) == 2
+    assert f"run r0: no log file la:{tmp_path}/run0/server.log" in capsys.readouterr().err
+    assert main(["logs", "r1"]) == 0
+    assert capsys.readouterr().out == ""
+
+
 # -- the sweep loop over a host group ---------------------------------------------------------
 class GroupScripted(SweepBackend):
     """Every profile is a two-node group; ``crash`` profiles fail on node 1."""

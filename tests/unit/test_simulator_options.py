@@ -141,6 +141,51 @@ def test_bad_sglang_values_exit_2_like_argparse(capsys):
     assert "the following arguments are required: --model-path/--model" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--sim-speed", "abc"], "argument --sim-speed: invalid float value: 'abc'"),
+        (["--sim-gpu-arch", "sm7"], "argument --sim-gpu-arch: invalid choice: 'sm7'"),
+        (["--sim-crash-kind=nope"], "argument --sim-crash-kind: invalid choice: 'nope'"),
+    ],
+)
+def test_bad_sim_option_values_are_one_line_not_argparse_usage(capsys, argv, message):
+    """--sim-* options are glmserve's: argparse's message as a SimUsageError, without the
+    40-line usage block and sys.exit of the parser."""
+    with pytest.raises(SimUsageError) as exc:
+        options.parse(["--model-path", "m", *argv], env={})
+    assert message in str(exc.value)
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("port", ["99999", "65536", "0", "-1"])
+def test_a_port_no_socket_can_bind_is_refused_before_start_up(port):
+    with pytest.raises(SimUsageError, match=f"--port {port}: must be a TCP port between 1 and"):
+        options.parse(["--model-path", "m", "--port", port], env={})
+    assert options.parse(["--model-path", "m", "--port", "65535"], env={}).server.port == 65535
+
+
+def test_simulate_verb_bad_port_and_sim_value_are_one_line_exit_2(capsys):
+    """Through ``glmserve simulate``: one line naming the option, exit 2 (no start-up, no
+    internal error). A bad SGLang flag value keeps argparse's usage block: SGLang's
+    launch_server prints exactly that, and the simulator stands in for it."""
+    from glmserve.cli import main
+
+    for argv, line in (
+        (["--port", "99999"], "glmserve simulate: error: --port 99999: must be a TCP port"),
+        (["--sim-speed", "abc"], "glmserve simulate: error: argument --sim-speed: invalid"),
+    ):
+        assert main(["simulate", "--model-path", "m", *argv]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        lines = captured.err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(line), captured.err
+    assert main(["simulate", "--model-path", "m", "--port", "abc"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: launch_server.py [-h] --model-path MODEL_PATH")
+    assert err.strip().endswith("error: argument --port: invalid int value: 'abc'")
+
+
 def test_flags_past_the_modelled_gpu_memory_crash_with_oom_at_start():
     from glmserve.simulator import options
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -141,6 +144,38 @@ def test_glmserve_home_unwritable(capsys, tmp_path, monkeypatch):
     code, _, err = run(capsys, "runs")
     assert code == 2
     assert "cannot create it" in one_line(err)
+
+
+@contextmanager
+def _unwritable(folder: Path) -> Iterator[None]:
+    """``folder`` unwritable for this process: mode 555, or (root ignores modes) the
+    immutable attribute; skips where neither works."""
+    folder.chmod(0o555)
+    immutable = os.access(folder, os.W_OK)
+    if immutable and subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode:
+        folder.chmod(0o755)
+        pytest.skip("root without chattr: no way to make a folder unwritable here")
+    try:
+        yield
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(folder)], check=True)
+        folder.chmod(0o755)
+
+
+@pytest.mark.parametrize("verb", [["runs"], ["status"], ["logs", "r1"]])
+def test_existing_store_in_a_read_only_home_names_the_directory(capsys, verb):
+    """SQLite said "unable to open database file" (or "attempt to write a readonly
+    database"): the message says the folder is not writable, and why that matters."""
+    path = _fresh_store()
+    with _unwritable(path.parent):
+        code, _, err = run(capsys, *verb)
+    assert code == 2
+    assert one_line(err) == (
+        f"error: {path}: cannot open run store: the directory {path.parent} is not writable "
+        "(SQLite creates the store's journal and lock files there, even to read it); make it "
+        "writable or point GLMSERVE_HOME at a writable directory"
+    )
 
 
 def test_runs_last_beyond_sqlite_integers(capsys):

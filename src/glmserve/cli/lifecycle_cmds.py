@@ -157,7 +157,7 @@ def status(
 
 @app.command()
 def runs(
-    last: int = typer.Option(20, "--last", "-n", help="How many, newest first."),
+    last: int = typer.Option(20, "--last", "-n", help="How many, newest first.", min=1),
     host: Annotated[str | None, typer.Option("--host", "-H", help="Only this host.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -185,7 +185,8 @@ def logs(
 ) -> None:
     """Print a run's server.log (by byte offset over ssh; -f follows until the server ends).
     A group id prints every node's log, each line prefixed ``\\[nodeI host]``; -f follows them
-    all until every node's server has ended.
+    all until every node's server has ended. A server.log that is gone from its host (deleted)
+    exits 2, naming the file.
 
     Example: glmserve logs 3f2a -f -n 50
     Example (a group): glmserve logs g1a2b3c4 -n 20 -f
@@ -214,7 +215,9 @@ def stop(
         None, help="Run id or unique prefix; a group id (or one node's run) stops every node."
     ),
     all_runs: bool = typer.Option(False, "--all", help="Every live run."),
-    timeout: float = typer.Option(15.0, "--timeout", help="Seconds between TERM and KILL."),
+    timeout: float = typer.Option(
+        15.0, "--timeout", help="Seconds between TERM and KILL (0: KILL at once).", min=0
+    ),
     json_out: JsonOpt = False,
 ) -> None:
     """Stop a run: TERM its process group, wait, KILL, verify nothing is left. Never by name;

@@ -31,11 +31,24 @@ SetOpt = Annotated[
     typer.Option("--set", help="Override a profile key, e.g. --set server.port=8001 (repeatable)."),
 ]
 SimulateOpt = Annotated[bool, typer.Option("--simulate", help="Launch the simulator, same flags.")]
+
+
+def _release_given(value: str | None) -> str | None:
+    """``--sglang-version ''`` (an unset shell variable) is refused: verbs test the value for
+    truth, so an empty one would silently mean "no release" instead of the one intended."""
+    if value is not None and not value.strip():
+        raise typer.BadParameter(
+            "empty; name a release such as 0.5.9 (see validate --list-versions)"
+        )
+    return value
+
+
 SglangVersionOpt = Annotated[
     str | None,
     typer.Option(
         "--sglang-version",
         help="SGLang release whose flag names and argparse apply (see validate --list-versions).",
+        callback=_release_given,
     ),
 ]
 

@@ -174,7 +174,7 @@ def profile(
     steps: int = typer.Option(5, "--steps", help="Forward steps to record (num_steps)."),
     load: str = typer.Option("decode", "--load", help="decode or concurrency:C during capture."),
     timeout: float = typer.Option(180.0, "--timeout", help="Seconds to wait for the traces."),
-    top: int = typer.Option(8, "--top", help="Rows per table."),
+    top: int = typer.Option(8, "--top", help="Rows per table.", min=1),
     all_ranks: bool = typer.Option(False, "--all-ranks", help="Full tables for every rank."),
     as_json: JsonOpt = False,
 ) -> None:

@@ -79,7 +79,9 @@ def validate(
     ),
     json_out: JsonOpt = False,
     list_versions: bool = typer.Option(
-        False, "--list-versions", help="list releases with a shipped argspec and exit"
+        False,
+        "--list-versions",
+        help="list releases with a shipped argspec and exit (--json: a list of strings)",
     ),
     fix: bool = typer.Option(
         False, "--fix", help="rewrite SCRIPT's flags for the release (renames, successors)"
@@ -92,7 +94,10 @@ def validate(
     from glmserve.argspec.releases import available_versions, load_argspec, load_release_spec
 
     if list_versions:
-        out.print("\n".join(available_versions()), highlight=False)
+        if json_out:  # a list of what --sglang-version accepts, oldest first
+            emit_json(available_versions())
+        else:
+            out.print("\n".join(available_versions()), highlight=False)
         return
     if (sglang_version is None) == (spec_file is None):
         shipped = available_versions()
@@ -200,25 +205,30 @@ def _fix_script(items: list[str], spec: ArgSpec, diff_only: bool) -> None:
 
 def _write_in_place(path: Path, text: str) -> None:
     """Replace ``path`` atomically, keeping its permission bits (a script stays executable).
-    A file or folder that cannot be written is a one-line ConfigError naming it (exit 2),
-    not an internal error; the script is left as it was."""
+    A symlink is written through: its target (what was read and migrated) is replaced, in
+    the target's folder, and the link stays a link; replacing the link itself would leave
+    the real script unmigrated and turn the link into a copy. A file or folder that cannot
+    be written is a one-line ConfigError naming it (exit 2), not an internal error; the
+    script is left as it was."""
     import os
     import tempfile
 
-    mode = path.stat().st_mode & 0o7777
+    target = path.resolve()
+    shown = str(path) if target == path.absolute() else f"{path} (-> {target})"
     tmp: str | None = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        mode = target.stat().st_mode & 0o7777
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException as exc:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
         if isinstance(exc, OSError):
             raise ConfigError(
-                f"{path}: cannot write the migrated script ({exc.strerror or exc}); nothing "
+                f"{shown}: cannot write the migrated script ({exc.strerror or exc}); nothing "
                 "written (use --diff and apply it yourself)"
             ) from None
         raise

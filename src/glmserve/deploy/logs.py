@@ -3,17 +3,37 @@
 One run's log is passed through as it is (bytes as they come, a partial last line too); a host
 group's logs are split into lines, each prefixed with its node, so a line written in two
 chunks is never cut by another node's line. Both read by byte offset over the run's transport
-and end when the server's processes are gone.
+and end when the server's processes are gone. A log that is not there at all (deleted) is an
+error naming it, never read as an empty one.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from glmserve.store import RunRecord
 
+if TYPE_CHECKING:
+    from glmserve.remote.transport import Transport
+
 Note = Callable[[str], None]
+
+
+def check_log_exists(t: Transport, run: RunRecord) -> None:
+    """Raise RunLogMissing naming the file when ``run``'s server.log is not on its host.
+
+    Asked only after a read came back empty, so a log with text costs no extra round trip;
+    without it a deleted log reads as an empty one (nothing printed, exit 0)."""
+    from glmserve.errors import RunLogMissing
+    from glmserve.remote.process import log_size
+
+    if log_size(t, run.log_path) is None:
+        raise RunLogMissing(
+            f"run {run.run_id}: no log file {run.host}:{run.log_path} (deleted, or the run "
+            "never started)"
+        )
 
 
 def node_prefix(run: RunRecord) -> str:
@@ -46,6 +66,8 @@ class RunLog:
             data, self.offset = read_log_tail(self.t, self.run.log_path, last)
         else:
             data, self.offset = read_log_bytes(self.t, self.run.log_path)
+        if not data:
+            check_log_exists(self.t, self.run)
         return data.decode("utf-8", "replace")
 
     def poll(self, check_every_s: float = 2.0) -> str:
@@ -107,6 +129,8 @@ class GroupLogs:
                 data, self.offsets[i] = read_log_tail(t, run.log_path, last)
             else:
                 data, self.offsets[i] = read_log_bytes(t, run.log_path)
+            if not data:
+                check_log_exists(t, run)
             lines = self.splitters[i].feed(data)
             partial = "" if follow else self.splitters[i].partial.decode("utf-8", "replace")
             shown = [*lines, partial] if partial else lines

@@ -2,8 +2,11 @@
 
 SGLang's flags are parsed with argparse the way SGLang 0.5.9 parses them (same option
 strings, types and choices for the flags the simulator models), so a bad value fails with
-argparse's usage + error text and exit status 2, as the real launcher does. Flags it does not
-model are accepted (real profiles carry dozens) and listed once in the log.
+argparse's usage + error text and exit status 2, as the real launcher does (``launch
+--simulate`` logs it and ``diagnose`` reads it like a real server.log, so this is kept on
+purpose). Flags it does not model are accepted (real profiles carry dozens) and listed once in
+the log. The ``--sim-*`` options are glmserve's own: a bad one is one line naming it
+(``SimUsageError``), not argparse's usage block.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -21,6 +24,7 @@ from glmserve.errors import SimUsageError
 from glmserve.simulator import costmodel
 from glmserve.simulator.costmodel import CostModel, ServerShape
 
+MAX_PORT = 65535
 PROG = "launch_server.py"  # what argparse prints for `python -m sglang.launch_server`
 
 # sglang 0.5.9 server_args.ATTENTION_BACKEND_CHOICES
@@ -120,9 +124,18 @@ def sglang_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _SimArgumentParser(argparse.ArgumentParser):
+    """argparse for the ``--sim-*`` options, whose errors are glmserve's, not SGLang's: argparse's
+    message ("argument --sim-speed: invalid float value: 'abc'") as one SimUsageError line
+    instead of a 40-line usage block on stderr and ``sys.exit(2)``."""
+
+    def error(self, message: str) -> NoReturn:
+        raise SimUsageError(message)
+
+
 def sim_parser() -> argparse.ArgumentParser:
     """``--sim-*`` options: phases, faults, time scale, cost-model overrides."""
-    p = argparse.ArgumentParser(prog="glmserve simulate", add_help=False)
+    p = _SimArgumentParser(prog="glmserve simulate", add_help=False)
     p.add_argument("--sim-help", action="store_true")
     p.add_argument("--sim-config", type=str, default=None)
     p.add_argument("--sim-speed", type=float, default=1.0)
@@ -273,6 +286,15 @@ def _graph_max_bs(server: argparse.Namespace) -> int:
     return 512 if server.tp_size >= 4 else 256
 
 
+def check_port(port: int) -> None:
+    """Refuse a ``--port`` no socket can bind before the start-up runs: argparse takes any
+    int, and ``bind()`` only fails with OverflowError after the whole simulated start-up.
+    Port 0 (any free port) is refused too: nothing could reach the server on the port the
+    log and the run record name."""
+    if not 1 <= port <= MAX_PORT:
+        raise SimUsageError(f"--port {port}: must be a TCP port between 1 and {MAX_PORT}")
+
+
 def active_patches(env: dict[str, str] | None = None) -> tuple[str, ...]:
     raw = (env if env is not None else os.environ).get("GLMSERVE_PATCHES", "")
     return tuple(p for p in re.split(r"[,;:\s]+", raw) if p)
@@ -280,10 +302,11 @@ def active_patches(env: dict[str, str] | None = None) -> tuple[str, ...]:
 
 def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:
     """argv -> SimOptions. SGLang flag errors exit 2 via argparse (as SGLang does);
-    ``--sim-*`` errors raise SimUsageError."""
+    ``--sim-*`` errors and a ``--port`` no socket can bind raise SimUsageError."""
     sglang_argv, sim_argv = split_argv(argv)
     sim = sim_parser().parse_args(sim_argv)
     server, unknown = sglang_parser().parse_known_args(sglang_argv)
+    check_port(server.port)
     model = build_cost_model(sim)
     patches = active_patches(env)
     cuda_graph = not (
