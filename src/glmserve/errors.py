@@ -15,6 +15,8 @@ boundary with ``raise X(...) from exc`` so callers only ever see this tree::
     │   ├── TraceFormatError           2  a profiler trace is not a Chrome trace (file:line)
     │   └── SimUsageError              2  `glmserve simulate`: a --sim-* option, or --port, is wrong
     ├── BenchmarkGateFailed            1  a --min-*/--max-* gate was missed
+    ├── BenchIncomplete                7  a bench finished but some requests failed (stored,
+    │                                     marked incomplete: not a measurement to act on)
     ├── DiagnosedError                    carries the log's diagnosis
     │   ├── ServerCrashed              3  the server died
     │   ├── ServerNotReady             4  stalled, hung, or timed out before READY
@@ -52,6 +54,7 @@ EXIT_CRASHED = 3
 EXIT_TIMEOUT = 4
 EXIT_TRANSPORT = 5
 EXIT_NOT_A_LOG = 6
+EXIT_INCOMPLETE = 7
 EXIT_INTERNAL = 70  # a bug in glmserve (EX_SOFTWARE); --debug shows the traceback
 EXIT_INTERRUPTED = 130
 
@@ -182,6 +185,14 @@ class PortClaimed(ConfigError):
 
 class TraceFormatError(ConfigError):
     """A trace file is not a Chrome trace (message names file:line)."""
+
+
+class BenchIncomplete(GlmserveError):
+    """The bench ran to its end, the server is up, but some requests failed: the result is
+    stored and printed, marked incomplete, and a script must not take it as a measurement
+    (exit 7, apart from 1: a missed gate is a slow server, this is an unanswered one)."""
+
+    exit_code = EXIT_INCOMPLETE
 
 
 class BenchInterrupted(Interrupted):

@@ -91,3 +91,24 @@ def test_ctrl_c_saves_partial_results_marked_incomplete(start_simulator, workers
     assert lv["output_tok_s"] is None or lv["output_tok_s"] > 0
     with RunStore.open() as store:
         assert store.get_bench_result(data["id"])["result"]["stopped"].startswith("interrupted")
+
+
+def test_url_server_with_a_dead_worker_ends_the_bench_not_each_request(start_simulator):
+    """An audit: with --url, a silently dead scheduler (SGLang does not notice, /health turns
+    503) made every request wait out its own --stall-timeout: 344 of 400 failed over 4.5
+    minutes, exit 0. After a failed request the bench now asks /health, stops at a 503 and
+    exits 3, the partial result stored incomplete."""
+    sim = start_simulator(*SIM, "--sim-worker-death-after", "3",
+                          env={"SGLANG_HEALTH_CHECK_TIMEOUT": "2"})  # fmt: skip
+    t0 = time.monotonic()
+    proc = start_bench(sim.url, "--mode", "concurrency", "--concurrency", "4", "--num-prompts",
+                       "400", "--output-len", "64", "--stall-timeout", "2")  # fmt: skip
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, err
+    assert time.monotonic() - t0 < 60
+    last = err.strip().splitlines()[-1]
+    assert f"the server at {sim.url} answered GET /health -> 503" in last
+    data = json.loads(out)
+    assert data["complete"] is False and data["levels"][0]["errors"] < 50
+    with RunStore.open() as store:
+        assert store.list_bench_results()[0]["result"]["complete"] is False

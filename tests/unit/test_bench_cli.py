@@ -51,6 +51,20 @@ def test_decode_json_has_the_contract_fields_and_is_stored(capsys, fake):
     assert rows[0]["result"]["decode_tok_s"] == data["decode_tok_s"]
 
 
+def test_a_result_with_a_failed_request_exits_7_stored_incomplete(capsys, fake):
+    """An audit found `[INCOMPLETE: 2 of 6 requests failed]` with exit 0: a CI script would
+    take it as a measurement. Stored and printed as before, but exit 7."""
+    fake.behaviour = "http500_once"
+    code, data, err = bench_json(capsys, fake, "--min-decode-tok-s", "1")
+    assert code == 7, err
+    assert data["complete"] is False and data["stopped"] == "1 of 3 requests failed"
+    assert data["levels"][0]["completed"] == 2
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: incomplete result: 1 of 3 requests failed; first error: HTTP")
+    with RunStore.open() as store:
+        assert [r["id"] for r in store.list_bench_results()] == [data["id"]]
+
+
 def test_decode_gate_passes_and_fails_with_one_line_reason(capsys, fake):
     assert bench_json(capsys, fake, "--min-decode-tok-s", "1")[0] == 0
     code, data, err = bench_json(capsys, fake, "--min-decode-tok-s", "1e9")

@@ -88,7 +88,8 @@ class FakeServer:
         await writer.drain()
 
     async def _stream(self, writer: asyncio.StreamWriter, path: str, body: dict) -> None:
-        if self.behaviour == "http500":
+        self.posts = getattr(self, "posts", 0) + 1
+        if self.behaviour == "http500" or (self.behaviour == "http500_once" and self.posts == 1):
             await self._json(writer, 500, {"error": "boom"})
             return
         writer.write(

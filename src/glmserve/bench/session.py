@@ -31,8 +31,9 @@ from glmserve.bench.runner import (
     run_level,
     run_warmup,
 )
-from glmserve.deploy.identity import RunMonitor, Verdict
+from glmserve.deploy.identity import RunMonitor, UrlMonitor, Verdict
 from glmserve.errors import (
+    BenchIncomplete,
     ConfigError,
     GlmserveError,
     NoRequestSucceeded,
@@ -205,7 +206,8 @@ class Target:
     """What is benched: the base URL, and for a run its verified identity and a monitor."""
 
     base: str
-    monitors: list[RunMonitor] = field(default_factory=list)  # node 0 first, for a group
+    # a run's (node 0 first, for a group), or the --url server's /health watch
+    monitors: list[RunMonitor | UrlMonitor] = field(default_factory=list)
     identity: dict[str, Any] | None = None
 
     def verdict(self, settle_s: float = 0.0) -> Verdict | None:
@@ -228,7 +230,10 @@ def endpoint(
     verified to be that run's live server and watched while it is measured (the monitor sets
     ``abort`` when it dies)."""
     if url:
-        yield Target(url.rstrip("/"))
+        base = url.rstrip("/")
+        stop = abort.set if abort is not None else (lambda: None)
+        with UrlMonitor(base, on_dead=stop, suspect=failed) as monitor:
+            yield Target(base, [monitor])
         return
     if run_id is None:
         raise ConfigError("give a RUN id or --url URL")
@@ -412,10 +417,12 @@ def _failure(res: BenchResult, verdict: Verdict | None) -> GlmserveError | None:
         return TransportError(res.stopped)
     requests = sum(int(lv.get("requests") or 0) for lv in res.levels)
     completed = sum(int(lv.get("completed") or 0) for lv in res.levels)
+    first = next((e for lv in res.levels for e in lv.get("error_samples") or []), "?")
     if requests and not completed:
-        first = next((e for lv in res.levels for e in lv.get("error_samples") or []), "?")
         return NoRequestSucceeded(
             f"no request succeeded ({requests} of {requests} failed at {res.meta.get('url')}); "
             f"first error: {first}"
         )
+    if not res.complete:
+        return BenchIncomplete(f"incomplete result: {res.stopped}; first error: {first}")
     return None

@@ -160,9 +160,12 @@ def bench(
     While it runs the run's processes and log are polled every second: a server that dies is
     reported with the log's diagnosis (exit 3), the partial result stored as incomplete.
 
+    With --url there is no run to watch: after a failed request /health is asked, and a 5xx
+    or no answer ends the bench (exit 3).
+
     Exit codes: 0 ok, 1 a gate missed, 2 bad options or a stopped run, 3 the server crashed,
-    4 not ready, 5 server unreachable or no request succeeded, 130 Ctrl-C (partial results are
-    stored and marked incomplete; so is any result with a failed request).
+    4 not ready, 5 server unreachable or no request succeeded, 7 some requests failed (the
+    result is stored, marked incomplete), 130 Ctrl-C (partial results stored, incomplete).
     """
     if (request_rate is not None or rate_sweep) and mode == "decode":
         mode = "rate"  # open loop: one level per offered rate

@@ -434,3 +434,72 @@ class RunMonitor:
                 self.diag.feed(line.decode("utf-8", "replace"))
             if not data:
                 return
+
+
+class UrlVerdict(Verdict):
+    """A ``--url`` server stopped answering ``/health``: no run, no log, only that."""
+
+    def error(self, run_id: str | None = None) -> ServerCrashed:
+        return ServerCrashed(f"the server at {self.run_id} {self.reason}", None)
+
+
+class UrlMonitor:
+    """What watches a ``--url`` server during a bench: there are no processes or log to
+    poll, so only ``/health``, and only after a request failed (a health check is a
+    generate request of its own). A silently dead scheduler otherwise turns every later
+    request into a stall-timeout wait: 344 failed requests over 4.5 minutes, exit 0, in an
+    audit. When ``/health`` is not 200 the bench is told to stop (``on_dead``)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        on_dead: Callable[[], None] = lambda: None,
+        suspect: threading.Event | None = None,
+        poll_s: float = 1.0,
+    ) -> None:
+        self.base_url = base_url
+        self.on_dead = on_dead
+        self.suspect = suspect
+        self.poll_s = poll_s
+        self.verdict: Verdict | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> UrlMonitor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=max(5.0, 3 * self.poll_s))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            if self.suspect is not None and self.suspect.is_set():
+                self.suspect.clear()
+                if self.check_health(self.base_url) is not None:
+                    self.on_dead()
+                    return
+
+    def check(self, settle_s: float = 0.0) -> Verdict | None:
+        return self.verdict  # nothing to poll but /health (check_health)
+
+    def check_health(self, base_url: str, timeout: float = HEALTH_TIMEOUT_S) -> Verdict | None:
+        """``GET /health``: None when 200, else the verdict (kept)."""
+        from glmserve.remote.process import health_status
+
+        if self.verdict is not None:
+            return self.verdict
+        code = health_status(base_url, timeout=timeout)
+        if code is not None and code < 500:
+            return None  # 200; or no /health at all (404: another server kind): nothing said
+        with self._lock:
+            if self.verdict is None:
+                what = f"answered GET /health -> {code}" if code else "stopped answering"
+                self.verdict = UrlVerdict(
+                    "CRASHED",
+                    f"{what} after requests failed during the measurement",
+                    run_id=self.base_url,
+                )
+        return self.verdict
