@@ -74,16 +74,29 @@ def test_dead_server_mid_run_ends_promptly_with_partial_results(start_simulator)
     assert stored["result"]["complete"] is False
 
 
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [int(x) for x in out.stdout.split()]
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 @pytest.mark.parametrize("workers", ["1", "2"])
-def test_ctrl_c_saves_partial_results_marked_incomplete(start_simulator, workers):
+def test_ctrl_c_saves_partial_results_marked_incomplete(start_simulator, workers, sig):
+    """SIGTERM (a CI timeout, `kill`) as Ctrl-C: an audit found it ended the bench with 143,
+    nothing stored and its worker processes orphaned, still sending load."""
     sim = start_simulator(*SIM)
     proc = start_bench(sim.url, "--mode", "concurrency", "--concurrency", "4", "--workers",
                        workers, "--num-prompts", "400", "--output-len", "48")  # fmt: skip
     wait_finished_requests(sim.url, 4)
-    os.kill(proc.pid, signal.SIGINT)  # the bench process we started, by its pid
+    children = _children(proc.pid)
+    assert len(children) >= (2 if workers == "2" else 0)
+    os.kill(proc.pid, sig)  # the bench process we started, by its pid
     code, data, err = finish(proc, timeout=20)
     assert code == 130, err
+    for child in children:  # every worker ended with its parent (none left sending load)
+        with pytest.raises(ProcessLookupError):
+            os.kill(child, 0)
     assert data["complete"] is False and data["stopped"].startswith("interrupted")
     lv = data["levels"][0]
     assert lv["completed"] >= 4

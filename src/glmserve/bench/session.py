@@ -39,6 +39,7 @@ from glmserve.errors import (
     NoRequestSucceeded,
     TransportError,
 )
+from glmserve.sigterm import sigterm_as_interrupt
 
 
 @dataclass
@@ -319,7 +320,13 @@ def run_bench(
     interrupted = False
     server: dict[str, Any] = {}
     settings.abort, settings.failed = threading.Event(), threading.Event()
-    with endpoint(run_id, settings.base_url or None, settings.abort, settings.failed) as target:
+    # SIGTERM (a CI timeout, `kill`) is Ctrl-C here: workers stopped, partial result kept.
+    # Without it the bench died at once with 143, its worker processes orphaned and still
+    # sending load, nothing stored (an audit).
+    with (
+        sigterm_as_interrupt(),
+        endpoint(run_id, settings.base_url or None, settings.abort, settings.failed) as target,
+    ):
         settings.base_url = target.base
         if target.identity is not None:
             meta["identity"] = target.identity
@@ -359,7 +366,7 @@ def run_bench(
                     break
         except KeyboardInterrupt:
             interrupted = True
-            stopped = "interrupted (Ctrl-C)"
+            stopped = "interrupted (Ctrl-C or SIGTERM)"
         except TransportError as exc:  # the warmup found no server: a dead run says why
             verdict = _server_verdict(target)
             if verdict is None:
