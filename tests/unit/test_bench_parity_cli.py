@@ -41,3 +41,16 @@ def test_infinite_rate_is_strict_json(capsys):
     s = BenchSettings("http://x", mode="rate", request_rate=[5.0, math.inf])
     text = json.dumps(s.to_dict(), allow_nan=False)  # raises on Infinity
     assert json.loads(text)["request_rate"] == [5.0, "inf"]
+
+
+@pytest.mark.parametrize("ratio", ["0", "0.5"])
+def test_rate_sweep_refuses_mixed_lengths(capsys, ratio):
+    """An audit: --rate-sweep with --random-range-ratio 0 called every rate saturated (the
+    completion-rate and latency trends it reads are stretched by mixed lengths)."""
+    code, _out, err = run_cli(
+        capsys, "bench", "--url", URL, "--rate-sweep", "3", "--random-range-ratio", ratio
+    )
+    assert code == 2, err
+    assert err.strip() == (
+        "error: --rate-sweep compares requests of one shape: leave --random-range-ratio at 1"
+    )

@@ -292,6 +292,12 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
                           "(closed-loop levels are --concurrency)")  # fmt: skip
     if not 0.0 <= s.range_ratio() <= 1.0:
         raise ConfigError("--random-range-ratio must be within 0..1")
+    if s.rate_sweep and s.range_ratio() != 1.0:
+        # Its saturation rule reads completion rates and latency trends within a level;
+        # mixed lengths stretch both (an audit: every rate "saturated" at 0.23x capacity).
+        raise ConfigError(
+            "--rate-sweep compares requests of one shape: leave --random-range-ratio at 1"
+        )
     for c, _ in gates.min_output_tok_s or []:
         if c not in s.concurrency:
             raise ConfigError(
