@@ -92,3 +92,18 @@ def test_python_dash_m_glmserve_runs_the_cli():
         [sys.executable, "-m", "glmserve", "--version"], capture_output=True, text=True, timeout=60
     )
     assert (proc.returncode, proc.stdout) == (0, "glmserve 0.1.0\n")
+
+
+def test_progress_lines_keep_the_start_of_the_message():
+    """An audit: long lines were cut from the left (`2-02 19:52:57 TP7] Load weight end`),
+    and a run with no log line yet showed `STARTING: ` with nothing after it."""
+    from glmserve.cli.views import brief_log_line
+
+    line = "[2026-12-02 19:52:57 TP7] Load weight end. elapsed=1.00 s, " + "x" * 200
+    text = brief_log_line(line, 60)
+    assert text.startswith("Load weight end. elapsed=1.00 s") and len(text) == 60
+    assert text.endswith("…")
+    assert brief_log_line("INFO:     Started server process [42]", 60) == (
+        "INFO:     Started server process [42]"
+    )
+    assert brief_log_line("", 60) == "(no log line yet)"

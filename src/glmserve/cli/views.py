@@ -16,6 +16,7 @@ what it needs from ``bench`` or ``diagnose`` is imported where it is used.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -559,6 +560,18 @@ def launch_json(
     return data
 
 
+_SGLANG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]{0,40}\]\s*")
+
+
+def brief_log_line(line: str, width: int) -> str:
+    """A log line for a progress display: SGLang's ``[date time TPn]`` prefix dropped (the
+    display has its own clock), the message kept from its start and cut at ``width``."""
+    text = _SGLANG_PREFIX.sub("", line.strip())
+    if not text:
+        return "(no log line yet)"
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 class _Progress:
     """One run's live phase / elapsed / last line: rich on a TTY, plain lines on change."""
 
@@ -580,7 +593,7 @@ class _Progress:
             self.live.__exit__(None, None, None)
 
     def __call__(self, _rank: int, tick: Any) -> None:
-        line = tick.last_line[-140:]
+        line = brief_log_line(tick.last_line, 140)
         if self.live is not None:
             text = Text.assemble(
                 (f"{tick.state:<16}", "bold cyan"),
@@ -611,7 +624,9 @@ def watch_progress(dep: Any) -> Iterator[Any]:
     def tick(rank: int, t: Any) -> None:
         if last.get(rank) != t.state:
             last[rank] = t.state
-            say(f"[{fmt_s(t.elapsed_s)}] node {rank}: {t.state}: {t.last_line[-120:]}")
+            say(
+                f"[{fmt_s(t.elapsed_s)}] node {rank}: {t.state}: {brief_log_line(t.last_line, 120)}"
+            )
 
     yield tick
 
@@ -644,10 +659,8 @@ def _failure(result: Any, run_id: str) -> GlmserveError:
     if result.state in ("CRASHED", "EXITED"):
         cat = d.category.value if d.category else result.state
         where = f" at log line {d.line}" if d.line else ""
-        err.print(
-            f"[red]{result.state}[/red] {escape(str(cat))}{where}: {escape(d.root_cause or '')}",
-            highlight=False,
-        )
+        head = f"[red]{result.state}[/red]" + (f" {escape(str(cat))}" if d.category else "")
+        err.print(f"{head}{where}: {escape(d.root_cause or '')}", highlight=False)
         if d.hint:
             err.print(f"hint: {d.hint}", highlight=False, markup=False)
         return ServerCrashed(f"run {run_id} {result.state.lower()}: {cat}", diagnosis=d)
