@@ -502,18 +502,25 @@ class RunStore:
     # -- bench results ----------------------------------------------------------------------
     @_db_errors
     def add_bench_result(self, run_id: str | None, result: dict, meta: dict | None = None) -> int:
+        """Store one result as strict JSON (a non-finite number becomes null: see strictjson)."""
+        from glmserve.strictjson import dumps as strict_dumps
+
         with self._write() as db:
             cur = db.execute(
                 "INSERT INTO bench_results (run_id, created_at, result, meta) VALUES (?, ?, ?, ?)",
-                (run_id, time.time(), json.dumps(result, default=str), json.dumps(meta or {})),
+                (run_id, time.time(), strict_dumps(result)[0], strict_dumps(meta or {})[0]),
             )
         return int(cur.lastrowid or 0)
 
     @_db_errors
     def get_bench_result(self, result_id: int) -> dict[str, Any]:
+        """One stored result; RunNotFound for an id no row can have (beyond SQLite's int64,
+        which sqlite3 would refuse with OverflowError) as for one that is not there."""
+        if not -(2**63) <= result_id < 2**63:
+            raise RunNotFound(f"no bench result {result_id} (see `glmserve results`)")
         row = self.db.execute("SELECT * FROM bench_results WHERE id = ?", (result_id,)).fetchone()
         if row is None:
-            raise RunNotFound(f"no bench result {result_id} (see `glmserve runs`)")
+            raise RunNotFound(f"no bench result {result_id} (see `glmserve results`)")
         return _bench_row(row)
 
     @_db_errors

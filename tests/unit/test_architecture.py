@@ -23,6 +23,7 @@ RANKS: dict[str, int] = {
     "errors": 0,
     "paths": 0,
     "sigterm": 0,
+    "strictjson": 0,
     "runtime": 0,  # the patch shipped to the GPU host; imports nothing of glmserve
     "statedir": 1,
     "store": 1,

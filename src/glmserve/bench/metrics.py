@@ -215,7 +215,8 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
 
 
 def parse_slo(text: str) -> dict[str, float]:
-    """``"ttft_ms=200,tpot_ms=50"`` -> {"ttft_ms": 200.0, "tpot_ms": 50.0}; ValueError says why."""
+    """``"ttft_ms=200,tpot_ms=50"`` -> {"ttft_ms": 200.0, "tpot_ms": 50.0}; ValueError says why
+    (a non-finite or non-positive bound, a key given twice)."""
     out: dict[str, float] = {}
     for item in text.split(","):
         if not item.strip():
@@ -226,9 +227,15 @@ def parse_slo(text: str) -> dict[str, float]:
             raise ValueError(
                 f"{item.strip()!r}: expected KEY=MS with KEY one of {', '.join(SLO_KEYS)}"
             )
-        bound = float(val)
-        if bound <= 0:
-            raise ValueError(f"{key}: the bound must be positive, got {val.strip()}")
+        try:
+            bound = float(val)
+        except ValueError:
+            raise ValueError(f"{key}: expected milliseconds, got {val.strip()!r}") from None
+        # NaN compares false with every latency: a NaN bound counted every request as good
+        if not math.isfinite(bound) or bound <= 0:
+            raise ValueError(f"{key}: the bound must be a positive number of ms, got {val.strip()}")
+        if key in out:
+            raise ValueError(f"{key} given twice")
         out[key] = bound
     return out
 

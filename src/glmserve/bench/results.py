@@ -141,11 +141,17 @@ def parse_output_gate(spec: str) -> tuple[int, float]:
     """``"C:X"`` -> (concurrency C, minimum output tok/s X); ConfigError names the flag."""
     try:
         c, x = spec.split(":", 1)
-        return int(c), float(x)
+        level, floor = int(c), float(x)
     except ValueError as exc:
         raise ConfigError(
             f"--min-output-tok-s: expected CONCURRENCY:TOK_S like 64:500, got {spec!r}"
         ) from exc
+    if level < 1 or not math.isfinite(floor) or floor <= 0:  # nan: "below the minimum nan"
+        raise ConfigError(
+            f"--min-output-tok-s: expected a level >= 1 and a finite tok/s > 0 like 64:500, "
+            f"got {spec!r}"
+        )
+    return level, floor
 
 
 def evaluate_gates(
@@ -211,7 +217,12 @@ def render_plain(res: BenchResult) -> list[str]:
     lines = []
     for lv in res.levels:
         for e in lv.get("error_samples") or []:
-            lines.append(f"concurrency {lv['concurrency']}: error: {e}")
+            where = (
+                f"concurrency {lv['concurrency']}"
+                if lv.get("request_rate") is None
+                else f"level {level_label(lv)}"
+            )
+            lines.append(f"{where}: error: {e}")
     for g in res.gates:
         lines.append(f"gate {g['gate']}: {g['reason']}")
     return lines

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import random
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -63,11 +64,47 @@ def load_tokenizer(path: str | None) -> Any:
         raise ConfigError(f"--tokenizer {path}: cannot load a tokenizer ({exc})") from exc
 
 
-def read_dataset(path: str) -> list[str]:
-    """The prompts of a ShareGPT JSON/JSONL or plain text file; ConfigError names file/line."""
+# The largest dataset file read: ShareGPT_V3_unfiltered_cleaned_split.json, the usual one, is
+# 642 MiB; 1 GiB leaves room and stops ``/dev/zero`` or a runaway FIFO from filling memory
+# (the text is held, then parsed: a few times its size in RAM).
+MAX_DATASET_BYTES = 1 << 30
+
+
+def check_dataset_file(path: str, limit: int = MAX_DATASET_BYTES) -> None:
+    """``--dataset-path`` names a readable regular file of at most ``limit`` bytes, or a pipe
+    (``<(zcat data.jsonl.gz)``: read up to the limit). A device (``/dev/zero``), directory or
+    socket is refused before anything is read or any server asked."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        st = p.stat()
+    except OSError as exc:
+        raise ConfigError(f"--dataset-path {path}: {exc.strerror or exc}") from exc
+    if stat.S_ISREG(st.st_mode):
+        if st.st_size > limit:
+            raise ConfigError(
+                f"--dataset-path {path}: {st.st_size / 2**20:,.0f} MiB is over the "
+                f"{limit / 2**20:,.0f} MiB limit; take a sample of it"
+            )
+    elif not stat.S_ISFIFO(st.st_mode):
+        raise ConfigError(f"--dataset-path {path}: not a regular file (or a pipe)")
+
+
+def read_dataset(path: str, limit: int = MAX_DATASET_BYTES) -> list[str]:
+    """The prompts of a ShareGPT JSON/JSONL or plain text file; ConfigError names file/line.
+
+    At most ``limit`` bytes are read (see ``MAX_DATASET_BYTES``): more is refused, not cut,
+    since a cut JSON file would fail to parse anyway and a cut text file silently changes the
+    workload."""
+    check_dataset_file(path, limit)
+    p = Path(path)
+    try:
+        with p.open("rb") as f:
+            raw = f.read(limit + 1)
+        if len(raw) > limit:
+            raise ConfigError(
+                f"--dataset-path {path}: over the {limit / 2**20:,.0f} MiB limit; take a sample"
+            )
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"--dataset-path {path}: cannot read ({exc})") from exc
     stripped = text.lstrip()

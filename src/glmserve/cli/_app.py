@@ -8,7 +8,6 @@ and never call ``sys.exit`` themselves: ``cli.main`` returns the exit status.
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -39,9 +38,18 @@ def is_interactive() -> bool:
 
 
 def emit_json(data: Any) -> None:
-    """Write ``data`` as JSON on stdout (never through rich, so it is machine-parseable)."""
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    """Write ``data`` as strict JSON on stdout (never through rich, so it is machine-parseable).
+
+    Strict: a non-finite number that slipped past the input checks is written as null and
+    named in a warning on stderr (``glmserve.strictjson`` says why not an error)."""
+    from glmserve.strictjson import dumps
+
+    text, bad = dumps(data, indent=2, sort_keys=False)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
+    if bad:
+        shown = ", ".join(bad[:5]) + (f" (+{len(bad) - 5} more)" if len(bad) > 5 else "")
+        err.print(f"warning: non-finite number(s) written as null: {shown}", markup=False)
 
 
 def _print_version(value: bool) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import json
+import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import typer
 from glmserve.bench.progress import Progress
 from glmserve.cli._app import app, emit_json, err, is_interactive, out
 from glmserve.cli.options import (
-    ConcurrencyOpt,
+    ConcurrencyLevelsOpt,
     InputLenOpt,
     JsonOpt,
     LastOpt,
@@ -29,11 +30,26 @@ from glmserve.cli.views import (
 from glmserve.errors import BenchInterrupted, BenchmarkGateFailed, ConfigError, StoreError
 
 
+def _items(flag: str, text: str, example: str) -> list[str]:
+    """A comma list's items; an empty one (``1,,2``, ``''``) is refused, not skipped: it is a
+    typo or an unset shell variable, and skipping it would bench something else than asked."""
+    items = [x.strip() for x in text.split(",")]
+    if not text.strip() or any(not x for x in items):
+        raise ConfigError(f"--{flag}: expected a comma list like {example}, got {text!r}")
+    return items
+
+
 def _rates(text: str) -> list[float]:
+    """``--request-rate``: positive req/s, ``inf`` meaning all at once; NaN never."""
+    example = "5,10,inf"
+    items = _items("request-rate", text, example)
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        rates = [float(x) for x in items]
     except ValueError as exc:
-        raise ConfigError(f"--request-rate: expected req/s like 5,10,inf, got {text!r}") from exc
+        raise ConfigError(f"--request-rate: expected req/s like {example}, got {text!r}") from exc
+    if any(math.isnan(r) or not r > 0 for r in rates):
+        raise ConfigError(f"--request-rate: expected positive req/s like {example}, got {text!r}")
+    return rates
 
 
 def _parse(flag: str, fn: Any, text: str) -> Any:
@@ -44,21 +60,61 @@ def _parse(flag: str, fn: Any, text: str) -> Any:
 
 
 def parse_labels(items: list[str]) -> dict[str, str]:
-    """``["team=infra", "gpu=h200"]`` -> dict; ConfigError names a malformed one."""
+    """``["team=infra", "gpu=h200"]`` -> dict; ConfigError names a malformed or repeated one
+    (``k=v --label k=w`` silently keeping the last would store or filter something else)."""
     out: dict[str, str] = {}
     for item in items:
         k, sep, v = item.partition("=")
         if not sep or not k.strip():
             raise ConfigError(f"--label: expected KEY=VALUE, got {item!r}")
+        if k.strip() in out:
+            raise ConfigError(
+                f"--label: {k.strip()} given twice ({out[k.strip()]!r}, {v.strip()!r})"
+            )
         out[k.strip()] = v.strip()
     return out
 
 
 def _levels(text: str) -> list[int]:
+    example = "1,4,16"
+    items = _items("concurrency", text, example)
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        return [int(x) for x in items]
     except ValueError as exc:
-        raise ConfigError(f"--concurrency: expected integers like 1,4,16, got {text!r}") from exc
+        raise ConfigError(f"--concurrency: expected integers like {example}, got {text!r}") from exc
+
+
+def _check_output(output: Path | None) -> None:
+    """Refuse an ``--output`` that cannot be written before the bench runs, not after it."""
+    if output is None:
+        return
+    if not str(output).strip() or output.is_dir():
+        raise ConfigError(f"--output {str(output)!r}: is a directory; name the JSON file to write")
+    parent = output.parent
+    if not parent.is_dir():
+        raise ConfigError(f"--output {output}: no such directory {parent}")
+    if output.exists() and not os.access(output, os.W_OK):
+        raise ConfigError(f"--output {output}: not writable")
+    if not output.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"--output {output}: directory {parent} is not writable")
+
+
+def resolve_mode(mode: str | None, open_loop: bool) -> str:
+    """``--mode`` as given, or implied: ``rate`` with --request-rate/--rate-sweep, else decode.
+
+    An explicit closed-loop mode with an open-loop flag is refused: ``--mode decode
+    --request-rate 5`` used to become a rate bench silently."""
+    if mode is None:
+        return "rate" if open_loop else "decode"
+    if open_loop and mode in ("decode", "concurrency"):
+        raise ConfigError(
+            f"--mode {mode}: --request-rate/--rate-sweep are open loop (--mode rate); "
+            "leave out one of them"
+        )
+    return mode
+
+
+DEFAULT_LEVELS = "1,4,16,64,256"
 
 
 @app.command()
@@ -67,8 +123,13 @@ def bench(
         None, help="Run id or group id (from `glmserve launch`); a group is benched on node 0."
     ),
     url: str | None = typer.Option(None, "--url", help="Bench this server URL instead of a run."),
-    mode: str = typer.Option("decode", "--mode", help="decode | concurrency"),
-    concurrency: ConcurrencyOpt = "1,4,16,64,256",
+    mode: str | None = typer.Option(
+        None,
+        "--mode",
+        help="decode (one stream; the default) | concurrency (--concurrency levels, default "
+        f"{DEFAULT_LEVELS}) | rate (open loop; implied by --request-rate, --rate-sweep).",
+    ),
+    concurrency: ConcurrencyLevelsOpt = None,
     input_len: InputLenOpt = 128,
     output_len: OutputLenOpt = 256,
     num_prompts: NumPromptsOpt = None,
@@ -103,8 +164,10 @@ def bench(
         "--rate-sweep",
         help="Find saturation: synchronous, then all at once, then N rates between.",
     ),
-    burstiness: float = typer.Option(
-        1.0, "--burstiness", help="Gamma shape of arrival gaps: 1 Poisson, <1 burstier."
+    burstiness: float | None = typer.Option(
+        None,
+        "--burstiness",
+        help="Open loop: gamma shape of arrival gaps, 1 (default) Poisson, <1 burstier.",
     ),
     max_concurrency: int | None = typer.Option(
         None, "--max-concurrency", help="Open loop: at most this many requests in flight."
@@ -112,7 +175,7 @@ def bench(
     random_range_ratio: float | None = typer.Option(
         None,
         "--random-range-ratio",
-        help="Lengths uniform in [len*ratio, len]; default 0.0 with --request-rate "
+        help="Lengths uniform in \\[len*ratio, len]; default 0.0 with --request-rate "
         "(bench_serving's), else 1.0 (fixed lengths).",
     ),
     dataset_path: str | None = typer.Option(
@@ -167,9 +230,23 @@ def bench(
     4 not ready, 5 server unreachable or no request succeeded, 7 some requests failed (the
     result is stored, marked incomplete), 130 Ctrl-C (partial results stored, incomplete).
     """
-    if (request_rate is not None or rate_sweep) and mode == "decode":
-        mode = "rate"  # open loop: one level per offered rate
-    levels = [1] if mode in ("decode", "rate") else _levels(concurrency)
+    open_loop = request_rate is not None or rate_sweep is not None
+    mode = resolve_mode(mode, open_loop)
+    if mode == "concurrency":
+        levels = _levels(DEFAULT_LEVELS if concurrency is None else concurrency)
+    elif concurrency is not None:
+        _levels(concurrency)  # a malformed value is named first
+        raise ConfigError(
+            f"--concurrency sets the levels of --mode concurrency; --mode {mode} "
+            + ("is one stream" if mode == "decode" else "caps in-flight with --max-concurrency")
+        )
+    else:
+        levels = [1]
+    if burstiness is not None and not open_loop:
+        raise ConfigError(
+            "--burstiness shapes open-loop arrivals: give --request-rate or --rate-sweep too"
+        )
+    _check_output(output)
     from glmserve.bench.metrics import parse_percentiles, parse_slo
     from glmserve.bench.results import parse_output_gate, render_plain
     from glmserve.bench.runner import BenchSettings
@@ -189,7 +266,7 @@ def bench(
         stall_timeout=stall_timeout,
         workers=workers,
         request_rate=_rates(request_rate) if request_rate is not None else None,
-        burstiness=burstiness,
+        burstiness=1.0 if burstiness is None else burstiness,
         max_concurrency=max_concurrency,
         random_range_ratio=random_range_ratio,
         dataset_path=dataset_path,
@@ -200,9 +277,10 @@ def bench(
         rate_sweep=rate_sweep,
     )
     gates = Gates(min_decode_tok_s, max_ttft_ms, [parse_output_gate(g) for g in min_output_tok_s])
+    labels = parse_labels(label)
     progress: Progress = RichProgress() if is_interactive() else PlainProgress()
     try:
-        outcome = run_bench(settings, run, gates, progress, labels=parse_labels(label))
+        outcome = run_bench(settings, run, gates, progress, labels=labels)
     finally:
         if isinstance(progress, RichProgress):
             progress.close()
@@ -216,11 +294,13 @@ def bench(
             highlight=False,
             markup=False,
         )
+    from glmserve.strictjson import dumps as strict_dumps
+
     data = {"id": outcome.result_id, **res.to_dict()}
     output_error = None
     if output is not None:
         try:
-            output.write_text(json.dumps(data, indent=2, default=str) + "\n")
+            output.write_text(strict_dumps(data, indent=2)[0] + "\n")
         except OSError as exc:
             output_error = ConfigError(f"--output {output}: {exc.strerror or exc}")
     kept = output is not None and output_error is None

@@ -79,6 +79,11 @@ ConcurrencyOpt = Annotated[
     str,
     typer.Option("--concurrency", help="Concurrency levels to bench, a comma list like 1,4,16."),
 ]
+# bench's: None when not given, so a --concurrency that the mode ignores is refused, not dropped
+ConcurrencyLevelsOpt = Annotated[
+    str | None,
+    typer.Option("--concurrency", help="Concurrency levels to bench, a comma list like 1,4,16."),
+]
 InputLenOpt = Annotated[int, typer.Option("--input-len", help="Prompt tokens per request.")]
 OutputLenOpt = Annotated[
     int, typer.Option("--output-len", help="Output tokens per request (ignore_eos).")
@@ -97,7 +102,7 @@ LastOpt = Annotated[
 RunFilterOpt = Annotated[str | None, typer.Option("--run", help="Only this run id (or prefix).")]
 ProfileFilterOpt = Annotated[str | None, typer.Option("--profile", help="Only this profile.")]
 ModeFilterOpt = Annotated[
-    str | None, typer.Option("--mode", help="Only decode | concurrency | rate.")
+    str | None, typer.Option("--mode", help="Only decode | concurrency | rate (bench --mode).")
 ]
 LabelFilterOpt = Annotated[
     list[str], typer.Option("--label", help="Only results with label k=v (repeat).")

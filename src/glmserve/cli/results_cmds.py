@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import sys
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ results_app = typer.Typer(
 )
 
 FORMATS = ("csv", "json", "jsonl")
+MODES = ("decode", "concurrency", "rate")  # bench --mode
 STATS = ("p50", "p90", "p95", "p99", "mean", "std")
 
 
@@ -58,6 +58,8 @@ def select_rows(
 
     if last is not None and last < 1:
         raise ConfigError("--last must be at least 1")
+    if mode is not None and mode not in MODES:  # a typo would list nothing, exit 0
+        raise ConfigError(f"--mode: expected one of {', '.join(MODES)}, got {mode!r}")
     with RunStore.open() as store:
         rows = store.list_bench_results()
     out_rows = []
@@ -111,10 +113,12 @@ def flat_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def export_text(rows: list[dict[str, Any]], fmt: str) -> str:
     """The rows as csv (one line per level), json (a list) or jsonl (one result per line)."""
+    from glmserve.strictjson import dumps
+
     if fmt == "json":
-        return json.dumps([_full(r) for r in rows], indent=2, default=str) + "\n"
+        return dumps([_full(r) for r in rows], indent=2)[0] + "\n"
     if fmt == "jsonl":
-        return "".join(json.dumps(_full(r), default=str) + "\n" for r in rows)
+        return "".join(dumps(_full(r))[0] + "\n" for r in rows)
     flat = flat_rows(rows)
     buf = io.StringIO()
     fields: list[str] = []
@@ -195,7 +199,8 @@ def show(
     lines = [
         f"result {row['id']}  run {row.get('run_id') or '-'}  "
         f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(row['created_at']))}",
-        "settings: " + " ".join(f"{k}={v}" for k, v in block["settings"].items() if v is not None),
+        "settings: "
+        + " ".join(f"{k}={_setting(v)}" for k, v in block["settings"].items() if v is not None),
         f"profile {block['profile'] or '-'} (argv hash {block['argv_hash'] or '-'}), "
         f"SGLang {block['sglang_version'] or '-'}, host {block['host'] or '-'}, "
         f"GPUs {block['gpu_count'] or '-'} x {block['gpu_model'] or '-'}",
@@ -204,6 +209,13 @@ def show(
         lines.append("labels: " + ", ".join(f"{k}={v}" for k, v in meta["labels"].items()))
     for line in lines:
         out.print(line, highlight=False, markup=False)
+
+
+def _setting(value: Any) -> str:
+    """A setting as the user typed it: ``request_rate=5,inf``, not ``['5', 'inf']``."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
+    return str(value)
 
 
 @results_app.command("export")

@@ -21,12 +21,27 @@ from glmserve.cli.options import (
     SimulateOpt,
     StallBudgetOpt,
 )
+from glmserve.errors import ConfigError
+
+
+def _report_paths(html_file: str, png: Path | None) -> Path:
+    """Refuse output paths ``report`` cannot write before anything is rendered: an empty
+    ``--html`` (an unset shell variable, which Path() would read as "."), an ``--html`` that
+    is a directory, a ``--png`` that is a file (it names the folder of one PNG per chart)."""
+    if not html_file.strip():
+        raise ConfigError("--html: empty; name the .html file to write")
+    path = Path(html_file)
+    if path.is_dir():
+        raise ConfigError(f"--html {html_file}: is a directory; name the .html file to write")
+    if png is not None and png.exists() and not png.is_dir():
+        raise ConfigError(f"--png {png}: is a file; name a directory (one PNG per chart)")
+    return path
 
 
 @app.command()
 def report(
     ids: list[str] = typer.Argument(..., help="Sweep, tune and/or run ids (or run prefixes)."),
-    html_file: Path = typer.Option(..., "--html", help="Write the self-contained HTML here."),
+    html_file: str = typer.Option(..., "--html", help="Write the self-contained HTML here."),
     png: Path | None = typer.Option(None, "--png", help="Also write one PNG per chart here."),
     as_json: JsonOpt = False,
 ) -> None:
@@ -39,9 +54,16 @@ def report(
     """
     from glmserve.report import load_report_data, write_html, write_pngs
 
+    html_path = _report_paths(html_file, png)
     data = load_report_data(ids)
-    path = write_html(data, html_file)
-    pngs = write_pngs(data, png) if png is not None else []
+    try:
+        path = write_html(data, html_path)
+    except OSError as exc:
+        raise ConfigError(f"--html {html_file}: {exc.strerror or exc}") from exc
+    try:
+        pngs = write_pngs(data, png) if png is not None else []
+    except OSError as exc:
+        raise ConfigError(f"--png {png}: {exc.strerror or exc}") from exc
     if as_json:
         emit_json({"html": str(path), "png": [str(p) for p in pngs], "series": len(data.series)})
         return

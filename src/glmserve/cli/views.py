@@ -16,6 +16,7 @@ what it needs from ``bench`` or ``diagnose`` is imported where it is used.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Iterator
@@ -195,6 +196,14 @@ def sweep_line(sweep: dict[str, Any]) -> str:
     return f"rate sweep: kept up up to {sweep['rate']:g} req/s offered ({top})"
 
 
+def _rate_level(run: LevelRun) -> str:
+    """An open-loop level by its offered rate ("rate 5 req/s, max concurrency 8"), not its
+    concurrency, which is only a cap (0: none)."""
+    rate = "inf" if run.rate is not None and math.isinf(run.rate) else f"{run.rate:g}"
+    cap = f", max concurrency {run.concurrency}" if run.concurrency else ""
+    return f"rate {rate} req/s{cap}"
+
+
 class PlainProgress(Progress):
     """CI: one line per level start/end and one every few seconds, no control characters."""
 
@@ -223,9 +232,9 @@ class PlainProgress(Progress):
     def level_finished(self, run: LevelRun) -> None:
         errors = sum(1 for r in run.records if not r.ok)
         note = f" (stopped: {run.stopped})" if run.stopped else ""
+        level = f"concurrency {run.concurrency}" if run.rate is None else _rate_level(run)
         err.print(
-            f"bench: concurrency {run.concurrency}: {len(run.records)} requests, "
-            f"{errors} errors{note}",
+            f"bench: {level}: {len(run.records)} requests, {errors} errors{note}",
             highlight=False,
         )
 
