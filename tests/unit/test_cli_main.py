@@ -107,3 +107,18 @@ def test_progress_lines_keep_the_start_of_the_message():
         "INFO:     Started server process [42]"
     )
     assert brief_log_line("", 60) == "(no log line yet)"
+
+
+def test_plain_progress_names_an_open_loop_level_by_its_rate(capsys):
+    """An audit: open-loop levels started as `bench: concurrency 0: 200 requests`."""
+    from glmserve.cli.views import PlainProgress
+
+    p = PlainProgress()
+    p.level_started(0, 200, None, 20.0)
+    p.level_started(8, 100, None, float("inf"))
+    p.level_started(4, None, 30.0)
+    assert capsys.readouterr().err.splitlines() == [
+        "bench: rate 20 req/s: 200 requests",
+        "bench: rate inf req/s, max concurrency 8: 100 requests",
+        "bench: concurrency 4: 30 s",
+    ]

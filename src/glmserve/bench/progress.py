@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 class Progress:
     """Callbacks a front end implements; the default does nothing."""
 
-    def level_started(self, concurrency: int, total: int | None, duration: float | None) -> None:
+    def level_started(
+        self, concurrency: int, total: int | None, duration: float | None, rate: float | None = None
+    ) -> None:
         pass
 
     def update(self, done: int, errors: int, tokens: int, elapsed: float) -> None:

@@ -501,7 +501,7 @@ def run_level(
     if run.rate is not None:
         arrivals = arrival_offsets(total or 0, run.rate, settings.burstiness, settings.seed)
     deadline_len = settings.duration
-    progress.level_started(concurrency, total, deadline_len)
+    progress.level_started(concurrency, total, deadline_len, run.rate)
     before = scrape_metrics(settings.base_url)
     t0 = time.perf_counter()
     with _ServerSampler(settings.base_url) as sampler:

@@ -199,9 +199,15 @@ def sweep_line(sweep: dict[str, Any]) -> str:
 def _rate_level(run: LevelRun) -> str:
     """An open-loop level by its offered rate ("rate 5 req/s, max concurrency 8"), not its
     concurrency, which is only a cap (0: none)."""
-    rate = "inf" if run.rate is not None and math.isinf(run.rate) else f"{run.rate:g}"
-    cap = f", max concurrency {run.concurrency}" if run.concurrency else ""
-    return f"rate {rate} req/s{cap}"
+    return _level_name(run.concurrency, run.rate)
+
+
+def _level_name(concurrency: int, rate: float | None) -> str:
+    if rate is None:
+        return f"concurrency {concurrency}"
+    shown = "inf" if math.isinf(rate) else f"{rate:g}"
+    cap = f", max concurrency {concurrency}" if concurrency else ""
+    return f"rate {shown} req/s{cap}"
 
 
 class PlainProgress(Progress):
@@ -212,11 +218,13 @@ class PlainProgress(Progress):
         self.last = 0.0
         self.total: int | None = None
 
-    def level_started(self, concurrency: int, total: int | None, duration: float | None) -> None:
+    def level_started(
+        self, concurrency: int, total: int | None, duration: float | None, rate: float | None = None
+    ) -> None:
         self.total = total
         self.last = time.monotonic()
         what = f"{total} requests" if total is not None else f"{duration:g} s"
-        err.print(f"bench: concurrency {concurrency}: {what}", highlight=False)
+        err.print(f"bench: {_level_name(concurrency, rate)}: {what}", highlight=False)
 
     def update(self, done: int, errors: int, tokens: int, elapsed: float) -> None:
         now = time.monotonic()
@@ -257,10 +265,13 @@ class RichProgress(Progress):
         )
         self.task: Any = None
 
-    def level_started(self, concurrency: int, total: int | None, duration: float | None) -> None:
+    def level_started(
+        self, concurrency: int, total: int | None, duration: float | None, rate: float | None = None
+    ) -> None:
         if self.task is None:
             self.rp.start()
-        self.task = self.rp.add_task("bench", total=total, conc=concurrency, rate="-", errors=0)
+        conc = concurrency if rate is None else f"{concurrency or 'inf'} r={rate:g}"
+        self.task = self.rp.add_task("bench", total=total, conc=conc, rate="-", errors=0)
 
     def update(self, done: int, errors: int, tokens: int, elapsed: float) -> None:
         rate = f"{tokens / elapsed:,.1f}" if elapsed > 0 else "-"
