@@ -54,3 +54,20 @@ def test_rate_sweep_refuses_mixed_lengths(capsys, ratio):
     assert err.strip() == (
         "error: --rate-sweep compares requests of one shape: leave --random-range-ratio at 1"
     )
+
+
+def test_bench_serving_names_are_aliases(capsys, tmp_path):
+    """Issue 14: names follow bench_serving where it has the same knob."""
+    import typer.main
+
+    from glmserve.cli.bench_cmds import bench
+
+    params = {p.name: p.opts for p in typer.main.get_command_from_info(
+        typer.models.CommandInfo(callback=bench), pretty_exceptions_short=True,
+        rich_markup_mode=None).params}  # fmt: skip
+    assert "--base-url" in params["url"] and "--output-file" in params["output"]
+    assert "--random-input-len" in params["input_len"]
+    assert "--random-output-len" in params["output_len"]
+    assert "--warmup-requests" in params["warmup"]
+    code, _out, err = run_cli(capsys, "bench", "--base-url", URL, "--random-input-len", "0")
+    assert code == 2 and "--input-len" in err  # the alias reaches the same check

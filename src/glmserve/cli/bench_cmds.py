@@ -122,7 +122,9 @@ def bench(
     run: str | None = typer.Argument(
         None, help="Run id or group id (from `glmserve launch`); a group is benched on node 0."
     ),
-    url: str | None = typer.Option(None, "--url", help="Bench this server URL instead of a run."),
+    url: str | None = typer.Option(
+        None, "--url", "--base-url", help="Bench this server URL instead of a run."
+    ),
     mode: str | None = typer.Option(
         None,
         "--mode",
@@ -134,7 +136,9 @@ def bench(
     output_len: OutputLenOpt = 256,
     num_prompts: NumPromptsOpt = None,
     duration: float | None = typer.Option(None, "--duration", help="Seconds per level instead."),
-    warmup: int = typer.Option(1, "--warmup", help="Unmeasured requests before the first level."),
+    warmup: int = typer.Option(
+        1, "--warmup", "--warmup-requests", help="Unmeasured requests before the first level."
+    ),
     api: str = typer.Option("native", "--api", help="native (/generate) | openai | chat"),
     seed: int = typer.Option(0, "--seed", help="Seed of the random token-id prompts."),
     stall_timeout: float = typer.Option(
@@ -198,7 +202,9 @@ def bench(
     ),
     wide: WideOpt = False,
     as_json: JsonOpt = False,
-    output: Path | None = typer.Option(None, "--output", help="Also write the JSON here."),
+    output: Path | None = typer.Option(
+        None, "--output", "--output-file", help="Also write the JSON here."
+    ),
 ) -> None:
     """Measure decode tok/s (one stream) or throughput under concurrency; store the result.
 

@@ -84,9 +84,17 @@ ConcurrencyLevelsOpt = Annotated[
     str | None,
     typer.Option("--concurrency", help="Concurrency levels to bench, a comma list like 1,4,16."),
 ]
-InputLenOpt = Annotated[int, typer.Option("--input-len", help="Prompt tokens per request.")]
+InputLenOpt = Annotated[
+    int,
+    typer.Option(
+        "--input-len", "--random-input-len", help="Prompt tokens per request (random prompts)."
+    ),
+]
 OutputLenOpt = Annotated[
-    int, typer.Option("--output-len", help="Output tokens per request (ignore_eos).")
+    int,
+    typer.Option(
+        "--output-len", "--random-output-len", help="Output tokens per request (ignore_eos)."
+    ),
 ]
 NumPromptsOpt = Annotated[
     int | None,
