@@ -267,9 +267,10 @@ class RichProgress(Progress):
 # -- compare and stored results ------------------------------------------------------------
 
 
-def _x(v: float | None, row: dict[str, Any]) -> str:
-    """A speedup cell; an incomparable row says so instead of a number."""
-    if row.get("incomparable"):
+def _x(v: float | None, row: dict[str, Any], flag: str | None = None) -> str:
+    """A speedup cell; an incomparable or incomplete row, or a level either side never
+    filled, says "n/c" instead of a number (the lines under the table say why)."""
+    if not row.get("comparable", True) or flag:
         return "n/c"
     return _f(v, 2)
 
@@ -298,7 +299,7 @@ def render_compare(table: dict[str, Any]) -> Table:
         ]
         for c in table["concurrency"]:
             lv = r["levels"][str(c)]
-            cells += [_f(lv["output_tok_s"]), _x(lv["speedup"], r)]
+            cells += [_f(lv["output_tok_s"]), _x(lv["speedup"], r, lv.get("flag"))]
         t.add_row(*cells)
     return t
 
