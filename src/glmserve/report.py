@@ -400,14 +400,23 @@ def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _nice_max(v: float) -> float:
-    if v <= 0:
-        return 1.0
-    mag = 10 ** math.floor(math.log10(v))
-    for m in (1, 2, 2.5, 5, 10):
-        if v <= m * mag:
-            return m * mag
-    return 10 * mag
+def nice_axis(vmax: float) -> tuple[float, list[float]]:
+    """The y axis of every chart, SVG and PNG alike: from 0 to the lowest multiple of a nice
+    step (1, 2, 2.5 or 5 x 10^k) at or above the data's maximum that takes 3 to 6 steps
+    (the fewer on a tie), so the top tick sits close to the data: 274 -> 0, 100, 200, 300
+    (never 0..500), 41 -> 0, 10, ..., 50."""
+    if not vmax > 0 or not math.isfinite(vmax):
+        return 1.0, [0.0, 0.25, 0.5, 0.75, 1.0]
+    mag = 10 ** math.floor(math.log10(vmax))
+    best: tuple[float, int, float] | None = None
+    for scale in (mag / 100, mag / 10, mag):
+        for m in (1, 2, 2.5, 5):
+            step = m * scale
+            n = max(1, math.ceil(vmax / step - 1e-9))
+            if 3 <= n <= 6 and (best is None or (n * step, n) < best[:2]):
+                best = (n * step, n, step)
+    top, n, step = best or (vmax, 1, vmax)
+    return round(top, 12), [round(i * step, 12) for i in range(n + 1)]
 
 
 def _num(v: float) -> str:
@@ -431,7 +440,7 @@ ML, MR, MT, MB = 64, 16, 36, 56
 
 
 def _frame(
-    chart: str, title: str, unit: str, ymax: float, legend: list[tuple[str, str]]
+    chart: str, title: str, unit: str, ymax: float, legend: list[tuple[str, str]], n: int = 4
 ) -> list[str]:
     parts = [
         f'<svg class="chart" data-chart="{_e(chart)}" viewBox="0 0 {W} {H}" width="{W}" '
@@ -439,8 +448,8 @@ def _frame(
         f'<text x="{ML}" y="20" class="title">{_e(title)}</text>',
     ]
     ph = H - MT - MB
-    for i, label in enumerate(tick_labels(ymax)):
-        y = MT + ph - ph * i / 4
+    for i, label in enumerate(tick_labels(ymax, n)):
+        y = MT + ph - ph * i / n
         parts.append(f'<line class="grid" x1="{ML}" x2="{W - MR}" y1="{y:.1f}" y2="{y:.1f}"/>')
         parts.append(
             f'<text class="tick" x="{ML - 6}" y="{y + 4:.1f}" text-anchor="end">{label}</text>'
@@ -474,9 +483,14 @@ def bar_chart(
     """
     if not values:
         return _no_data(chart, title)
-    ymax = _nice_max(max(values.values()))
+    ymax, ticks = nice_axis(max(values.values()))
     parts = _frame(
-        chart, title, unit, ymax, [(s, colors[s]) for s in series] if len(series) > 1 else []
+        chart,
+        title,
+        unit,
+        ymax,
+        [(s, colors[s]) for s in series] if len(series) > 1 else [],
+        len(ticks) - 1,
     )
     pw, ph = W - ML - MR, H - MT - MB
     gw = pw / max(len(groups), 1)
@@ -526,8 +540,8 @@ def line_chart(
     if not lines:
         return _no_data(chart, title)
     xs = sorted({x for pts in lines.values() for x in pts})
-    ymax = _nice_max(max(y for pts in lines.values() for y in pts.values()))
-    parts = _frame(chart, title, unit, ymax, [(s, colors[s]) for s in lines])
+    ymax, ticks = nice_axis(max(y for pts in lines.values() for y in pts.values()))
+    parts = _frame(chart, title, unit, ymax, [(s, colors[s]) for s in lines], len(ticks) - 1)
     pw, ph = W - ML - MR, H - MT - MB
     lo, hi = math.log2(max(xs[0], 1)), math.log2(max(xs[-1], 1))
 
@@ -1000,46 +1014,58 @@ def write_pngs(data: ReportData, directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for spec in chart_specs(data):
-        fig, ax = plt.subplots(figsize=(7.2, 3.0), dpi=100)
-        if spec["kind"] == "bar":
-            if not spec["values"]:
-                plt.close(fig)
-                continue
-            n = len(spec["series"])
-            width = 0.8 / n
-            for si, s in enumerate(spec["series"]):
-                xs = [
-                    gi + si * width - 0.4 + width / 2
-                    for gi, g in enumerate(spec["groups"])
-                    if (g, s) in spec["values"]
-                ]
-                ys = [spec["values"][(g, s)] for g in spec["groups"] if (g, s) in spec["values"]]
-                ax.bar(xs, ys, width=width * 0.95, color=spec["colors"][s], label=s)
-            ax.set_xticks(range(len(spec["groups"])), spec["groups"])
-            if n > 1:
-                ax.legend(fontsize=8)
-        else:
-            lines = {k: v for k, v in spec["lines"].items() if v}
-            if not lines:
-                plt.close(fig)
-                continue
-            for name, pts in lines.items():
-                xs = sorted(pts)
-                ax.plot(
-                    xs, [pts[x] for x in xs], marker="o", color=spec["colors"][name], label=name
-                )
-            ax.set_xscale("log", base=2)
-            ticks = sorted({x for pts in lines.values() for x in pts})
-            ax.set_xticks(ticks, [str(x) for x in ticks])
-            ax.minorticks_off()
-            ax.set_xlabel(spec["xlabel"])
-            ax.legend(fontsize=8)
-        ax.set_title(spec["title"], fontsize=10)
-        ax.set_ylabel(spec["unit"])
-        ax.grid(axis="y", alpha=0.3)
-        fig.tight_layout()
+        fig = png_figure(spec, plt)
+        if fig is None:
+            continue
         out = directory / f"{spec['chart']}.png"
         fig.savefig(out)
         plt.close(fig)
         written.append(out)
     return written
+
+
+def png_figure(spec: dict[str, Any], plt: Any) -> Any:
+    """One chart as a matplotlib figure (None without data), on the SVG's y axis
+    (``nice_axis``: from 0, the same ticks), so a PNG and the page never disagree."""
+    fig, ax = plt.subplots(figsize=(7.2, 3.0), dpi=100)
+    if spec["kind"] == "bar":
+        if not spec["values"]:
+            plt.close(fig)
+            return None
+        top = max(spec["values"].values())
+        n = len(spec["series"])
+        width = 0.8 / n
+        for si, s in enumerate(spec["series"]):
+            xs = [
+                gi + si * width - 0.4 + width / 2
+                for gi, g in enumerate(spec["groups"])
+                if (g, s) in spec["values"]
+            ]
+            ys = [spec["values"][(g, s)] for g in spec["groups"] if (g, s) in spec["values"]]
+            ax.bar(xs, ys, width=width * 0.95, color=spec["colors"][s], label=s)
+        ax.set_xticks(range(len(spec["groups"])), spec["groups"])
+        if n > 1:
+            ax.legend(fontsize=8)
+    else:
+        lines = {k: v for k, v in spec["lines"].items() if v}
+        if not lines:
+            plt.close(fig)
+            return None
+        top = max(y for pts in lines.values() for y in pts.values())
+        for name, pts in lines.items():
+            xs = sorted(pts)
+            ax.plot(xs, [pts[x] for x in xs], marker="o", color=spec["colors"][name], label=name)
+        ax.set_xscale("log", base=2)
+        xticks = sorted({x for pts in lines.values() for x in pts})
+        ax.set_xticks(xticks, [str(x) for x in xticks])
+        ax.minorticks_off()
+        ax.set_xlabel(spec["xlabel"])
+        ax.legend(fontsize=8)
+    ymax, ticks = nice_axis(top)
+    ax.set_ylim(0, ymax)
+    ax.set_yticks(ticks, tick_labels(ymax, len(ticks) - 1))
+    ax.set_title(spec["title"], fontsize=10)
+    ax.set_ylabel(spec["unit"])
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
