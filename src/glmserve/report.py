@@ -49,6 +49,10 @@ class ReportSeries:
     # What a reader needs before sharing the report: where each figure came from.
     results: list[dict[str, Any]] = field(default_factory=list)  # bench rows {id, result, meta}
     argv: list[str] | None = None  # the profile's rendered server argv
+    # The rest of what configures the server: the launch env (GLMSERVE_PATCHES selects the
+    # runtime patch) and the patches; None where unknown (a --url result has no run record).
+    env: dict[str, str] | None = None
+    patches: list[str] | None = None
 
 
 @dataclass
@@ -103,9 +107,38 @@ def series_from_sweep(sweep: Sweep) -> list[ReportSeries]:
                     {"id": None, "result": b, "meta": b.get("meta") or {}} for b in entry.bench
                 ],
                 argv=_argv_of(entry.bench, entry.profile),
+                patches=_recorded_patches(entry.bench),
             )
         )
     return out
+
+
+def _recorded_patches(bench: list[dict[str, Any]]) -> list[str] | None:
+    """The patches a sweep's bench recorded (its run's), None where none says."""
+    for b in bench:
+        patches = (b.get("meta") or {}).get("patches")
+        if isinstance(patches, list):
+            return [str(x) for x in patches]
+    return None
+
+
+def _profile_launch(s: ReportSeries, profile: str | None) -> None:
+    """Env and patches of the profile as it renders now, for a series whose run record is
+    gone (the same fallback ``_argv_of`` makes for the argv); left unknown if it does not
+    load."""
+    if not profile or (s.env is not None and s.patches is not None):
+        return
+    from glmserve.config.profiles import load_profile
+    from glmserve.errors import GlmserveError
+
+    try:
+        spec = load_profile(profile)
+    except (GlmserveError, OSError):
+        return
+    if s.env is None:
+        s.env = dict(spec.env)
+    if s.patches is None:
+        s.patches = list(spec.patches)
 
 
 def _argv_of(results: list[dict[str, Any]], profile: str | None) -> list[str] | None:
@@ -157,11 +190,65 @@ def series_from_run(
         latency=lat,
         latency_level=level or None,
         findings=[f["message"] for f in (profiled or {}).get("findings", [])],
-        results=_latest_rows_per_mode(bench),
+        results=[_with_launch(b, run) for b in _latest_rows_per_mode(bench)],
         argv=_argv_of(
             [{"meta": {"argv": (run.get("spec") or {}).get("command")}}, *results],
             run.get("profile"),
         ),
+        env=dict((run.get("spec") or {}).get("env") or {}),
+        patches=list(run.get("patches") or []),
+    )
+
+
+def _with_launch(row: dict[str, Any], run: dict[str, Any] | None) -> dict[str, Any]:
+    """The bench row with its run's launch env and patches attached (``row["launch"]``, read
+    by ``bench.comparable.config_hash``): bench meta never recorded the env."""
+    if not run:
+        return row
+    spec = run.get("spec") or {}
+    return {**row, "launch": {"env": dict(spec.get("env") or {}),
+                              "patches": list(run.get("patches") or [])}}  # fmt: skip
+
+
+def _run_status(run: dict[str, Any] | None) -> str:
+    if run and run.get("state") in ("CRASHED", "STALLED"):
+        return str(run["state"]).lower()
+    return OK
+
+
+def series_from_result(row: dict[str, Any], run: dict[str, Any] | None) -> ReportSeries:
+    """Pure: one stored bench result (``report 64``), with its run record where it has one.
+
+    A ``--url`` result has no run: its name is its result id, and where it was measured is
+    the server URL and the client host (``bench.comparable.where_text``), never a host name.
+    """
+    from glmserve.sweep.state import SweepEntry
+
+    res = row["result"]
+    meta = {**(res.get("meta") or {}), **(row.get("meta") or {})}
+    entry = SweepEntry(profile=meta.get("profile") or "?", status=OK)
+    entry.bench = [res] if res.get("mode") != "rate" else []
+    lat, level = _latency_from(entry.bench)
+    name = f"result {row['id']}"
+    if meta.get("profile"):
+        name = f"{meta['profile']} ({name})"
+    spec = (run or {}).get("spec") or {}
+    return ReportSeries(
+        name=name,
+        status=_run_status(run),
+        run_id=row.get("run_id"),
+        source=str(row["id"]),
+        decode_tok_s=entry.decode_tok_s(),
+        ttft_ms=entry.ttft_ms(),
+        throughput=entry.aggregate_tok_s(),
+        latency=lat,
+        latency_level=level or None,
+        results=[_with_launch(row, run)],
+        argv=_argv_of([{"meta": {"argv": spec.get("command")}}, res], meta.get("profile"))
+        if run or meta.get("argv")
+        else None,
+        env=dict(spec.get("env") or {}) if run else None,
+        patches=list((run or {}).get("patches") or meta.get("patches") or []) if run else None,
     )
 
 
@@ -180,19 +267,40 @@ def _latest_per_mode(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(seen.values())
 
 
+def unfit_reasons(s: ReportSeries) -> list[str]:
+    """Why a series' figures get no speedup whatever the baseline: a run that crashed or
+    stalled, a result that is incomplete (failed requests, Ctrl-C, the server died)."""
+    from glmserve.bench.comparable import incomplete_reason
+
+    out = []
+    if s.status not in (OK, "no bench") and s.results:
+        out.append(f"server {s.status}")
+    for row in s.results:
+        why = incomplete_reason(row)
+        if why:
+            out.append(f"{row['result'].get('mode')}: {why}")
+    return out
+
+
 def with_speedups(series: list[ReportSeries]) -> list[ReportSeries]:
-    """Fill missing speedups against the first series with a decode figure."""
-    base = next((s.decode_tok_s for s in series if s.decode_tok_s), None)
+    """Speedups against the first series with a decode figure and complete results.
+
+    Recomputed here even for a sweep (whose own table divides by its first successful
+    profile): a crashed or incomplete series is neither a baseline nor given a speedup.
+    """
+    fit = [s for s in series if not unfit_reasons(s)]
+    base = next((s.decode_tok_s for s in fit if s.decode_tok_s), None)
     for s in series:
-        if s.speedup is None and s.decode_tok_s and base:
-            s.speedup = s.decode_tok_s / base
+        s.speedup = s.decode_tok_s / base if s in fit and s.decode_tok_s and base else None
     return series
 
 
 def load_report_data(ids: list[str]) -> ReportData:
-    """Each id is a sweep id (``$GLMSERVE_HOME/sweeps/<id>``) or a run id (or prefix)."""
+    """Each id is a sweep id (``$GLMSERVE_HOME/sweeps/<id>``), a tune id, a run id (or
+    prefix) or a bench result id (a number, as ``compare`` takes it: a ``--url`` result has
+    no run). An exact run id wins over a number, as in ``compare``."""
     if not ids:
-        raise ConfigError("report: give at least one SWEEP or RUN id")
+        raise ConfigError("report: give at least one SWEEP, RUN or bench RESULT id")
     sweeps = set(list_sweep_ids())
     series: list[ReportSeries] = []
     titles = []
@@ -209,7 +317,11 @@ def load_report_data(ids: list[str]) -> ReportData:
                 continue
             if ident in sweeps:
                 sw = load_sweep(ident)
-                series += series_from_sweep(sw)
+                if store is None:
+                    from glmserve.store import RunStore
+
+                    store = RunStore.open()
+                series += _launch_from_runs(series_from_sweep(sw), store)
                 titles.append(f"sweep {ident}")
                 note = speed_note(sw)
                 if note and note not in notes:
@@ -222,9 +334,19 @@ def load_report_data(ids: list[str]) -> ReportData:
             try:
                 run = store.get_run(ident)
             except RunNotFound as exc:
-                raise RunNotFound(
-                    f"{ident!r} is neither a sweep nor a run (see `glmserve runs`)"
-                ) from exc
+                if not ident.isdigit():
+                    raise RunNotFound(
+                        f"{ident!r} is neither a sweep nor a run nor a bench result id "
+                        "(see `glmserve runs`, `glmserve results`)"
+                    ) from exc
+                run = None
+            if ident.isdigit() and (run is None or run.run_id != ident):
+                row = store.get_bench_result(int(ident))  # RunNotFound names the id
+                owner = _run_or_none(store, row.get("run_id"))
+                series.append(series_from_result(row, owner))
+                titles.append(f"result {ident}")
+                continue
+            assert run is not None
             profiled = [
                 e["data"] for e in store.list_events(run.run_id) if e["state"] == PROFILED_EVENT
             ]
@@ -248,6 +370,29 @@ def load_report_data(ids: list[str]) -> ReportData:
     )
 
 
+def _run_or_none(store: Any, run_id: str | None) -> dict[str, Any] | None:
+    if not run_id:
+        return None
+    try:
+        return store.get_run(run_id).to_dict()
+    except RunNotFound:
+        return None
+
+
+def _launch_from_runs(series: list[ReportSeries], store: Any) -> list[ReportSeries]:
+    """A sweep stores bench dicts, not launch env: take env and patches from each profile's
+    run record, where it is still in the store."""
+    for s in series:
+        run = _run_or_none(store, s.run_id)
+        if run is None:
+            _profile_launch(s, s.name)
+            continue
+        s.env = dict((run.get("spec") or {}).get("env") or {})
+        s.patches = list(run.get("patches") or [])
+        s.results = [_with_launch(r, run) for r in s.results]
+    return series
+
+
 # --------------------------------------------------------------------------- SVG charts
 
 
@@ -255,14 +400,23 @@ def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _nice_max(v: float) -> float:
-    if v <= 0:
-        return 1.0
-    mag = 10 ** math.floor(math.log10(v))
-    for m in (1, 2, 2.5, 5, 10):
-        if v <= m * mag:
-            return m * mag
-    return 10 * mag
+def nice_axis(vmax: float) -> tuple[float, list[float]]:
+    """The y axis of every chart, SVG and PNG alike: from 0 to the lowest multiple of a nice
+    step (1, 2, 2.5 or 5 x 10^k) at or above the data's maximum that takes 3 to 6 steps
+    (the fewer on a tie), so the top tick sits close to the data: 274 -> 0, 100, 200, 300
+    (never 0..500), 41 -> 0, 10, ..., 50."""
+    if not vmax > 0 or not math.isfinite(vmax):
+        return 1.0, [0.0, 0.25, 0.5, 0.75, 1.0]
+    mag = 10 ** math.floor(math.log10(vmax))
+    best: tuple[float, int, float] | None = None
+    for scale in (mag / 100, mag / 10, mag):
+        for m in (1, 2, 2.5, 5):
+            step = m * scale
+            n = max(1, math.ceil(vmax / step - 1e-9))
+            if 3 <= n <= 6 and (best is None or (n * step, n) < best[:2]):
+                best = (n * step, n, step)
+    top, n, step = best or (vmax, 1, vmax)
+    return round(top, 12), [round(i * step, 12) for i in range(n + 1)]
 
 
 def _num(v: float) -> str:
@@ -286,7 +440,7 @@ ML, MR, MT, MB = 64, 16, 36, 56
 
 
 def _frame(
-    chart: str, title: str, unit: str, ymax: float, legend: list[tuple[str, str]]
+    chart: str, title: str, unit: str, ymax: float, legend: list[tuple[str, str]], n: int = 4
 ) -> list[str]:
     parts = [
         f'<svg class="chart" data-chart="{_e(chart)}" viewBox="0 0 {W} {H}" width="{W}" '
@@ -294,8 +448,8 @@ def _frame(
         f'<text x="{ML}" y="20" class="title">{_e(title)}</text>',
     ]
     ph = H - MT - MB
-    for i, label in enumerate(tick_labels(ymax)):
-        y = MT + ph - ph * i / 4
+    for i, label in enumerate(tick_labels(ymax, n)):
+        y = MT + ph - ph * i / n
         parts.append(f'<line class="grid" x1="{ML}" x2="{W - MR}" y1="{y:.1f}" y2="{y:.1f}"/>')
         parts.append(
             f'<text class="tick" x="{ML - 6}" y="{y + 4:.1f}" text-anchor="end">{label}</text>'
@@ -329,9 +483,14 @@ def bar_chart(
     """
     if not values:
         return _no_data(chart, title)
-    ymax = _nice_max(max(values.values()))
+    ymax, ticks = nice_axis(max(values.values()))
     parts = _frame(
-        chart, title, unit, ymax, [(s, colors[s]) for s in series] if len(series) > 1 else []
+        chart,
+        title,
+        unit,
+        ymax,
+        [(s, colors[s]) for s in series] if len(series) > 1 else [],
+        len(ticks) - 1,
     )
     pw, ph = W - ML - MR, H - MT - MB
     gw = pw / max(len(groups), 1)
@@ -381,8 +540,8 @@ def line_chart(
     if not lines:
         return _no_data(chart, title)
     xs = sorted({x for pts in lines.values() for x in pts})
-    ymax = _nice_max(max(y for pts in lines.values() for y in pts.values()))
-    parts = _frame(chart, title, unit, ymax, [(s, colors[s]) for s in lines])
+    ymax, ticks = nice_axis(max(y for pts in lines.values() for y in pts.values()))
+    parts = _frame(chart, title, unit, ymax, [(s, colors[s]) for s in lines], len(ticks) - 1)
     pw, ph = W - ML - MR, H - MT - MB
     lo, hi = math.log2(max(xs[0], 1)), math.log2(max(xs[-1], 1))
 
@@ -532,12 +691,46 @@ def flag_map(argv: list[str] | None) -> dict[str, str]:
     return out
 
 
+UNKNOWN = "(unknown)"
+
+
+def config_map(s: ReportSeries) -> dict[str, str]:
+    """Everything that configures a series' server, as rows of the flag-diff table: its argv
+    flags, ``env NAME`` per launch env var and ``patches``. The env decides as much as a
+    flag (``GLMSERVE_PATCHES`` turns the gather-cast patch on), so a diff without it can
+    show "only --port differs" beside a 1.33x speedup. Unknown env (a sweep whose run record
+    is gone) is "(unknown)", never "(absent)"."""
+    out = flag_map(s.argv)
+    if s.env is None:
+        out["env"] = UNKNOWN
+    else:
+        out.update({f"env {k}": str(v) for k, v in sorted(s.env.items())})
+    if s.patches is not None:
+        out["patches"] = ",".join(s.patches) or "(none)"
+    else:
+        out["patches"] = UNKNOWN
+    return out
+
+
 def flag_diff(series: list[ReportSeries]) -> tuple[list[str], dict[str, dict[str, str]]]:
-    """Flags whose value differs between the series' argvs (absent counts as a value), and
-    each series' flags; series without a known argv are left out."""
-    maps = {s.name: flag_map(s.argv) for s in series if s.argv}
-    keys = sorted({k for m in maps.values() for k in m})
-    differing = [k for k in keys if len({m.get(k) for m in maps.values()}) > 1]
+    """Flags, env vars and patches whose value differs between the series (absent counts as
+    a value), and each series' map (``config_map``); series without a known argv are left
+    out. An env var is compared only between series whose env is known."""
+    maps = {s.name: config_map(s) for s in series if s.argv}
+    keys = sorted({k for m in maps.values() for k in m if k != "env"})
+
+    def value(m: dict[str, str], k: str) -> str | None:
+        if k.startswith("env ") and m.get("env") == UNKNOWN:
+            return UNKNOWN
+        return m.get(k)
+
+    differing = [
+        k
+        for k in keys
+        if len({value(m, k) for m in maps.values() if value(m, k) != UNKNOWN}) > 1
+        or (k == "patches" and len({m.get(k) for m in maps.values()}) > 1)
+    ]
+    maps = {n: {k: value(m, k) or "(absent)" for k in keys} for n, m in maps.items()}
     return differing, maps
 
 
@@ -560,6 +753,20 @@ def comparability(series: list[ReportSeries]) -> dict[str, list[str]]:
     return out
 
 
+def unfilled_levels(s: ReportSeries) -> dict[int, str]:
+    """Closed-loop levels of a series that never had their concurrency in flight: their
+    cells are marked, not read as a c=N figure (``bench.comparable.underfilled``)."""
+    from glmserve.bench.comparable import unfit
+
+    out: dict[int, str] = {}
+    for row in s.results:
+        if row["result"].get("mode") == "rate":
+            continue
+        for c, why in unfit(row)["levels"].items():
+            out[int(c)] = why
+    return out
+
+
 def _settings_text(st: dict[str, Any], levels: list[Any]) -> str:
     parts = [f"mode={st.get('mode')}", f"api={st.get('api')}", f"input={st.get('input_len')}",
              f"output={st.get('output_len')}"]  # fmt: skip
@@ -579,7 +786,7 @@ def _settings_text(st: dict[str, Any], levels: list[Any]) -> str:
 
 def metadata_rows(series: list[ReportSeries]) -> list[dict[str, str]]:
     """One row per stored bench result in the report: ids, date, settings, versions, host."""
-    from glmserve.bench.comparable import context, levels_of, sim_speed
+    from glmserve.bench.comparable import context, levels_of, sim_speed, where_text
 
     rows = []
     for s in series:
@@ -596,15 +803,26 @@ def metadata_rows(series: list[ReportSeries]) -> list[dict[str, str]]:
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(when)) if when else "-",
                 "settings": _settings_text(res.get("settings") or {}, levels_of(row)),
                 "sglang": str(ctx["sglang_version"] or "-"),
-                "host": str(ctx["host"] or "-"),
+                "host": where_text(ctx),
                 "gpus": (f"{ctx['gpu_count']} x {ctx['gpu_model']}" if ctx["gpu_count"]
-                         else "; ".join(gpus) if isinstance(gpus, list) and gpus else "-"),
+                         else "; ".join(gpus) if isinstance(gpus, list) and gpus
+                         else f"TP {ctx['tp_size']} (server's /server_info)" if ctx["tp_size"]
+                         else "-"),
                 "simulated": "-" if speed is None else f"sim-speed {speed:g}",
                 "argv hash": str(ctx["argv_hash"] or "-"),
+                "config hash": str(ctx["config_hash"] or "-"),
+                "server args": _server_args_text(res),
                 "labels": ", ".join(f"{k}={v}" for k, v in (meta.get("labels") or {}).items())
                 or "-",
             })  # fmt: skip
     return rows
+
+
+def _server_args_text(res: dict[str, Any]) -> str:
+    """What the server said about itself (``/server_info``): the only account of a ``--url``
+    result's configuration, so it is shown for every result."""
+    args = (res.get("server") or {}).get("args") or {}
+    return " ".join(f"{k}={v}" for k, v in args.items() if v is not None) or "-"
 
 
 def _html_table(cls: str, head: list[str], rows: list[list[str]]) -> str:
@@ -626,15 +844,11 @@ def metadata_html(data: ReportData) -> str:
         parts.append(_html_table("metadata", head, [[r[h] for h in head] for r in rows]))
     else:
         parts.append('<p class="meta">no stored bench results in this report</p>')
-    bad = comparability(data.series)
+    bad = _no_speedup(data.series)
     if bad:
         parts.append(
             '<ul class="incomparable">'
-            + "".join(
-                f'<li data-series="{_e(n)}"><b>{_e(n)}</b> is NOT comparable with the first '
-                f"result of its mode: {_e('; '.join(why))} (no speedup shown)</li>"
-                for n, why in bad.items()
-            )
+            + "".join(_no_speedup_item(n, kind, why) for n, kind, why in bad)
             + "</ul>"
         )
     differing, maps = flag_diff(data.series)
@@ -642,7 +856,9 @@ def metadata_html(data: ReportData) -> str:
     if len(maps) < 2:
         parts.append('<p class="meta flag-diff-none">fewer than two profiles with known flags</p>')
     elif not differing:
-        parts.append('<p class="meta flag-diff-none">the profiles\' flags are identical</p>')
+        parts.append(
+            '<p class="meta flag-diff-none">the profiles\' flags, env and patches are identical</p>'
+        )
     else:
         names = list(maps)
         parts.append(
@@ -653,9 +869,37 @@ def metadata_html(data: ReportData) -> str:
             )
         )
         same = len({k for m in maps.values() for k in m}) - len(differing)
-        parts.append(f'<p class="meta">{same} other flags are identical across the profiles</p>')
+        parts.append(
+            f'<p class="meta">{same} other flags, env vars and patch settings are identical '
+            "across the profiles</p>"
+        )
     parts.append("</section>")
     return "".join(parts)
+
+
+def _no_speedup(series: list[ReportSeries]) -> list[tuple[str, str, list[str]]]:
+    """(series, kind, reasons) for every series or level without a true figure: "settings"
+    (measured differently), "unfit" (crashed or incomplete), "levels" (never filled)."""
+    out = [(n, "settings", why) for n, why in comparability(series).items()]
+    for s in series:
+        why = unfit_reasons(s)
+        if why:
+            out.append((s.name, "unfit", why))
+        lv = unfilled_levels(s)
+        if lv:
+            out.append((s.name, "levels", list(lv.values())))
+    return out
+
+
+def _no_speedup_item(name: str, kind: str, why: list[str]) -> str:
+    text = "; ".join(why)
+    if kind == "settings":
+        text = f"is NOT comparable with the first result of its mode: {text} (no speedup shown)"
+    elif kind == "unfit":
+        text = f"{text} (no speedup shown)"
+    else:
+        text = f"{text} (not a measurement at that concurrency: its cell is marked)"
+    return f'<li data-series="{_e(name)}" data-kind="{_e(kind)}"><b>{_e(name)}</b> {_e(text)}</li>'
 
 
 def render_html(data: ReportData) -> str:
@@ -673,12 +917,13 @@ def render_html(data: ReportData) -> str:
     ]
     rows = []
     for s in data.series:
+        unfilled = unfilled_levels(s)
         cells = [
             f"<td>{_e(s.name)}</td>",
             f'<td class="status">{_e(s.status)}</td>',
             f'<td class="num">{_fmt(s.decode_tok_s)}</td>',
             f'<td class="num">{_fmt(s.ttft_ms)}</td>',
-            *[f'<td class="num">{_fmt(s.throughput.get(c))}</td>' for c in levels],
+            *[_throughput_cell(s, c, unfilled) for c in levels],
             f'<td class="num">{_speedup_cell(s, bad)}</td>',
             f'<td class="diag">{_e(s.diagnosis)}{" — " + _e(s.hint) if s.hint else ""}</td>',
         ]
@@ -729,9 +974,22 @@ def render_html(data: ReportData) -> str:
 
 
 def _speedup_cell(s: ReportSeries, bad: dict[str, list[str]]) -> str:
+    """The speedup, or why there is none: settings differ, or the series is crashed or
+    incomplete (``unfit_reasons``: "n/c (incomplete: 8 of 16 requests failed)")."""
     if s.name in bad:
         return "n/c (settings differ)"
+    unfit = unfit_reasons(s)
+    if unfit:
+        return _e(f"n/c ({'; '.join(unfit)})")
     return "-" if s.speedup is None else f"{s.speedup:.2f}x"
+
+
+def _throughput_cell(s: ReportSeries, c: int, unfilled: dict[int, str]) -> str:
+    v = s.throughput.get(c)
+    if c in unfilled and v is not None:
+        why = _e(unfilled[c])
+        return f'<td class="num unfilled" title="{why}">{_fmt(v)} (never filled: {why})</td>'
+    return f'<td class="num">{_fmt(v)}</td>'
 
 
 def _fmt(v: float | None) -> str:
@@ -756,46 +1014,58 @@ def write_pngs(data: ReportData, directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for spec in chart_specs(data):
-        fig, ax = plt.subplots(figsize=(7.2, 3.0), dpi=100)
-        if spec["kind"] == "bar":
-            if not spec["values"]:
-                plt.close(fig)
-                continue
-            n = len(spec["series"])
-            width = 0.8 / n
-            for si, s in enumerate(spec["series"]):
-                xs = [
-                    gi + si * width - 0.4 + width / 2
-                    for gi, g in enumerate(spec["groups"])
-                    if (g, s) in spec["values"]
-                ]
-                ys = [spec["values"][(g, s)] for g in spec["groups"] if (g, s) in spec["values"]]
-                ax.bar(xs, ys, width=width * 0.95, color=spec["colors"][s], label=s)
-            ax.set_xticks(range(len(spec["groups"])), spec["groups"])
-            if n > 1:
-                ax.legend(fontsize=8)
-        else:
-            lines = {k: v for k, v in spec["lines"].items() if v}
-            if not lines:
-                plt.close(fig)
-                continue
-            for name, pts in lines.items():
-                xs = sorted(pts)
-                ax.plot(
-                    xs, [pts[x] for x in xs], marker="o", color=spec["colors"][name], label=name
-                )
-            ax.set_xscale("log", base=2)
-            ticks = sorted({x for pts in lines.values() for x in pts})
-            ax.set_xticks(ticks, [str(x) for x in ticks])
-            ax.minorticks_off()
-            ax.set_xlabel(spec["xlabel"])
-            ax.legend(fontsize=8)
-        ax.set_title(spec["title"], fontsize=10)
-        ax.set_ylabel(spec["unit"])
-        ax.grid(axis="y", alpha=0.3)
-        fig.tight_layout()
+        fig = png_figure(spec, plt)
+        if fig is None:
+            continue
         out = directory / f"{spec['chart']}.png"
         fig.savefig(out)
         plt.close(fig)
         written.append(out)
     return written
+
+
+def png_figure(spec: dict[str, Any], plt: Any) -> Any:
+    """One chart as a matplotlib figure (None without data), on the SVG's y axis
+    (``nice_axis``: from 0, the same ticks), so a PNG and the page never disagree."""
+    fig, ax = plt.subplots(figsize=(7.2, 3.0), dpi=100)
+    if spec["kind"] == "bar":
+        if not spec["values"]:
+            plt.close(fig)
+            return None
+        top = max(spec["values"].values())
+        n = len(spec["series"])
+        width = 0.8 / n
+        for si, s in enumerate(spec["series"]):
+            xs = [
+                gi + si * width - 0.4 + width / 2
+                for gi, g in enumerate(spec["groups"])
+                if (g, s) in spec["values"]
+            ]
+            ys = [spec["values"][(g, s)] for g in spec["groups"] if (g, s) in spec["values"]]
+            ax.bar(xs, ys, width=width * 0.95, color=spec["colors"][s], label=s)
+        ax.set_xticks(range(len(spec["groups"])), spec["groups"])
+        if n > 1:
+            ax.legend(fontsize=8)
+    else:
+        lines = {k: v for k, v in spec["lines"].items() if v}
+        if not lines:
+            plt.close(fig)
+            return None
+        top = max(y for pts in lines.values() for y in pts.values())
+        for name, pts in lines.items():
+            xs = sorted(pts)
+            ax.plot(xs, [pts[x] for x in xs], marker="o", color=spec["colors"][name], label=name)
+        ax.set_xscale("log", base=2)
+        xticks = sorted({x for pts in lines.values() for x in pts})
+        ax.set_xticks(xticks, [str(x) for x in xticks])
+        ax.minorticks_off()
+        ax.set_xlabel(spec["xlabel"])
+        ax.legend(fontsize=8)
+    ymax, ticks = nice_axis(top)
+    ax.set_ylim(0, ymax)
+    ax.set_yticks(ticks, tick_labels(ymax, len(ticks) - 1))
+    ax.set_title(spec["title"], fontsize=10)
+    ax.set_ylabel(spec["unit"])
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig

@@ -52,3 +52,24 @@ def test_output_len_difference_is_named_and_equal_settings_compare(capsys, start
     rows = json.loads(out)["rows"]
     assert rows[1]["incomparable_reason"] == "output_len 32 vs 16"
     assert rows[2]["comparable"] and rows[2]["decode_speedup"] == pytest.approx(1.0, rel=0.2)
+
+
+def test_two_prompts_at_c8_is_neither_comparable_nor_a_c8_figure(capsys, start_simulator):
+    """The audit's case: 2 prompts at --concurrency 8 never had more than 2 in flight, yet
+    compare printed ``c=8 ... 0.25`` against 200 prompts."""
+    sim = start_simulator("--tp-size", "2", "--disable-cuda-graph", "--sim-speed", "20")
+    args = ("--mode", "concurrency", "--concurrency", "8", "--output-len", "64")
+    few = bench(capsys, sim.url, *args, "--num-prompts", "2")
+    many = bench(capsys, sim.url, *args, "--num-prompts", "200")
+    assert few["levels"][0]["max_concurrency_seen"] == 2
+    assert few["notes"] and "c=8 never had more than 2 requests in flight" in few["notes"][0]
+
+    code, out = cli(capsys, "compare", str(many["id"]), str(few["id"]))
+    assert code == 0 and "num_prompts 2 vs 200" in out
+    row = next(ln for ln in out.splitlines() if ln.startswith(f"│ {few['id']:>6} "))
+    ratio = few["levels"][0]["output_tok_s"] / many["levels"][0]["output_tok_s"]
+    assert "n/c" in row and f"{ratio:.2f}" not in row
+
+    code, out = cli(capsys, "compare", str(few["id"]), str(few["id"]), "--json")
+    level = json.loads(out)["rows"][0]["levels"]["8"]
+    assert level["speedup"] is None and "never had more than 2" in level["flag"]

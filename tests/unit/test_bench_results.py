@@ -20,7 +20,7 @@ def level(c: int, out: float | None, dec: float | None = 20.0, ttft: float | Non
     pct = lambda v: {"p50": v, "p90": v, "p99": v, "mean": v}  # noqa: E731
     return {"concurrency": c, "output_tok_s": out, "decode_tok_s": pct(dec), "ttft_ms": pct(ttft),
             "itl_ms": pct(1.0), "tpot_ms": pct(1.0), "e2e_ms": pct(9.0), "queue_ms": pct(0.1),
-            "errors": 0, "completed": 4, "requests": 4}  # fmt: skip
+            "errors": 0, "completed": 4, "requests": 4, "max_concurrency_seen": c}  # fmt: skip
 
 
 def test_decode_headline_comes_from_the_single_level():
@@ -88,7 +88,7 @@ def test_compare_speedups_against_first_or_chosen_baseline():
     assert rows[1]["decode_speedup"] == pytest.approx(1.0)
     assert rows[2]["decode_speedup"] == pytest.approx(1.35)
     assert rows[2]["levels"]["16"]["speedup"] == pytest.approx(2.5)
-    assert rows[3]["levels"]["16"] == {"output_tok_s": None, "speedup": None}
+    assert rows[3]["levels"]["16"] == {"output_tok_s": None, "speedup": None, "flag": None}
     assert rows[3]["profile"] == "cutlass_mla"
     by_run = compare_results([a, b, c], baseline="r-b")
     assert by_run["baseline"] == 2

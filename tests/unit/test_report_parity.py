@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from glmserve.report import ReportSeries, flag_diff, flag_map, tick_labels
 
 
@@ -56,3 +58,32 @@ def test_run_report_metadata_names_result_ids_and_flag_diff():
     assert re.search(r"<td>--enable-torch-compile</td><td>\(absent\)</td><td>\(set\)</td>", meta)
     assert "NOT comparable" not in page  # same settings: a speedup is shown
     assert "1.20x" in page
+
+
+def test_chart_axes_start_at_zero_with_the_same_nice_ticks_in_svg_and_png():
+    import re
+
+    from tests.unit.test_report import three_profile_sweep
+
+    from glmserve.report import ReportData, chart_specs, line_chart, nice_axis, series_from_sweep
+
+    assert nice_axis(274.0) == (300.0, [0.0, 100.0, 200.0, 300.0])
+    assert nice_axis(13.8)[0] == 15.0 and nice_axis(41.0)[0] == 50.0
+    svg = line_chart("throughput", "t", "tok/s", "c", {"a": {1: 120.0, 8: 274.0}}, {"a": "#000"})
+    assert re.findall(r'class="tick"[^>]*>([^<]*)<', svg) == ["0", "100", "200", "300"]
+
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from glmserve.report import _svg_for, png_figure
+
+    for spec in chart_specs(ReportData("t", ["x"], series_from_sweep(three_profile_sweep()))):
+        fig = png_figure(spec, plt)
+        if fig is None:
+            continue
+        ax = fig.axes[0]
+        svg_ticks = re.findall(r'class="tick"[^>]*>([^<]*)<', _svg_for(spec))
+        assert ax.get_ylim()[0] == 0, spec["chart"]
+        assert [t.get_text() for t in ax.get_yticklabels()] == svg_ticks, spec["chart"]
+        plt.close(fig)

@@ -111,3 +111,61 @@ def test_compare_flags_concurrency_sets_and_output_lengths():
     assert any("result 3 is NOT comparable" in n and "output_len 32 vs 16" in n for n in notes)
     real = compare_results([_row(1, [1]), _row(2, [1], speed=None)])["rows"][1]
     assert real["incomparable"] == [{"field": "simulated", "baseline": True, "value": False}]
+
+
+def _level_with(c: int, ok: int, failed: int, percentiles: list[float] | None = None) -> dict:
+    from types import SimpleNamespace
+
+    recs = [StreamRecord(dispatch=0.0, send=0.01 * i, chunk_times=[0.1 * (j + 1) + 0.01 * i
+                                                                   for j in range(9)],
+                         chunk_tokens=list(range(1, 10)), completion_tokens=9, end=0.9 + 0.01 * i)
+            for i in range(ok)]  # fmt: skip
+    recs += [StreamRecord(dispatch=0.0, send=0.0, error="HTTP 500") for _ in range(failed)]
+    settings = SimpleNamespace(percentiles=percentiles) if percentiles else None
+    return summarize_level(recs, c, 1, {}, None, settings=settings)
+
+
+def _text(res: BenchResult, width: int, wide: bool = False) -> str:
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(render_table(res, wide=wide, width=width))
+    return console.export_text()
+
+
+def test_80_column_table_keeps_ok_err_when_requests_failed():
+    lvs = [_level_with(c, 12, 4) for c in (1, 64, 2048)]
+    for lv in lvs:  # a loaded server: latencies of seconds fill the first columns
+        lv["ttft_ms"] = {k: 12345.6 for k in lv["ttft_ms"]}
+        lv["tpot_ms"] = {k: 123.45 for k in lv["tpot_ms"]}
+        lv["output_tok_s"] = 123456.7
+    res = BenchResult(mode="concurrency", complete=False, levels=lvs, stopped="12 of 48 failed")
+    text = _text(res, 80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "ok/err" in text and "12/4" in text
+
+
+def test_wide_shows_every_figure_untruncated_even_at_80_columns():
+    res = BenchResult(mode="concurrency", complete=True, levels=[_level_with(8, 16, 0)])
+    text = _text(res, 80, wide=True)
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    figures = ("input tok/s", "total tok/s", "output tok/s full", "max conc seen", "TTFT ms p95",
+               "TTFT ms mean", "TTFT ms std", "E2E ms p99", "queue ms p90")  # fmt: skip
+    for figure in figures:
+        assert figure in text, figure
+    lv = res.levels[0]
+    assert f"{lv['ttft_ms']['std']:,.1f}" in text and f"{lv['input_tok_s']:,.1f}" in text
+
+
+def test_custom_percentiles_are_shown_and_exported(capsys):
+    from glmserve.cli.results_cmds import export_text
+    from glmserve.store import RunStore
+
+    lv = _level_with(8, 16, 0, percentiles=[50, 99.9])
+    res = BenchResult(mode="concurrency", complete=True, levels=[lv])
+    narrow = _text(res, 120)
+    assert "TTFT ms p50/99.9" in narrow and "/-" not in narrow
+    assert "TTFT ms p99.9" in _text(res, 400, wide=True)
+    with RunStore.open() as store:
+        store.add_bench_result(None, res.to_dict())
+        rows = store.list_bench_results()
+    table = list(csv.DictReader(io.StringIO(export_text(rows, "csv"))))
+    assert float(table[0]["ttft_ms_p99.9"]) == lv["ttft_ms"]["p99.9"]

@@ -2,11 +2,21 @@
 
 A speedup means something only between results measured the same way: the same workload
 (lengths, dataset, API), the same load shape (closed-loop levels or open-loop rates,
-burstiness, concurrency cap) and, for the simulator, the same ``--sim-speed`` (a speed-10
+burstiness, concurrency cap), the same amount of it (``num_prompts`` / ``duration``: 2 prompts
+at c=8 never fill 8 slots) and, for the simulator, the same ``--sim-speed`` (a speed-10
 simulator is 10x "faster" by construction). Those are the *settings* checked here.
-What a comparison is meant to vary (profile, its argv, SGLang version, host, GPUs) is recorded
-as *context* and shown, never refused. Pure: stored rows in, dicts out (``compare`` and
-``report`` both use it, so they agree).
+
+Two more things make a figure unfit for a speedup whatever the other side is: a result that
+is not complete (requests failed, Ctrl-C, the server crashed: its throughput is of fewer
+streams than asked), and a closed-loop level that never had its nominal concurrency in flight
+(``max_concurrency_seen`` < ``concurrency``: labelled c=8, measured at c=2). ``unfit`` names
+both.
+
+What a comparison is meant to vary (profile, its argv, env and patches, SGLang version, host,
+GPUs) is recorded as *context* and shown, never refused. ``config_hash`` identifies a server
+configuration: the argv without ``--host``/``--port`` (where it listens is placement, not
+config), the launch env (``GLMSERVE_PATCHES`` selects the runtime patch) and the patches.
+Pure: stored rows in, dicts out (``compare`` and ``report`` both use it, so they agree).
 """
 
 from __future__ import annotations
@@ -18,7 +28,7 @@ from typing import Any
 # Settings that must be equal for a speedup to mean anything (key in result["settings"]).
 SETTING_FIELDS: tuple[str, ...] = ("mode", "api", "input_len", "output_len", "random_range_ratio",
                                    "dataset_path", "request_rate", "burstiness",
-                                   "max_concurrency")  # fmt: skip
+                                   "max_concurrency", "num_prompts", "duration")  # fmt: skip
 # Older results lack the newer settings: these are what they implicitly used.
 DEFAULTS: dict[str, Any] = {
     "random_range_ratio": 1.0,
@@ -26,17 +36,62 @@ DEFAULTS: dict[str, Any] = {
     "request_rate": None,
     "burstiness": 1.0,
     "max_concurrency": None,
+    "num_prompts": None,
+    "duration": None,
 }
-CONTEXT_FIELDS: tuple[str, ...] = ("profile", "argv_hash", "sglang_version", "host", "gpu_model",
-                                   "gpu_count")  # fmt: skip
+CONTEXT_FIELDS: tuple[str, ...] = ("profile", "argv_hash", "config_hash", "sglang_version",
+                                   "host", "client_host", "server_url", "gpu_model", "gpu_count",
+                                   "tp_size")  # fmt: skip
+# Where a server listens, not how it is configured: left out of the hashes.
+PLACEMENT_FLAGS: tuple[str, ...] = ("--host", "--port")
+
+
+def config_argv(argv: Any) -> list[str]:
+    """The argv (list, or a shell string as older results stored it) without the placement
+    flags and their values (``--port 30001`` and ``--port=30001`` alike)."""
+    import shlex
+
+    if not argv:
+        return []
+    toks = shlex.split(argv) if isinstance(argv, str) else [str(a) for a in argv]
+    out: list[str] = []
+    skip = False
+    for tok in toks:
+        if skip:
+            skip = False
+            continue
+        if tok in PLACEMENT_FLAGS:
+            skip = True
+            continue
+        if tok.split("=", 1)[0] in PLACEMENT_FLAGS and "=" in tok:
+            continue
+        out.append(tok)
+    return out
+
+
+def _hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def argv_hash(argv: Any) -> str | None:
-    """A short stable hash of a rendered server argv (list or string), None without one."""
-    if not argv:
+    """A short stable hash of a rendered server argv (list or string) without ``--host`` and
+    ``--port``, None without one: the same profile on another port hashes the same."""
+    toks = config_argv(argv)
+    return _hash(toks) if toks else None
+
+
+def config_hash(argv: Any, env: dict[str, Any] | None, patches: list[Any] | None) -> str | None:
+    """What identifies a server configuration: argv (less placement), launch env, patches.
+
+    Two profiles with the same flags but a different ``GLMSERVE_PATCHES`` are different
+    configurations (the gather-cast patch changes the decode step), so env and patches count.
+    None without an argv (a ``--url`` result: the server's own account is in ``server.args``).
+    """
+    toks = config_argv(argv)
+    if not toks:
         return None
-    text = json.dumps(argv, sort_keys=True) if not isinstance(argv, str) else argv
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    env = {str(k): str(v) for k, v in (env or {}).items()}
+    return _hash({"argv": toks, "env": env, "patches": sorted(str(p) for p in patches or [])})
 
 
 def gpu_summary(gpus: Any) -> tuple[str | None, int | None]:
@@ -66,19 +121,102 @@ def comparable_key(row: dict[str, Any]) -> dict[str, Any]:
     return key
 
 
-def context(row: dict[str, Any]) -> dict[str, Any]:
-    """What a comparison is meant to vary: profile, argv hash, version, host, GPUs."""
+def launch_of(row: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+    """(env, patches) a result's server was launched with: ``row["launch"]`` where a loader
+    attached the run record's spec (bench meta never stored the env), else the meta's."""
     res = row.get("result") or {}
     meta = {**(res.get("meta") or {}), **(row.get("meta") or {})}
+    launch = row.get("launch") or {}
+    env = launch.get("env") if launch.get("env") is not None else meta.get("env")
+    patches = launch.get("patches") if launch.get("patches") is not None else meta.get("patches")
+    return dict(env or {}), list(patches or [])
+
+
+def context(row: dict[str, Any]) -> dict[str, Any]:
+    """What a comparison is meant to vary: profile, argv and config hash, version, where it
+    ran, GPUs.
+
+    The hashes are recomputed from the stored argv (results stored before placement was left
+    out hashed ``--port`` in); a ``--url`` result has no run, so no server host: ``host`` is
+    None and ``server_url`` / ``client_host`` say where it was measured from, and ``tp_size``
+    comes from what the server reported (``/server_info``).
+    """
+    res = row.get("result") or {}
+    meta = {**(res.get("meta") or {}), **(row.get("meta") or {})}
+    server = res.get("server") or {}
     model, count = gpu_summary(meta.get("gpus"))
+    env, patches = launch_of(row)
+    argv = meta.get("argv")
     return {
         "profile": meta.get("profile"),
-        "argv_hash": meta.get("argv_hash") or argv_hash(meta.get("argv")),
-        "sglang_version": meta.get("sglang_version") or (res.get("server") or {}).get("version"),
-        "host": meta.get("host") or meta.get("client_host"),
+        "argv_hash": argv_hash(argv) if argv else meta.get("argv_hash"),
+        "config_hash": config_hash(argv, env, patches),
+        "sglang_version": meta.get("sglang_version") or server.get("version"),
+        "host": meta.get("host"),
+        "client_host": meta.get("client_host"),
+        "server_url": meta.get("url") if not meta.get("run_id") else None,
         "gpu_model": model,
         "gpu_count": count,
+        "tp_size": meta.get("tp_size") or (server.get("args") or {}).get("tp_size"),
     }
+
+
+def where_text(ctx: dict[str, Any]) -> str:
+    """The host a result's server ran on; for a ``--url`` result, the URL and the client host
+    it was measured from (never the client's name as if it were the server's)."""
+    if ctx.get("host"):
+        return str(ctx["host"])
+    if ctx.get("server_url"):
+        return f"server URL {ctx['server_url']} (client host {ctx.get('client_host') or '-'})"
+    return f"client host {ctx['client_host']}" if ctx.get("client_host") else "-"
+
+
+def incomplete_reason(row: dict[str, Any]) -> str | None:
+    """Why a result's figures are not of the load asked for, None when it is complete:
+    ``incomplete: 8 of 16 requests failed`` / ``incomplete: interrupted (Ctrl-C)``."""
+    res = row.get("result") or {}
+    levels = res.get("levels") or []
+    errors = sum(int(lv.get("errors") or 0) for lv in levels)
+    requests = sum(int(lv.get("requests") or 0) for lv in levels)
+    if res.get("complete") is not False and not errors:
+        return None
+    why = res.get("stopped")
+    failed = f"{errors} of {requests} requests failed" if errors else None
+    if why and failed and failed not in why:
+        why = f"{why}; {failed}"
+    return f"incomplete: {why or failed or 'stopped early'}"
+
+
+def underfilled(lv: dict[str, Any]) -> str | None:
+    """Why a closed-loop level is not a measurement at its nominal concurrency, else None:
+    it never had ``concurrency`` requests in flight (fewer prompts than slots, say).
+
+    Open-loop levels are left alone: their concurrency is a cap, not a promise.
+    """
+    if lv.get("request_rate") is not None:
+        return None
+    c = int(lv.get("concurrency") or 0)
+    seen = lv.get("max_concurrency_seen")
+    if seen is None:  # results stored before max_concurrency_seen: the request count bounds it
+        seen = lv.get("requests")
+    if seen is None or c <= 1 or int(seen) >= c:
+        return None
+    return f"c={c} never had more than {int(seen)} requests in flight"
+
+
+def unfit(row: dict[str, Any]) -> dict[str, Any]:
+    """What keeps a result's own figures from a speedup: ``{"incomplete": reason|None,
+    "levels": {level key: reason}}`` (level keys as ``levels_of``)."""
+    lvs = (row.get("result") or {}).get("levels") or []
+    bad = {}
+    for lv in lvs:
+        why = underfilled(lv)
+        if why:
+            st = (row.get("result") or {}).get("settings") or {}
+            if st.get("num_prompts") is not None and st["num_prompts"] < lv["concurrency"]:
+                why += f" (num_prompts {st['num_prompts']} < concurrency {lv['concurrency']})"
+            bad[lv.get("request_rate") or lv.get("concurrency")] = why
+    return {"incomplete": incomplete_reason(row), "levels": bad}
 
 
 def levels_of(row: dict[str, Any]) -> list[Any]:

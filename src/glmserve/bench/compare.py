@@ -97,11 +97,18 @@ def _sort_key(k: Any) -> tuple[int, float, str]:
 def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> dict[str, Any]:
     """Pure: rows -> ``{"baseline", "concurrency", "rows": [...]}`` with speedups.
 
-    A row measured differently from the baseline (``bench.comparable``: workload, load shape,
-    simulator speed) gets ``incomparable`` naming each differing field and no speedup at all;
-    one whose levels differ gets a ``notes`` entry, and speedups only at shared levels.
+    A speedup is printed only where it is true, so no number appears when:
+
+    * a row was measured differently from the baseline (``bench.comparable``: workload, load
+      shape and amount, simulator speed): ``incomparable`` names each differing field;
+    * either side is incomplete (failed requests, Ctrl-C, a crashed server): ``incomplete``
+      says how many of how many failed -- its throughput is of fewer streams than asked;
+    * at a level that either side never filled (c=8 with 2 prompts is not a c=8 figure):
+      that level's ``flag`` says so, the other levels keep theirs.
+
+    One whose levels differ gets a ``notes`` entry, and speedups only at shared levels.
     """
-    from glmserve.bench.comparable import context, describe, differences, levels_of
+    from glmserve.bench.comparable import context, describe, differences, levels_of, unfit
 
     if not rows:
         raise ConfigError("compare: nothing to compare")
@@ -118,18 +125,29 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
                 return lv.get("output_tok_s")
         return None
 
+    def lowest(row: dict[str, Any]) -> dict[str, Any] | None:
+        lvs = row["result"].get("levels") or []
+        return min(lvs, key=lambda lv: lv["concurrency"]) if lvs else None
+
     def decode(row: dict[str, Any]) -> float | None:
         res = row["result"]
         if res.get("decode_tok_s") is not None:
             return res["decode_tok_s"]
-        lvs = res.get("levels") or []
-        return min(lvs, key=lambda lv: lv["concurrency"])["decode_tok_s"]["p50"] if lvs else None
+        low = lowest(row)
+        return low["decode_tok_s"]["p50"] if low else None
 
+    base_unfit = unfit(base)
     out_rows = []
     for r in rows:
         res, meta = r["result"], r.get("meta") or {}
         diffs = [] if r is base else differences(base, r)
-        ok = not diffs
+        own = base_unfit if r is base else unfit(r)
+        reasons = [describe(diffs)] if diffs else []
+        if own["incomplete"]:
+            reasons.append(own["incomplete"])
+        if r is not base and base_unfit["incomplete"]:
+            reasons.append(f"baseline {base['id']} is {base_unfit['incomplete']}")
+        ok = not reasons
         notes = []
         same_levels = levels_of(r) == levels_of(base)
         if ok and not same_levels:
@@ -140,12 +158,21 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
         per_level = {}
         for c in levels:
             v = level_tok_s(r, c)
-            sp = _ratio(v, level_tok_s(base, c)) if ok else None
-            per_level[str(c)] = {"output_tok_s": v, "speedup": sp}
+            flag = own["levels"].get(c)
+            if flag is None and r is not base and base_unfit["levels"].get(c):
+                flag = f"baseline {base['id']}: {base_unfit['levels'][c]}"
+            sp = _ratio(v, level_tok_s(base, c)) if ok and flag is None else None
+            per_level[str(c)] = {"output_tok_s": v, "speedup": sp, "flag": flag}
+            if flag is not None and v is not None and ok:
+                notes.append(f"{flag}: not a c={c} measurement, no speedup at c={c}")
         ttft = res.get("ttft_ms")
         if ttft is None and res.get("levels"):
-            ttft = min(res["levels"], key=lambda lv: lv["concurrency"])["ttft_ms"]["p50"]
+            ttft = lowest(r)["ttft_ms"]["p50"]  # type: ignore[index]
         low_same = levels_of(r)[:1] == levels_of(base)[:1]
+        low_filled = all(
+            (lv := lowest(x)) is None or lv["concurrency"] not in u["levels"]
+            for x, u in ((r, own), (base, base_unfit))
+        )
         out_rows.append(
             {
                 "id": r["id"],
@@ -155,13 +182,16 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
                 "complete": res.get("complete"),
                 "errors": res.get("errors"),
                 "decode_tok_s": decode(r),
-                "decode_speedup": _ratio(decode(r), decode(base)) if ok and low_same else None,
+                "decode_speedup": (
+                    _ratio(decode(r), decode(base)) if ok and low_same and low_filled else None
+                ),
                 "ttft_ms": ttft,
                 "levels": per_level,
                 "baseline": r is base,
                 "comparable": ok,
                 "incomparable": diffs,
-                "incomparable_reason": describe(diffs) if diffs else None,
+                "incomplete": own["incomplete"],
+                "incomparable_reason": "; ".join(reasons) if reasons else None,
                 "notes": notes,
                 "context": context(r),
             }
@@ -170,10 +200,15 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
 
 
 def compare_notes(table: dict[str, Any]) -> list[str]:
-    """Lines under the table: every incomparable row names what differs; level mismatches."""
+    """Lines under the table: every row without speedups says why (the differing field, or
+    how it is incomplete); level mismatches and unfilled levels."""
     lines = []
     for r in table["rows"]:
-        if r.get("incomparable"):
+        if r["baseline"] and not r["comparable"]:
+            lines.append(
+                f"baseline {r['id']} is {r['incomparable_reason']}: no speedup is shown against it"
+            )
+        elif not r["comparable"]:
             lines.append(
                 f"result {r['id']} is NOT comparable with baseline {table['baseline']}: "
                 f"{r['incomparable_reason']} (no speedup shown)"

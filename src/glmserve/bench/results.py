@@ -32,6 +32,9 @@ class BenchResult:
     meta: dict[str, Any] = field(default_factory=dict)
     gates: list[dict[str, Any]] = field(default_factory=list)
     sweep: dict[str, Any] | None = None  # --rate-sweep: rates tried, saturation
+    # What a reader must know before quoting a figure (a level that never filled its slots);
+    # printed under the table. Added without a version bump: older results simply lack it.
+    notes: list[str] = field(default_factory=list)
     version: int = RESULT_VERSION
 
     @property
@@ -113,8 +116,13 @@ def build_result(
     """Assemble the result; the decode headline comes from the single level of decode mode.
 
     A result with a failed request is never complete: ``stopped`` then says how many failed
-    (unless the bench stopped early for another reason, which it names).
+    (unless the bench stopped early for another reason, which it names). A closed-loop level
+    that never had its concurrency in flight (``--num-prompts`` below it, a short
+    ``--duration``) gets a note: its figures are of a lower load than its label says, and
+    ``compare``/``report`` show no speedup for it (``bench.comparable.underfilled``).
     """
+    from glmserve.bench.comparable import underfilled
+
     requests = sum(int(lv.get("requests") or 0) for lv in levels)
     errors = sum(int(lv.get("errors") or 0) for lv in levels)
     if stopped is None and errors:
@@ -128,6 +136,13 @@ def build_result(
         server=server,
         meta=meta,
     )
+    for lv in levels:
+        why = underfilled(lv)
+        if why:
+            res.notes.append(
+                f"{why} (send at least {lv['concurrency']} prompts): its figures are not a "
+                f"c={lv['concurrency']} measurement"
+            )
     if mode == "decode" and levels:
         res.decode_tok_s = levels[0]["decode_tok_s"]["p50"]
         res.ttft_ms = levels[0]["ttft_ms"]["p50"]
@@ -213,8 +228,8 @@ def level_label(lv: dict[str, Any]) -> str:
 
 
 def render_plain(res: BenchResult) -> list[str]:
-    """Error samples and gate verdicts, as lines printed under the table."""
-    lines = []
+    """Notes, error samples and gate verdicts, as lines printed under the table."""
+    lines = [f"note: {n}" for n in res.notes]
     for lv in res.levels:
         for e in lv.get("error_samples") or []:
             where = (

@@ -101,12 +101,14 @@ def flat_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for key in ("concurrency", "request_rate", "requests", "completed", "errors",
                         "output_tokens", "output_tok_s", "window_kind", "request_throughput",
                         "input_tok_s", "output_tok_s_full", "total_tok_s", "goodput",
-                        "achieved_concurrency", "achieved_request_rate"):  # fmt: skip
+                        "achieved_concurrency", "max_concurrency_seen",
+                        "achieved_request_rate"):  # fmt: skip
                 v = lv.get(key)
                 row[key] = v if not isinstance(v, list) else ",".join(map(str, v))
-            for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "decode_tok_s"):
-                for st in STATS:
-                    row[f"{metric}_{st}"] = (lv.get(metric) or {}).get(st)
+            for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms", "decode_tok_s"):
+                stats = lv.get(metric) or {}
+                for st in [*STATS, *sorted(k for k in stats if k not in STATS)]:
+                    row[f"{metric}_{st}"] = stats.get(st)  # p99.9 too: every one measured
             flat.append(row)
     return flat
 
@@ -191,7 +193,7 @@ def show(
         emit_json(_full(row))
         return
     res = BenchResult.from_dict(row["result"])
-    out.print(render_table(res, wide=wide))
+    out.print(render_table(res, wide=wide, width=out.width))
     for line in render_plain(res):
         out.print(line, highlight=False, markup=False)
     block = comparable_block(row)

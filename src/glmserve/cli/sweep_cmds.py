@@ -40,7 +40,7 @@ def _report_paths(html_file: str, png: Path | None) -> Path:
 
 @app.command()
 def report(
-    ids: list[str] = typer.Argument(..., help="Sweep, tune and/or run ids (or run prefixes)."),
+    ids: list[str] = typer.Argument(..., help="Sweep, tune, run (or prefix) or bench result ids."),
     html_file: str = typer.Option(..., "--html", help="Write the self-contained HTML here."),
     png: Path | None = typer.Option(None, "--png", help="Also write one PNG per chart here."),
     as_json: JsonOpt = False,
@@ -49,6 +49,9 @@ def report(
 
     Nothing is re-measured: decode tok/s per profile, throughput vs concurrency, latency
     percentiles and each failure's diagnosis come from the stored results.
+
+    A bench result id (a number, as `glmserve results` lists it) reports that one result,
+    a `bench --url` one included. A crashed or incomplete result gets no speedup.
 
     Example: glmserve report sw-20261130-193000-ab12 --html report.html --png plots/
     """
