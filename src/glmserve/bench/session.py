@@ -134,6 +134,7 @@ def run_metadata(run_id: str | None) -> dict[str, Any]:
         "host": run.host,
         "launcher": run.launcher,
         "argv": spec.get("command") or spec.get("argv"),
+        "env": spec.get("env"),  # part of the config (GLMSERVE_PATCHES): kept with the result
         "patches": run.patches,
         "tp_size": run.tp_size,
         "gpus": gpus,

@@ -347,7 +347,9 @@ def compare(
     """One table across runs/profiles with speedup against a baseline.
 
     A result measured differently from the baseline (lengths, dataset, API, load shape,
-    simulator speed) shows "n/c" instead of a speedup, and a line names each differing field.
+    num_prompts/duration, simulator speed) shows "n/c" instead of a speedup, and a line names
+    each differing field; so does an incomplete result (failed requests, Ctrl-C, a crash) and
+    a level whose concurrency was never in flight (fewer prompts than streams).
 
     Examples:
 
