@@ -39,3 +39,22 @@ def test_unknown_profile_fails_before_a_sweep_is_created(capsys):
     code, _, err = run(capsys, "sweep", "--simulate", "--profiles", "cutlass_mla,nosuch")
     assert code == 2 and "nosuch" in err
     assert not (Path(os.environ["GLMSERVE_HOME"]) / "sweeps").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sweep", "--simulate", "--profiles", "flashinfer"],
+        ["tune", "--simulate", "--profile", "flashinfer", "--search", "server.cuda-graph-max-bs=8"],
+    ],
+)
+def test_an_unwritable_home_is_exit_2_with_one_line_naming_the_folder(capsys, argv):
+    import os
+    from pathlib import Path
+
+    noun = argv[0]
+    (Path(os.environ["GLMSERVE_HOME"]) / f"{noun}s").write_text("")  # fails for root too
+    code, _, err = run(capsys, *argv)
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"/{noun}s/" in err and f"cannot write the {noun}'s state" in err
