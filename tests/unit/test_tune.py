@@ -238,3 +238,51 @@ def test_cli_bad_input_is_one_line_and_exit_2(args, needle):
     assert res.returncode == 2, res.stderr
     assert needle in res.stderr and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "needle"),
+    [
+        ("../evil", "invalid --write-profile name '../evil'"),
+        ("flashinfer", "--write-profile flashinfer: that is the tuned profile itself"),
+        ("mine", "mine.yaml exists and was not written by tune"),
+    ],
+)
+def test_write_profile_is_refused_before_a_tune_is_created(capsys, name, needle):
+    import os
+    from pathlib import Path
+
+    from glmserve.cli import main
+
+    mine = Path(os.environ["GLMSERVE_CONFIG_DIR"]) / "profiles" / "mine.yaml"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("extends: flashinfer\n")  # hand-written: not the tune's to overwrite
+    argv = ["tune", "--simulate", "--profile", "flashinfer"]
+    code = main([*argv, "--search", "server.max-running-requests=8", "--write-profile", name])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert st.TUNES.ids() == []  # nothing created, so nothing launched
+    assert mine.read_text() == "extends: flashinfer\n"
+
+
+def test_write_profile_is_refused_before_a_resumed_tune_runs_a_trial(capsys):
+    from glmserve.cli import main
+
+    tune = st.Tune(
+        tune_id=st.new_tune_id(),
+        profile="flashinfer",
+        search=[["max-running-requests", ["8"]]],
+        loads=[1],
+        objective="output_tok_s",
+        slo={},
+        budget=None,
+        hosts=["local"],
+        simulate=True,
+        status="interrupted",
+    )
+    st.save_tune(tune)
+    code = main(["tune", "--resume", tune.tune_id, "--write-profile", "flashinfer"])
+    err = capsys.readouterr().err
+    assert code == 2 and "that is the tuned profile itself" in err, err
+    again = st.load_tune(tune.tune_id)
+    assert again.trials == [] and again.status == "interrupted"

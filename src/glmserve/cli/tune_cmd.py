@@ -78,6 +78,7 @@ def tune(
     from glmserve.sweep.state import positive_ints
     from glmserve.tune import resume_tune, start_tune
     from glmserve.tune import state as st
+    from glmserve.tune.profile_out import check_target
     from glmserve.tune.profile_out import write_profile as write_winner
     from glmserve.tune.runner import LifecycleJobRunner, TuneOptions, run_tune
     from glmserve.tune.space import parse_budget, parse_search, parse_slo
@@ -89,9 +90,13 @@ def tune(
         if profile or search:
             raise ConfigError("--resume: the tune keeps its own --profile and --search")
         tu, server = resume_tune(resume)
+        if write_profile:
+            check_target(write_profile, tu.profile)  # before any trial runs
     else:
         if not profile:
             raise ConfigError("--profile is required (or --resume TUNE_ID)")
+        if write_profile:
+            check_target(write_profile, profile)  # before the tune is created or run
         opts = TuneOptions(
             input_len=input_len,
             output_len=output_len,
