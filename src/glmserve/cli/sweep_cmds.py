@@ -99,7 +99,7 @@ def sweep(
     """
     from glmserve.cli.views import print_sweep
     from glmserve.errors import ConfigError, ServerCrashed, SweepInterrupted
-    from glmserve.sweep.backend import LifecycleBackend
+    from glmserve.sweep.backend import LifecycleBackend, check_plans
     from glmserve.sweep.loop import run_sweep
     from glmserve.sweep.state import (
         OK,
@@ -142,10 +142,7 @@ def sweep(
         if nodes is not None and len(group) < 2:
             raise ConfigError(f"--nodes: expected at least 2 host names like a,b, got {nodes!r}")
         names = [p.strip() for p in profiles.split(",") if p.strip()]
-        from glmserve.config.profiles import load_profile
-
-        for name in names:  # fail fast on a typo before anything is launched
-            load_profile(name, list(sets))
+        check_plans(names, host, group, opts, simulate)  # before the sweep is created
         sw = start_sweep(names, host, simulate, opts, group)
     say(f"{sw.sweep_id}: {', '.join(sw.profiles)}{' (simulated)' if simulate else ''}")
     backend = LifecycleBackend(host, simulate, say, group)
