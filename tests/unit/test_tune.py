@@ -286,3 +286,29 @@ def test_write_profile_is_refused_before_a_resumed_tune_runs_a_trial(capsys):
     assert code == 2 and "that is the tuned profile itself" in err, err
     again = st.load_tune(tune.tune_id)
     assert again.trials == [] and again.status == "interrupted"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--output-len", "0"], "--input-len/--output-len must be at least 1"),
+        (["--input-len", "0"], "--input-len/--output-len must be at least 1"),
+        (["--num-prompts", "-1"], "--num-prompts must be at least 1"),
+        (["--host-lost-after", "-5"], "--host-lost-after: expected seconds >= 0"),
+        (["--sglang-version", "9.9.9"], "no argspec shipped for sglang '9.9.9'"),
+        (["--stall-budget", "foo=1"], "--stall-budget foo=1"),
+    ],
+)
+def test_bad_options_are_refused_before_a_tune_is_created_or_a_server_launched(
+    capsys, args, needle
+):
+    from glmserve.cli import main
+    from glmserve.store import RunStore
+
+    argv = ["tune", "--simulate", "--profile", "flashinfer", "--concurrency", "1"]
+    code = main([*argv, "--search", "server.max-running-requests=8", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert st.TUNES.ids() == []
+    with RunStore.open() as store:
+        assert store.list_runs() == []  # nothing was launched

@@ -73,7 +73,6 @@ def tune(
     --search server.max-running-requests=8,32 --search server.cuda-graph-max-bs=8,64
     --slo tpot_p99_ms=60 --hosts la,lb --budget 12
     """
-    from glmserve.deploy.watch import parse_stall_budgets
     from glmserve.errors import ConfigError, ServerCrashed
     from glmserve.sweep.state import positive_ints
     from glmserve.tune import resume_tune, start_tune
@@ -107,7 +106,6 @@ def tune(
             sglang_version=sglang_version,
             host_lost_s=host_lost_after,
         )
-        parse_stall_budgets(opts.stall_budgets)
         pool = [h.strip() for h in hosts.split(",") if h.strip()]
         if not pool:
             raise ConfigError("--hosts: give at least one host name")

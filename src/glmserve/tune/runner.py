@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from glmserve.errors import (
+    ConfigError,
     FlagValidationError,
     GlmserveError,
     HostLost,
@@ -54,6 +55,29 @@ class TuneOptions:
     base_port: int = 30000
     sim_speed: float = 1.0  # the profile's sim.speed (simulated figures are scaled back)
     host_lost_s: float = 60.0  # a host unreachable this long leaves the pool
+
+    def check(self, loads: list[int]) -> None:
+        """Refuse, before the tune is created, what every trial would otherwise find out only
+        after launching its server: a bad --input-len/--output-len/--num-prompts (the bench's
+        own checks), an --sglang-version glmserve has no argspec of, --stall-budget or
+        --host-lost-after. ConfigError naming the flag."""
+        from glmserve.argspec.releases import load_release_spec
+        from glmserve.deploy.watch import parse_stall_budgets
+        from glmserve.sweep.state import SweepOptions
+
+        if not self.host_lost_s >= 0:  # NaN too
+            raise ConfigError(f"--host-lost-after: expected seconds >= 0, got {self.host_lost_s}")
+        if self.sglang_version:
+            load_release_spec(self.sglang_version)
+        parse_stall_budgets(self.stall_budgets)
+        SweepOptions(
+            bench=["concurrency"],
+            concurrency=list(loads),
+            input_len=self.input_len,
+            output_len=self.output_len,
+            num_prompts=self.num_prompts,
+            stall_timeout_s=self.stall_timeout_s,
+        ).check_bench()
 
 
 # --------------------------------------------------------------------------- strategy
