@@ -312,3 +312,20 @@ def test_bad_options_are_refused_before_a_tune_is_created_or_a_server_launched(
     assert st.TUNES.ids() == []
     with RunStore.open() as store:
         assert store.list_runs() == []  # nothing was launched
+
+
+@pytest.mark.parametrize("key", ["port", "host", "model-path", "dist-init-addr"])
+def test_search_refuses_flags_that_name_the_server_or_where_it_runs(key):
+    with pytest.raises(ConfigError, match=rf"^--search 'server\.{key}=1,2': server\.{key} names"):
+        parse_search([f"server.{key}=1,2"])
+
+
+def test_tune_help_lists_every_flag_search_refuses(capsys, monkeypatch):
+    from glmserve.cli import main
+    from glmserve.tune.space import UNTUNABLE
+
+    monkeypatch.setenv("COLUMNS", "400")  # one help line per option: nothing wrapped mid-name
+    assert main(["tune", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    listed = text.split("Not searched (which server, where it runs):")[1].split(".")[0]
+    assert [k.strip() for k in listed.split(",")] == list(UNTUNABLE)

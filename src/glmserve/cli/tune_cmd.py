@@ -24,7 +24,11 @@ from glmserve.cli.options import (
 def tune(
     profile: str = typer.Option(None, "--profile", help="Profile whose server flags are tuned."),
     search: list[str] = typer.Option(
-        (), "--search", help="server.KEY=V1,V2,... (repeatable): values to try for one flag."
+        (),
+        "--search",
+        help="server.KEY=V1,V2,... (repeatable): values to try for one flag. Not searched "
+        "(which server, where it runs): port, host, model-path, tokenizer-path, "
+        "served-model-name, nnodes, node-rank, dist-init-addr, nccl-init-addr.",
     ),
     objective: str = typer.Option(
         "output_tok_s", "--objective", help="output_tok_s | goodput | decode_tok_s (maximised)."
