@@ -88,8 +88,9 @@ def sweep(
     """Launch, bench and stop each profile in turn; crashes are recorded with their diagnosis.
 
     The sweep lives in $GLMSERVE_HOME/sweeps/<id>/ (sweep.json, sweep.md). Ctrl-C (or SIGTERM)
-    stops the running server; `--resume <id>` continues where it stopped. Exit 0 when some
-    profile succeeded, 3 when every profile crashed or stalled, 130 on Ctrl-C/SIGTERM.
+    stops the running server; `--resume <id>` continues where it stopped, first stopping a
+    server the sweep recorded and left up (it was killed outright). Exit 0 when some profile
+    succeeded, 3 when every profile crashed or stalled, 130 on Ctrl-C/SIGTERM.
 
     A profile with ``nodes:`` (or every profile, with --nodes) runs as a host group: every
     node is checked, launched, watched and stopped together, the bench goes through node 0,

@@ -145,6 +145,14 @@ class LifecycleBackend(SweepBackend):
     def stop(self, run_id: str) -> None:
         self._deployment(run_id).stop(raise_failure=True)
 
+    def reclaim(self, run_id: str) -> bool:
+        """Stop the run (every node of its group) unless the store has it ended already."""
+        dep = self._deployment(run_id)
+        if all(r.terminal for r in dep.runs):
+            return False
+        dep.stop(raise_failure=True)
+        return True
+
     def runs_started_since(self, profile: str, since: float) -> list[str]:
         hosts = {self.host.name} | self.group_hosts
         return [
