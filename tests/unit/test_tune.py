@@ -329,3 +329,33 @@ def test_tune_help_lists_every_flag_search_refuses(capsys, monkeypatch):
     text = " ".join(capsys.readouterr().out.split())
     listed = text.split("Not searched (which server, where it runs):")[1].split(".")[0]
     assert [k.strip() for k in listed.split(",")] == list(UNTUNABLE)
+
+
+def test_resume_first_stops_the_servers_its_unfinished_trials_recorded_and_only_those():
+    class Reclaiming(FakeRunner):
+        def __init__(self) -> None:
+            super().__init__()
+            self.reclaimed: list[tuple[str, str]] = []
+
+        def reclaim(self, host, run_id):
+            assert not self.jobs, "reclaimed after a job started"
+            self.reclaimed.append((host, run_id))
+            if run_id == "r-gone":
+                raise HostLost("ssh: connect to host h2: Connection refused")
+            return run_id == "r-left"
+
+    tune = make(None, "grid", hosts=("h1", "h2"))
+    configs = grid(tune.space)
+    left = st.Trial(config=configs[0], concurrency=2, status=st.RUNNING, host="h1")
+    left.run_id = "r-left"  # the tune was killed -9 while this ran
+    stopped = st.Trial(config=configs[1], concurrency=2, status=st.INTERRUPTED, host="h2")
+    stopped.run_id = "r-gone"
+    done = st.Trial(config=configs[2], concurrency=2, status=st.OK, host="h1", run_id="r-ok")
+    launching = st.Trial(config=configs[3], concurrency=2, status=st.RUNNING, host="h2")
+    tune.trials = [left, stopped, done, launching]
+    runner, said = Reclaiming(), []
+    run_tune(tune, runner, {}, said.append)
+    assert runner.reclaimed == [("h1", "r-left"), ("h2", "r-gone")]  # recorded, unfinished
+    assert "h1: stopped run r-left, left running by the earlier attempt" in said
+    assert any(m.startswith("h2: could not stop run r-gone") for m in said)
+    assert tune.status == "done" and left.status == st.OK  # and it ran again

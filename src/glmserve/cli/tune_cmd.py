@@ -70,7 +70,8 @@ def tune(
     their diagnosis; a flag the --sglang-version lacks is skipped before launch; a host that
     stops answering leaves the pool and its trial is re-queued. The whole grid runs when it
     fits --budget, else a coordinate search from the profile's values. Stored under
-    $GLMSERVE_HOME/tunes/<id>/ (tune.json, tune.md); Ctrl-C stops the servers, --resume goes on.
+    $GLMSERVE_HOME/tunes/<id>/ (tune.json, tune.md); Ctrl-C stops the servers, --resume goes on
+    (first stopping the servers of trials a killed tune left running).
     Exit 0 with a best config, 3 when no trial met the SLOs, 130 on Ctrl-C.
 
     Example: glmserve tune --simulate --profile trtllm_mla --set sim.gpu-arch=sm100

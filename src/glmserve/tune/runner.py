@@ -174,6 +174,12 @@ class JobRunner:
     def stop_all(self) -> None:
         """Stop every server a job is running now (Ctrl-C), from the main thread."""
 
+    def reclaim(self, host: str, run_id: str) -> bool:
+        """Stop ``run_id`` on ``host`` (a trial of this tune recorded it) if it is still up:
+        a tune killed outright never stopped its servers. True when something was stopped;
+        a runner that cannot tell leaves it."""
+        return False
+
 
 class Pool:
     """Hosts that run jobs, one at a time each; a lost host leaves the pool for good."""
@@ -289,6 +295,7 @@ def run_tune(tune: st.Tune, runner: JobRunner, profile_server: dict[str, Any], s
     """Run (or resume) ``tune`` to the end of its strategy; saves after every step."""
     pool = Pool(tune, runner, say)
     with st.TUNES.lock(tune.tune_id), sigterm_as_interrupt():  # SIGTERM: the Ctrl-C path
+        _reclaim_left_running(tune, runner, say)
         for t in tune.trials:  # what a previous process left running is to be run again
             if t.status in (st.RUNNING, st.INTERRUPTED):
                 t.status = st.PENDING
@@ -313,6 +320,25 @@ def run_tune(tune: st.Tune, runner: JobRunner, profile_server: dict[str, Any], s
         tune.status = "done"
         pool.save()
     return tune
+
+
+def _reclaim_left_running(tune: st.Tune, runner: JobRunner, say: Say) -> None:
+    """Before a resumed tune runs anything, stop the servers its unfinished trials recorded
+    (a tune killed outright, SIGKILL, could not): each would hold its GPU (and, on a remote
+    host, the port its trial gets again). Only runs this tune recorded are touched, each by
+    the stop machinery (verified process group). A run that cannot be stopped is said, not
+    raised: its trial runs again all the same, and a lost host is the pool's to handle."""
+    left = {
+        (t.host, t.run_id)
+        for t in tune.trials
+        if t.status in (st.RUNNING, st.INTERRUPTED) and t.host and t.run_id
+    }
+    for host, run_id in sorted(left):
+        try:
+            if runner.reclaim(host, run_id):
+                say(f"{host}: stopped run {run_id}, left running by the earlier attempt")
+        except GlmserveError as exc:
+            say(f"{host}: could not stop run {run_id}, left running by the earlier attempt: {exc}")
 
 
 # --------------------------------------------------------------------------- real jobs
@@ -508,6 +534,9 @@ class LifecycleJobRunner(JobRunner):
                     else f" (misses SLO: {', '.join(metrics['slo_violations'])})"
                 )
             )
+
+    def reclaim(self, host: str, run_id: str) -> bool:
+        return bool(self._backend(host).reclaim(run_id))
 
     def stop_all(self) -> None:
         self.stopping.set()
