@@ -10,7 +10,8 @@ boundary with ``raise X(...) from exc`` so callers only ever see this tree::
     │   ├── YamlSyntaxError            2  a YAML file is not YAML at all
     │   ├── RunNotServing              2  the run was stopped: nothing of it to measure
     │   ├── RunLogMissing              2  `logs`: the run's server.log is gone from its host
-    │   ├── StoreError                 2  runs.sqlite damaged, locked or from a newer glmserve
+    │   ├── StoreError                 2  runs.sqlite damaged, locked or from a newer glmserve;
+    │   │                              a sweep/tune state folder that cannot be written
     │   ├── PortClaimed                2  another live run holds this host:port
     │   ├── TraceFormatError           2  a profiler trace is not a Chrome trace (file:line)
     │   └── SimUsageError              2  `glmserve simulate`: a --sim-* option, or --port, is wrong
@@ -172,7 +173,8 @@ class RunLogMissing(ConfigError):
 
 
 class StoreError(ConfigError):
-    """runs.sqlite is damaged, locked, or from a newer glmserve (exit 2, names the file)."""
+    """runs.sqlite is damaged, locked, or from a newer glmserve, or a sweep/tune state folder
+    cannot be written (a read-only ``$GLMSERVE_HOME``): exit 2, names the file."""
 
 
 class PortClaimed(ConfigError):

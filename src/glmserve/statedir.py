@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from glmserve.errors import ConfigError
+from glmserve.errors import ConfigError, StoreError
 from glmserve.paths import glmserve_home
 
 T = TypeVar("T")
@@ -34,6 +34,18 @@ def dataclass_from(cls: type[T], data: dict[str, Any], **given: Any) -> T:
     file written by a newer glmserve may hold more keys, and those are ignored, not an error."""
     names = set(cls.__dataclass_fields__)  # type: ignore[attr-defined]
     return cls(**{k: v for k, v in data.items() if k in names and k not in given}, **given)
+
+
+@contextlib.contextmanager
+def _disk_errors(what: str, path: Path) -> Iterator[None]:
+    """Turn an ``OSError`` on the state folder (a read-only ``$GLMSERVE_HOME``, a file where
+    the folder should be, a full disk) into the one-line ``StoreError`` (exit 2) the run store
+    gives for the same home: the user's to fix, not a glmserve bug (exit 70)."""
+    try:
+        yield
+    except OSError as exc:
+        where = exc.filename or path
+        raise StoreError(f"{where}: cannot {what}: {exc.strerror or exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -66,14 +78,15 @@ class StateDir:
     def write(self, ident: str, document: dict[str, Any], markdown: str) -> Path:
         """Write ``<noun>.json`` and ``<noun>.md``, each atomically; returns the JSON's path."""
         d = self.dir(ident)
-        d.mkdir(parents=True, exist_ok=True)
-        for name, text in (
-            (f"{self.noun}.json", json.dumps(document, indent=2, default=str)),
-            (f"{self.noun}.md", markdown),
-        ):
-            tmp = d / f".{name}.tmp"
-            tmp.write_text(text)
-            os.replace(tmp, d / name)
+        with _disk_errors(f"write the {self.noun}'s state", d):
+            d.mkdir(parents=True, exist_ok=True)
+            for name, text in (
+                (f"{self.noun}.json", json.dumps(document, indent=2, default=str)),
+                (f"{self.noun}.md", markdown),
+            ):
+                tmp = d / f".{name}.tmp"
+                tmp.write_text(text)
+                os.replace(tmp, d / name)
         return d / f"{self.noun}.json"
 
     def read(self, ident: str) -> tuple[dict[str, Any], str] | None:
@@ -82,7 +95,9 @@ class StateDir:
         if not path.exists():
             return None
         try:
-            return json.loads(path.read_text()), str(path)
+            with _disk_errors(f"read the {self.noun}'s state", path):
+                text = path.read_text()
+            return json.loads(text), str(path)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}:{exc.lineno}: corrupt {self.noun} file: {exc.msg}") from exc
 
@@ -99,15 +114,18 @@ class StateDir:
         root = self.root()
         if not root.is_dir():
             return []
-        return sorted(p.name for p in root.iterdir() if (p / f"{self.noun}.json").exists())
+        with _disk_errors(f"list the {self.noun}s", root):
+            return sorted(p.name for p in root.iterdir() if (p / f"{self.noun}.json").exists())
 
     @contextlib.contextmanager
     def lock(self, ident: str) -> Iterator[None]:
         """Hold the id's ``.lock`` (with this pid in it) while the body runs; refuse at once
         (``ConfigError``) when another process holds it."""
         d = self.dir(ident)
-        d.mkdir(parents=True, exist_ok=True)
-        with (d / ".lock").open("a+") as fh:
+        with _disk_errors(f"lock the {self.noun}", d):
+            d.mkdir(parents=True, exist_ok=True)
+            fh = (d / ".lock").open("a+")
+        with fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -191,3 +191,64 @@ def test_sweep_over_ssh_captures_traces_and_stops_every_server(ssh_host):
             run = store.get_run(row["run_id"])
             assert run.host == ssh_host
             assert probe_group(t, run.pgid).live_pids == []
+
+
+@pytest.mark.slow
+def test_resume_after_kill_9_stops_the_server_the_sweep_recorded_and_only_that_one():
+    """SIGKILL mid-bench leaves the server up (nothing could stop it). ``--resume`` stops the
+    run its own entry recorded (by the store's verified process group), then runs the
+    profile again on the same port; a server the sweep did not record is still refused."""
+    home = Path(os.environ["GLMSERVE_HOME"])
+    port = free_port()
+    args = glmserve("sweep", "--simulate", "--profiles", "flashinfer", "--set",
+                    f"server.port={port}", "--set", "sim.speed=10", "--output-len", "100",
+                    "--num-prompts", "4", "--timeout", "60")  # fmt: skip
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # A bench of ~4 s: long enough to be killed in, short enough for the resume to run it.
+    try:
+        deadline = time.monotonic() + 60
+        target = None
+        while time.monotonic() < deadline and target is None:
+            for path in sweeps(home):
+                try:
+                    entry = json.loads(path.read_text())["entries"][0]
+                except (json.JSONDecodeError, OSError, IndexError):
+                    continue
+                if entry["status"] == "running" and entry["run_id"]:
+                    from glmserve.store import RunStore
+
+                    with RunStore.open() as store:
+                        run = store.get_run(entry["run_id"])
+                    if run.state == "READY":  # the bench comes next
+                        target = (path, entry["run_id"], run.pid)
+            time.sleep(0.02)
+        assert target, "no READY server seen"
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    path, run_id, pid = target
+    assert pid_alive(pid), "the server should outlive a SIGKILLed sweep"
+    sweep_id = path.parent.name
+    recorded = path.read_text()
+
+    # Not recorded by the sweep: the port is someone else's, so refused, and left alone.
+    doc = json.loads(recorded)
+    doc["entries"][0]["run_id"] = None
+    path.write_text(json.dumps(doc))
+    refused = subprocess.run(glmserve("sweep", "--resume", sweep_id), capture_output=True,
+                             text=True, timeout=120)  # fmt: skip
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert f"glmserve run {run_id} is alive there" in refused.stderr
+    assert pid_alive(pid)
+
+    path.write_text(recorded)  # as the killed sweep left it: its entry names the run
+    resumed = subprocess.run(glmserve("sweep", "--resume", sweep_id, "--json"),
+                             capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"stopped run {run_id}, left running by the earlier attempt" in resumed.stderr
+    assert not pid_alive(pid)
+    final = json.loads(resumed.stdout)
+    assert [r["status"] for r in final["rows"]] == ["ok"]
+    assert final["entries"][0]["run_id"] != run_id

@@ -226,3 +226,72 @@ def test_ctrl_c_stops_every_server_then_resume_finishes_and_keeps_what_was_done(
         skipped = by[mrr + "fp8_e3m4"]
         assert skipped["status"] == "skipped" and skipped["run_id"] is None
         assert "invalid choice: 'fp8_e3m4'" in skipped["error"]
+
+
+def test_resume_after_kill_9_stops_the_server_the_killed_tune_left_running():
+    """SIGKILL mid-trial leaves that trial's server up; ``--resume`` stops the run the trial
+    recorded (verified process group) before running the trial again."""
+    import signal
+    import time
+
+    from glmserve.remote.hosts import get_host
+    from glmserve.remote.process import probe_group
+    from glmserve.remote.transport import LocalTransport
+    from glmserve.store import RunStore
+
+    def alive(pgid: int) -> bool:
+        return bool(probe_group(LocalTransport(get_host("local")), pgid).live_pids)
+
+    home = Path(os.environ["GLMSERVE_HOME"])
+    args = [
+        *GLMSERVE,
+        "tune",
+        "--simulate",
+        "--profile",
+        "flashinfer",
+        "--set",
+        "sim.speed=10",
+        "--search",
+        "server.max-running-requests=8",
+        "--concurrency",
+        "2",
+        "--output-len",
+        "100",
+        "--num-prompts",
+        "6",
+        "--timeout",
+        "60",
+        "--json",
+    ]  # fmt: skip  (a bench of a few seconds: long enough to be killed in)
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    target = None
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and target is None:
+            for path in sorted(home.glob("tunes/*/tune.json")):
+                try:
+                    trials = json.loads(path.read_text())["trials"]
+                except (json.JSONDecodeError, OSError):
+                    continue
+                running = [t for t in trials if t["status"] == "running" and t["run_id"]]
+                if running:
+                    with RunStore.open() as store:
+                        run = store.get_run(running[0]["run_id"])
+                    if run.state == "READY" and run.pgid:  # the bench comes next
+                        target = (path.parent.name, run.run_id, run.pgid)
+            time.sleep(0.02)
+        assert target, "no READY trial server seen"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    tune_id, run_id, pgid = target
+    assert alive(pgid), "the server should outlive a SIGKILLed tune"
+    again = subprocess.run([*GLMSERVE, "tune", "--resume", tune_id, "--json"],
+                           capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"local: stopped run {run_id}, left running by the earlier attempt" in again.stderr
+    assert not alive(pgid)
+    (trial,) = json.loads(again.stdout)["trials"]
+    assert trial["status"] == "ok" and trial["run_id"] != run_id

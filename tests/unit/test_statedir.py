@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from glmserve.errors import ConfigError
+from glmserve.errors import ConfigError, StoreError
 from glmserve.paths import glmserve_home
 from glmserve.statedir import StateDir, dataclass_from
 
@@ -91,3 +91,15 @@ def test_decode_keeps_known_fields_and_refuses_another_version():
 
 def test_dataclass_from_lets_given_values_win():
     assert dataclass_from(Part, {"name": "a", "size": 1, "x": 0}, size=9) == Part("a", 9)
+
+
+def test_an_unwritable_state_folder_is_a_one_line_store_error_naming_it():
+    # A regular file where the folder should be: refused for root too (chmod is not).
+    THINGS.root().write_text("")
+    for action in (
+        lambda: THINGS.write("th-1", {}, ""),
+        lambda: THINGS.lock("th-1").__enter__(),
+    ):
+        with pytest.raises(StoreError, match=r"/things/th-1: cannot \w+ the thing.*Not a direct"):
+            action()
+    assert StoreError("x").exit_code == 2

@@ -13,6 +13,7 @@ from glmserve.sweep.state import (
     FAILED,
     INTERRUPTED,
     OK,
+    RUNNING,
     SKIPPED,
     SweepOptions,
     load_sweep,
@@ -75,6 +76,12 @@ class Scripted(SweepBackend):
     def stop(self, run_id):
         self.calls.append(f"stop {run_id}")
         self.live.discard(run_id)
+
+    def reclaim(self, run_id):
+        if run_id not in self.live:  # the store has it ended: nothing to stop
+            return False
+        self.stop(run_id)
+        return True
 
 
 PROFILES = ["flashinfer_gtc", "trtllm_mla", "cutlass_mla"]
@@ -241,3 +248,43 @@ def test_sigterm_takes_the_ctrl_c_path_so_the_server_is_stopped():
         run_sweep(sw, opts, be)
     assert not be.live and sw.entries[0].status == INTERRUPTED
     assert signal.getsignal(signal.SIGTERM) == before  # handler restored
+
+
+def test_resume_first_stops_the_server_its_killed_attempt_left_up_and_only_that_one():
+    opts = SweepOptions()
+    sw = start_sweep(["flashinfer_gtc", "cutlass_mla"], None, True, opts)
+    sw.entries[0].status, sw.entries[0].run_id = RUNNING, "run-flashinfer_gtc"  # killed -9
+    sw.entries[1].status, sw.entries[1].run_id = INTERRUPTED, "run-cutlass_mla"  # stopped
+    be = Scripted()
+    be.live = {"run-flashinfer_gtc", "run-someone-else"}  # the other one: not this sweep's
+    said: list[str] = []
+    run_sweep(sw, opts, be, said.append)
+    assert be.calls == [
+        "stop run-flashinfer_gtc",  # reclaimed before the relaunch takes its port
+        "launch flashinfer_gtc",
+        "stop run-flashinfer_gtc",
+        "launch cutlass_mla",  # its recorded run had ended: nothing to stop first
+        "stop run-cutlass_mla",
+    ]
+    assert be.live == {"run-someone-else"}
+    assert (
+        "flashinfer_gtc: stopped run run-flashinfer_gtc, left running by the earlier "
+        "attempt" in said
+    )
+    assert [e.status for e in sw.entries] == [OK, OK]
+
+
+def test_a_left_behind_server_that_cannot_be_stopped_fails_its_entry_and_keeps_its_run_id():
+    class Unstoppable(Scripted):
+        def reclaim(self, run_id):
+            raise TransportError(f"ssh: connect to host gpu8: Connection refused ({run_id})")
+
+    opts = SweepOptions()
+    sw = start_sweep(["cutlass_mla"], None, True, opts)
+    sw.entries[0].status, sw.entries[0].run_id = RUNNING, "run-cutlass_mla"
+    be = Unstoppable()
+    with pytest.raises(TransportError):
+        run_sweep(sw, opts, be)
+    saved = load_sweep(sw.sweep_id)
+    assert (saved.entries[0].status, saved.entries[0].run_id) == (FAILED, "run-cutlass_mla")
+    assert "launch cutlass_mla" not in be.calls  # never launched onto a taken port

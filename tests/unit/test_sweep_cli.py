@@ -39,3 +39,51 @@ def test_unknown_profile_fails_before_a_sweep_is_created(capsys):
     code, _, err = run(capsys, "sweep", "--simulate", "--profiles", "cutlass_mla,nosuch")
     assert code == 2 and "nosuch" in err
     assert not (Path(os.environ["GLMSERVE_HOME"]) / "sweeps").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sweep", "--simulate", "--profiles", "flashinfer"],
+        ["tune", "--simulate", "--profile", "flashinfer", "--search", "server.cuda-graph-max-bs=8"],
+    ],
+)
+def test_an_unwritable_home_is_exit_2_with_one_line_naming_the_folder(capsys, argv):
+    import os
+    from pathlib import Path
+
+    noun = argv[0]
+    (Path(os.environ["GLMSERVE_HOME"]) / f"{noun}s").write_text("")  # fails for root too
+    code, _, err = run(capsys, *argv)
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"/{noun}s/" in err and f"cannot write the {noun}'s state" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--output-len", "0"], "--input-len/--output-len must be at least 1"),
+        (["--input-len", "0"], "--input-len/--output-len must be at least 1"),
+        (["--num-prompts", "-1"], "--num-prompts must be at least 1"),
+        (["--bench", "concurrency", "--num-prompts", "0"], "--num-prompts must be at least 1"),
+        (["--stall-timeout", "0"], "--stall-timeout must be positive"),
+        (["--profile-steps", "-1"], "--profile-steps: expected 0 or more, got -1"),
+        (["--host", "nohost"], "unknown host 'nohost'"),
+        (["--nodes", "a,b"], "unknown host 'a'"),
+    ],
+)
+def test_bad_options_are_refused_before_a_sweep_is_created_or_a_server_launched(
+    capsys, args, message
+):
+    import os
+    from pathlib import Path
+
+    from glmserve.store import RunStore
+
+    code, _, err = run(capsys, "sweep", "--simulate", "--profiles", "flashinfer", *args)
+    assert code == 2, err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (Path(os.environ["GLMSERVE_HOME"]) / "sweeps").exists()
+    with RunStore.open() as store:
+        assert store.list_runs() == []  # nothing was launched

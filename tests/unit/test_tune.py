@@ -238,3 +238,124 @@ def test_cli_bad_input_is_one_line_and_exit_2(args, needle):
     assert res.returncode == 2, res.stderr
     assert needle in res.stderr and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "needle"),
+    [
+        ("../evil", "invalid --write-profile name '../evil'"),
+        ("flashinfer", "--write-profile flashinfer: that is the tuned profile itself"),
+        ("mine", "mine.yaml exists and was not written by tune"),
+    ],
+)
+def test_write_profile_is_refused_before_a_tune_is_created(capsys, name, needle):
+    import os
+    from pathlib import Path
+
+    from glmserve.cli import main
+
+    mine = Path(os.environ["GLMSERVE_CONFIG_DIR"]) / "profiles" / "mine.yaml"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("extends: flashinfer\n")  # hand-written: not the tune's to overwrite
+    argv = ["tune", "--simulate", "--profile", "flashinfer"]
+    code = main([*argv, "--search", "server.max-running-requests=8", "--write-profile", name])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert st.TUNES.ids() == []  # nothing created, so nothing launched
+    assert mine.read_text() == "extends: flashinfer\n"
+
+
+def test_write_profile_is_refused_before_a_resumed_tune_runs_a_trial(capsys):
+    from glmserve.cli import main
+
+    tune = st.Tune(
+        tune_id=st.new_tune_id(),
+        profile="flashinfer",
+        search=[["max-running-requests", ["8"]]],
+        loads=[1],
+        objective="output_tok_s",
+        slo={},
+        budget=None,
+        hosts=["local"],
+        simulate=True,
+        status="interrupted",
+    )
+    st.save_tune(tune)
+    code = main(["tune", "--resume", tune.tune_id, "--write-profile", "flashinfer"])
+    err = capsys.readouterr().err
+    assert code == 2 and "that is the tuned profile itself" in err, err
+    again = st.load_tune(tune.tune_id)
+    assert again.trials == [] and again.status == "interrupted"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--output-len", "0"], "--input-len/--output-len must be at least 1"),
+        (["--input-len", "0"], "--input-len/--output-len must be at least 1"),
+        (["--num-prompts", "-1"], "--num-prompts must be at least 1"),
+        (["--host-lost-after", "-5"], "--host-lost-after: expected seconds >= 0"),
+        (["--sglang-version", "9.9.9"], "no argspec shipped for sglang '9.9.9'"),
+        (["--stall-budget", "foo=1"], "--stall-budget foo=1"),
+    ],
+)
+def test_bad_options_are_refused_before_a_tune_is_created_or_a_server_launched(
+    capsys, args, needle
+):
+    from glmserve.cli import main
+    from glmserve.store import RunStore
+
+    argv = ["tune", "--simulate", "--profile", "flashinfer", "--concurrency", "1"]
+    code = main([*argv, "--search", "server.max-running-requests=8", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert st.TUNES.ids() == []
+    with RunStore.open() as store:
+        assert store.list_runs() == []  # nothing was launched
+
+
+@pytest.mark.parametrize("key", ["port", "host", "model-path", "dist-init-addr"])
+def test_search_refuses_flags_that_name_the_server_or_where_it_runs(key):
+    with pytest.raises(ConfigError, match=rf"^--search 'server\.{key}=1,2': server\.{key} names"):
+        parse_search([f"server.{key}=1,2"])
+
+
+def test_tune_help_lists_every_flag_search_refuses(capsys, monkeypatch):
+    from glmserve.cli import main
+    from glmserve.tune.space import UNTUNABLE
+
+    monkeypatch.setenv("COLUMNS", "400")  # one help line per option: nothing wrapped mid-name
+    assert main(["tune", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    listed = text.split("Not searched (which server, where it runs):")[1].split(".")[0]
+    assert [k.strip() for k in listed.split(",")] == list(UNTUNABLE)
+
+
+def test_resume_first_stops_the_servers_its_unfinished_trials_recorded_and_only_those():
+    class Reclaiming(FakeRunner):
+        def __init__(self) -> None:
+            super().__init__()
+            self.reclaimed: list[tuple[str, str]] = []
+
+        def reclaim(self, host, run_id):
+            assert not self.jobs, "reclaimed after a job started"
+            self.reclaimed.append((host, run_id))
+            if run_id == "r-gone":
+                raise HostLost("ssh: connect to host h2: Connection refused")
+            return run_id == "r-left"
+
+    tune = make(None, "grid", hosts=("h1", "h2"))
+    configs = grid(tune.space)
+    left = st.Trial(config=configs[0], concurrency=2, status=st.RUNNING, host="h1")
+    left.run_id = "r-left"  # the tune was killed -9 while this ran
+    stopped = st.Trial(config=configs[1], concurrency=2, status=st.INTERRUPTED, host="h2")
+    stopped.run_id = "r-gone"
+    done = st.Trial(config=configs[2], concurrency=2, status=st.OK, host="h1", run_id="r-ok")
+    launching = st.Trial(config=configs[3], concurrency=2, status=st.RUNNING, host="h2")
+    tune.trials = [left, stopped, done, launching]
+    runner, said = Reclaiming(), []
+    run_tune(tune, runner, {}, said.append)
+    assert runner.reclaimed == [("h1", "r-left"), ("h2", "r-gone")]  # recorded, unfinished
+    assert "h1: stopped run r-left, left running by the earlier attempt" in said
+    assert any(m.startswith("h2: could not stop run r-gone") for m in said)
+    assert tune.status == "done" and left.status == st.OK  # and it ran again

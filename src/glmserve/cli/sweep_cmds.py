@@ -113,8 +113,9 @@ def sweep(
     """Launch, bench and stop each profile in turn; crashes are recorded with their diagnosis.
 
     The sweep lives in $GLMSERVE_HOME/sweeps/<id>/ (sweep.json, sweep.md). Ctrl-C (or SIGTERM)
-    stops the running server; `--resume <id>` continues where it stopped. Exit 0 when some
-    profile succeeded, 3 when every profile crashed or stalled, 130 on Ctrl-C/SIGTERM.
+    stops the running server; `--resume <id>` continues where it stopped, first stopping a
+    server the sweep recorded and left up (it was killed outright). Exit 0 when some profile
+    succeeded, 3 when every profile crashed or stalled, 130 on Ctrl-C/SIGTERM.
 
     A profile with ``nodes:`` (or every profile, with --nodes) runs as a host group: every
     node is checked, launched, watched and stopped together, the bench goes through node 0,
@@ -124,7 +125,7 @@ def sweep(
     """
     from glmserve.cli.views import print_sweep
     from glmserve.errors import ConfigError, ServerCrashed, SweepInterrupted
-    from glmserve.sweep.backend import LifecycleBackend
+    from glmserve.sweep.backend import LifecycleBackend, check_plans
     from glmserve.sweep.loop import run_sweep
     from glmserve.sweep.state import (
         OK,
@@ -167,10 +168,7 @@ def sweep(
         if nodes is not None and len(group) < 2:
             raise ConfigError(f"--nodes: expected at least 2 host names like a,b, got {nodes!r}")
         names = [p.strip() for p in profiles.split(",") if p.strip()]
-        from glmserve.config.profiles import load_profile
-
-        for name in names:  # fail fast on a typo before anything is launched
-            load_profile(name, list(sets))
+        check_plans(names, host, group, opts, simulate)  # before the sweep is created
         sw = start_sweep(names, host, simulate, opts, group)
     say(f"{sw.sweep_id}: {', '.join(sw.profiles)}{' (simulated)' if simulate else ''}")
     backend = LifecycleBackend(host, simulate, say, group)

@@ -24,7 +24,11 @@ from glmserve.cli.options import (
 def tune(
     profile: str = typer.Option(None, "--profile", help="Profile whose server flags are tuned."),
     search: list[str] = typer.Option(
-        (), "--search", help="server.KEY=V1,V2,... (repeatable): values to try for one flag."
+        (),
+        "--search",
+        help="server.KEY=V1,V2,... (repeatable): values to try for one flag. Not searched "
+        "(which server, where it runs): port, host, model-path, tokenizer-path, "
+        "served-model-name, nnodes, node-rank, dist-init-addr, nccl-init-addr.",
     ),
     objective: str = typer.Option(
         "output_tok_s", "--objective", help="output_tok_s | goodput | decode_tok_s (maximised)."
@@ -66,18 +70,19 @@ def tune(
     their diagnosis; a flag the --sglang-version lacks is skipped before launch; a host that
     stops answering leaves the pool and its trial is re-queued. The whole grid runs when it
     fits --budget, else a coordinate search from the profile's values. Stored under
-    $GLMSERVE_HOME/tunes/<id>/ (tune.json, tune.md); Ctrl-C stops the servers, --resume goes on.
+    $GLMSERVE_HOME/tunes/<id>/ (tune.json, tune.md); Ctrl-C stops the servers, --resume goes on
+    (first stopping the servers of trials a killed tune left running).
     Exit 0 with a best config, 3 when no trial met the SLOs, 130 on Ctrl-C.
 
     Example: glmserve tune --simulate --profile trtllm_mla --set sim.gpu-arch=sm100
     --search server.max-running-requests=8,32 --search server.cuda-graph-max-bs=8,64
     --slo tpot_p99_ms=60 --hosts la,lb --budget 12
     """
-    from glmserve.deploy.watch import parse_stall_budgets
     from glmserve.errors import ConfigError, ServerCrashed
     from glmserve.sweep.state import positive_ints
     from glmserve.tune import resume_tune, start_tune
     from glmserve.tune import state as st
+    from glmserve.tune.profile_out import check_target
     from glmserve.tune.profile_out import write_profile as write_winner
     from glmserve.tune.runner import LifecycleJobRunner, TuneOptions, run_tune
     from glmserve.tune.space import parse_budget, parse_search, parse_slo
@@ -89,9 +94,13 @@ def tune(
         if profile or search:
             raise ConfigError("--resume: the tune keeps its own --profile and --search")
         tu, server = resume_tune(resume)
+        if write_profile:
+            check_target(write_profile, tu.profile)  # before any trial runs
     else:
         if not profile:
             raise ConfigError("--profile is required (or --resume TUNE_ID)")
+        if write_profile:
+            check_target(write_profile, profile)  # before the tune is created or run
         opts = TuneOptions(
             input_len=input_len,
             output_len=output_len,
@@ -102,7 +111,6 @@ def tune(
             sglang_version=sglang_version,
             host_lost_s=host_lost_after,
         )
-        parse_stall_budgets(opts.stall_budgets)
         pool = [h.strip() for h in hosts.split(",") if h.strip()]
         if not pool:
             raise ConfigError("--hosts: give at least one host name")

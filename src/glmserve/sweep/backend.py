@@ -9,6 +9,39 @@ from glmserve.sweep.loop import StepOutcome, SweepBackend, say_nothing
 from glmserve.sweep.state import SweepOptions
 
 
+def plan_profile(
+    profile: str, host: str | None, nodes: list[str], opts: SweepOptions, simulate: bool
+) -> Any:  # -> deploy.plan.Plan
+    """How the sweep plans one profile: onto ``host`` (default local) unless it names its
+    own ``nodes:``, or onto the group ``nodes`` (--nodes)."""
+    from glmserve.deploy.plan import plan
+
+    return plan(
+        profile,
+        host=host,
+        nodes=nodes,
+        overrides=opts.overrides,
+        simulate=simulate,
+        sglang_version=opts.sglang_version,
+        host_is_default=True,
+    )
+
+
+def check_plans(
+    profiles: list[str], host: str | None, nodes: list[str], opts: SweepOptions, simulate: bool
+) -> None:
+    """Plan every profile once before the sweep is created: a typo in a profile, a --host or
+    --nodes name (or a profile's own ``nodes:``) that hosts.yaml lacks is a ConfigError now,
+    not a failed sweep left behind. Planning reads files only; it contacts no host."""
+    from glmserve.remote.hosts import get_host
+
+    get_host(host)  # also for a sweep whose every profile names its own nodes
+    for name in nodes:
+        get_host(name)
+    for profile in profiles:
+        plan_profile(profile, host, nodes, opts, simulate)
+
+
 class LifecycleBackend(SweepBackend):
     """The real thing: each profile planned, checked, launched, watched and stopped as one
     ``Deployment`` (a single host, or a host group for a profile with ``nodes:`` or given
@@ -41,17 +74,7 @@ class LifecycleBackend(SweepBackend):
 
     def prepare(self, profile: str, opts: SweepOptions) -> Any:
         """The profile's plan (--host applies to a profile without ``nodes:``)."""
-        from glmserve.deploy.plan import plan
-
-        p = plan(
-            profile,
-            host=self.host.name,
-            nodes=self.nodes,
-            overrides=opts.overrides,
-            simulate=self.simulate,
-            sglang_version=opts.sglang_version,
-            host_is_default=True,
-        )
+        p = plan_profile(profile, self.host.name, self.nodes, opts, self.simulate)
         if p.grouped:
             self.group_hosts.update(p.names)
         return p
@@ -99,18 +122,10 @@ class LifecycleBackend(SweepBackend):
         return StepOutcome(res.state, diag)
 
     def bench(self, run_id: str, mode: str, opts: SweepOptions) -> dict[str, Any]:
-        from glmserve.bench.runner import BenchSettings, Progress
+        from glmserve.bench.runner import Progress
         from glmserve.bench.session import Gates, run_bench
 
-        settings = BenchSettings(
-            base_url="",
-            mode=mode,
-            concurrency=[1] if mode == "decode" else list(opts.concurrency),
-            input_len=opts.input_len,
-            output_len=opts.output_len,
-            num_prompts=opts.num_prompts,
-            stall_timeout=opts.stall_timeout_s,
-        )
+        settings = opts.bench_settings(mode)
         outcome = run_bench(settings, run_id, Gates(), Progress())  # a group: via node 0
         if outcome.interrupted:
             raise KeyboardInterrupt
@@ -129,6 +144,14 @@ class LifecycleBackend(SweepBackend):
 
     def stop(self, run_id: str) -> None:
         self._deployment(run_id).stop(raise_failure=True)
+
+    def reclaim(self, run_id: str) -> bool:
+        """Stop the run (every node of its group) unless the store has it ended already."""
+        dep = self._deployment(run_id)
+        if all(r.terminal for r in dep.runs):
+            return False
+        dep.stop(raise_failure=True)
+        return True
 
     def runs_started_since(self, profile: str, since: float) -> list[str]:
         hosts = {self.host.name} | self.group_hosts

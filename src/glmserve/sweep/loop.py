@@ -79,6 +79,13 @@ class SweepBackend:
     def stop(self, run_id: str) -> None:
         raise NotImplementedError
 
+    def reclaim(self, run_id: str) -> bool:
+        """Stop ``run_id`` (recorded in this sweep's state) if it is still up: a sweep killed
+        outright (SIGKILL, a lost terminal) never stopped its server. True when something
+        was stopped. The real backend asks the run store and stops by the verified process
+        group; a backend that cannot tell leaves it (the check then refuses a taken port)."""
+        return False
+
     def runs_started_since(self, profile: str, since: float) -> list[str]:
         """Runs of ``profile`` started at/after ``since`` (a Ctrl-C inside launch leaves a
         server whose run id the loop never saw)."""
@@ -118,11 +125,12 @@ def _run_locked(sweep: Sweep, opts: SweepOptions, backend: SweepBackend, say: An
             entry.error = "skipped: --until-first-success already has a successful profile"
             save_sweep(sweep)
             continue
-        entry.status, entry.started_at, entry.ended_at = RUNNING, time.time(), None
-        entry.run_id = entry.diagnosis = entry.error = entry.trace = None
-        entry.group_id, entry.nodes, entry.bench = None, None, []
-        save_sweep(sweep)
         try:
+            _reclaim(entry, backend, say)  # first: on failure the entry still names the run
+            entry.status, entry.started_at, entry.ended_at = RUNNING, time.time(), None
+            entry.run_id = entry.diagnosis = entry.error = entry.trace = None
+            entry.group_id, entry.nodes, entry.bench = None, None, []
+            save_sweep(sweep)
             _run_entry(sweep, entry, opts, backend, say)
         except KeyboardInterrupt:
             _stop_quietly(entry, backend, say)
@@ -147,6 +155,19 @@ def _run_locked(sweep: Sweep, opts: SweepOptions, backend: SweepBackend, say: An
     sweep.status = "done"
     save_sweep(sweep)
     return sweep
+
+
+def _reclaim(entry: SweepEntry, backend: SweepBackend, say: Any) -> None:
+    """Before an unfinished entry runs again, stop the server its earlier attempt recorded
+    and may have left up (the sweep process was killed before it could stop it): else its
+    port is taken and the check refuses the profile. Only the run this entry recorded is
+    touched, by the stop machinery (verified process group); anything else on the port is
+    still the check's to refuse. A failure to stop is the entry's error (GlmserveError)."""
+    if not entry.run_id:
+        return
+    what = f"group {entry.group_id}" if entry.group_id else f"run {entry.run_id}"
+    if backend.reclaim(entry.run_id):
+        say(f"{entry.profile}: stopped {what}, left running by the earlier attempt")
 
 
 def _run_entry(

@@ -193,7 +193,36 @@ class SweepOptions:
             raise ConfigError(f"--bench: expected decode or concurrency, got {', '.join(bad)}")
         levels = positive_ints(concurrency, "--concurrency")
         parse_stall_budgets(stall_budgets)
-        return cls(bench=modes, concurrency=levels, stall_budgets=list(stall_budgets), **values)
+        opts = cls(bench=modes, concurrency=levels, stall_budgets=list(stall_budgets), **values)
+        if opts.capture_steps < 0:
+            raise ConfigError(f"--profile-steps: expected 0 or more, got {opts.capture_steps}")
+        opts.check_bench()
+        return opts
+
+    def bench_settings(self, mode: str) -> Any:  # -> bench.runner.BenchSettings
+        """The bench of ``mode`` every profile gets (``decode``: one stream; ``concurrency``:
+        each level), written once for the backend that runs it and the check that refuses it
+        before a server is launched."""
+        from glmserve.bench.runner import BenchSettings  # lazy: pulls in the HTTP client
+
+        return BenchSettings(
+            base_url="",
+            mode=mode,
+            concurrency=[1] if mode == "decode" else list(self.concurrency),
+            input_len=self.input_len,
+            output_len=self.output_len,
+            num_prompts=self.num_prompts,
+            stall_timeout=self.stall_timeout_s,
+        )
+
+    def check_bench(self) -> None:
+        """Refuse (ConfigError naming the flag: ``--output-len``, ``--num-prompts``,
+        ``--stall-timeout``...) what the bench would refuse only after a server was launched,
+        watched to READY and stopped again: the same checks as ``glmserve bench``."""
+        from glmserve.bench.session import Gates, validate_settings
+
+        for mode in self.bench:
+            validate_settings(self.bench_settings(mode), Gates())
 
 
 def positive_ints(text: str, flag: str) -> list[int]:

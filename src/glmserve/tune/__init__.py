@@ -39,6 +39,7 @@ def start_tune(
         raise ConfigError("--hosts: a host is listed twice")
     for h in hosts:
         get_host(h)  # unknown host: one line naming hosts.yaml
+    opts.check(loads)
     resolved = profiles.resolve_profile(profile, list(opts.overrides))
     if resolved.data.get("nodes"):
         raise ConfigError(f"--profile {profile}: multi-node profiles are not tuned yet")

@@ -31,12 +31,35 @@ def changed_keys(
     return {k: v for k, v in wanted.items() if parent_server.get(k) != v}
 
 
+def check_target(name: str, tuned_profile: str) -> Path:
+    """The file ``--write-profile NAME`` would write, or a one-line ConfigError when NAME may
+    not be written: not a plain profile name, the tuned profile itself, or a profile there
+    that tune did not write. Called before the first trial too, so a tune of hours never
+    ends in a refusal it could have given at once; again at the end (the file may have
+    appeared meanwhile)."""
+    from glmserve.config import profiles
+
+    profiles.check_profile_name(name, "--write-profile name")
+    if name == tuned_profile:
+        raise ConfigError(f"--write-profile {name}: that is the tuned profile itself")
+    path = user_config_dir() / "profiles" / f"{name}.yaml"
+    if not path.exists():
+        return path
+    try:
+        ours = MARK in path.read_text(errors="replace")
+    except OSError as exc:  # a directory of that name, an unreadable file
+        raise ConfigError(f"--write-profile {name}: {path}: {exc.strerror or exc}") from exc
+    if not ours:
+        raise ConfigError(f"--write-profile {name}: {path} exists and was not written by tune")
+    return path
+
+
 def write_profile(tune: st.Tune, name: str, sglang_version: str | None = None) -> Path:
     """Write ``<user config>/profiles/NAME.yaml`` for the best trial and check that it renders
     (and validates against ``sglang_version`` when given). Returns the path."""
     from glmserve.config import profiles
 
-    profiles.check_profile_name(name)
+    path = check_target(name, tune.profile)
     best = st.best_trial(tune)
     if best is None:
         raise ConfigError("--write-profile: no trial met the SLOs; nothing to write")
@@ -51,11 +74,6 @@ def write_profile(tune: st.Tune, name: str, sglang_version: str | None = None) -
     }
     if changes:
         doc["server"] = changes
-    path = user_config_dir() / "profiles" / f"{name}.yaml"
-    if name == tune.profile:
-        raise ConfigError(f"--write-profile {name}: that is the tuned profile itself")
-    if path.exists() and MARK not in path.read_text(errors="replace"):
-        raise ConfigError(f"--write-profile {name}: {path} exists and was not written by tune")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{name}.yaml.tmp")
     tmp.write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from glmserve.errors import (
+    ConfigError,
     FlagValidationError,
     GlmserveError,
     HostLost,
@@ -54,6 +55,29 @@ class TuneOptions:
     base_port: int = 30000
     sim_speed: float = 1.0  # the profile's sim.speed (simulated figures are scaled back)
     host_lost_s: float = 60.0  # a host unreachable this long leaves the pool
+
+    def check(self, loads: list[int]) -> None:
+        """Refuse, before the tune is created, what every trial would otherwise find out only
+        after launching its server: a bad --input-len/--output-len/--num-prompts (the bench's
+        own checks), an --sglang-version glmserve has no argspec of, --stall-budget or
+        --host-lost-after. ConfigError naming the flag."""
+        from glmserve.argspec.releases import load_release_spec
+        from glmserve.deploy.watch import parse_stall_budgets
+        from glmserve.sweep.state import SweepOptions
+
+        if not self.host_lost_s >= 0:  # NaN too
+            raise ConfigError(f"--host-lost-after: expected seconds >= 0, got {self.host_lost_s}")
+        if self.sglang_version:
+            load_release_spec(self.sglang_version)
+        parse_stall_budgets(self.stall_budgets)
+        SweepOptions(
+            bench=["concurrency"],
+            concurrency=list(loads),
+            input_len=self.input_len,
+            output_len=self.output_len,
+            num_prompts=self.num_prompts,
+            stall_timeout_s=self.stall_timeout_s,
+        ).check_bench()
 
 
 # --------------------------------------------------------------------------- strategy
@@ -149,6 +173,12 @@ class JobRunner:
 
     def stop_all(self) -> None:
         """Stop every server a job is running now (Ctrl-C), from the main thread."""
+
+    def reclaim(self, host: str, run_id: str) -> bool:
+        """Stop ``run_id`` on ``host`` (a trial of this tune recorded it) if it is still up:
+        a tune killed outright never stopped its servers. True when something was stopped;
+        a runner that cannot tell leaves it."""
+        return False
 
 
 class Pool:
@@ -265,6 +295,7 @@ def run_tune(tune: st.Tune, runner: JobRunner, profile_server: dict[str, Any], s
     """Run (or resume) ``tune`` to the end of its strategy; saves after every step."""
     pool = Pool(tune, runner, say)
     with st.TUNES.lock(tune.tune_id), sigterm_as_interrupt():  # SIGTERM: the Ctrl-C path
+        _reclaim_left_running(tune, runner, say)
         for t in tune.trials:  # what a previous process left running is to be run again
             if t.status in (st.RUNNING, st.INTERRUPTED):
                 t.status = st.PENDING
@@ -289,6 +320,25 @@ def run_tune(tune: st.Tune, runner: JobRunner, profile_server: dict[str, Any], s
         tune.status = "done"
         pool.save()
     return tune
+
+
+def _reclaim_left_running(tune: st.Tune, runner: JobRunner, say: Say) -> None:
+    """Before a resumed tune runs anything, stop the servers its unfinished trials recorded
+    (a tune killed outright, SIGKILL, could not): each would hold its GPU (and, on a remote
+    host, the port its trial gets again). Only runs this tune recorded are touched, each by
+    the stop machinery (verified process group). A run that cannot be stopped is said, not
+    raised: its trial runs again all the same, and a lost host is the pool's to handle."""
+    left = {
+        (t.host, t.run_id)
+        for t in tune.trials
+        if t.status in (st.RUNNING, st.INTERRUPTED) and t.host and t.run_id
+    }
+    for host, run_id in sorted(left):
+        try:
+            if runner.reclaim(host, run_id):
+                say(f"{host}: stopped run {run_id}, left running by the earlier attempt")
+        except GlmserveError as exc:
+            say(f"{host}: could not stop run {run_id}, left running by the earlier attempt: {exc}")
 
 
 # --------------------------------------------------------------------------- real jobs
@@ -487,6 +537,9 @@ class LifecycleJobRunner(JobRunner):
                     else f" (misses SLO: {', '.join(metrics['slo_violations'])})"
                 )
             )
+
+    def reclaim(self, host: str, run_id: str) -> bool:
+        return bool(self._backend(host).reclaim(run_id))
 
     def stop_all(self) -> None:
         self.stopping.set()

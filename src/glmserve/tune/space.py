@@ -17,6 +17,20 @@ from glmserve.errors import ConfigError
 OBJECTIVES = ("output_tok_s", "goodput", "decode_tok_s")
 SLO_KEYS = ("ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p99_ms")
 _KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+# Server flags that say which server it is or where it runs, not how fast: a value of one is
+# no configuration to compare (a local trial takes a free port whatever --search says; another
+# model is another tune). Refused in --search; the tune's --help lists them (keep in sync).
+UNTUNABLE = (
+    "port",
+    "host",
+    "model-path",
+    "tokenizer-path",
+    "served-model-name",
+    "nnodes",
+    "node-rank",
+    "dist-init-addr",
+    "nccl-init-addr",
+)
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,11 @@ def parse_search(items: list[str]) -> list[tuple[str, list[str]]]:
         name = key[len("server.") :]
         if not _KEY_RE.match(name):
             raise ConfigError(f"--search {item!r}: {name!r} is not a server flag name")
+        if name in UNTUNABLE:
+            raise ConfigError(
+                f"--search {item!r}: server.{name} names the server or where it runs, not a "
+                f"setting to tune (not searched: {', '.join(UNTUNABLE)})"
+            )
         values = [v.strip() for v in raw.split(",") if v.strip()]
         if not values:
             raise ConfigError(f"--search {item!r}: give at least one value")
