@@ -492,14 +492,16 @@ class UrlMonitor:
         if self.verdict is not None:
             return self.verdict
         code = health_status(base_url, timeout=timeout)
-        if code is not None and code < 500:
-            return None  # 200; or no /health at all (404: another server kind): nothing said
+        if code is None or code < 500:
+            # 200; no /health at all (404: another server kind); or no answer, which the
+            # requests' own connect failures report (server unreachable, exit 5)
+            return None
         with self._lock:
             if self.verdict is None:
-                what = f"answered GET /health -> {code}" if code else "stopped answering"
                 self.verdict = UrlVerdict(
                     "CRASHED",
-                    f"{what} after requests failed during the measurement",
+                    f"answered GET /health -> {code} after requests failed during the "
+                    "measurement: a worker likely died (SGLang does not notice)",
                     run_id=self.base_url,
                 )
         return self.verdict
