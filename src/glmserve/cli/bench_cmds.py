@@ -230,7 +230,7 @@ def bench(
     reported with the log's diagnosis (exit 3), the partial result stored as incomplete.
 
     With --url there is no run to watch: after a failed request /health is asked, and a 5xx
-    or no answer ends the bench (exit 3).
+    (a dead worker) ends the bench (exit 3); a server gone entirely is exit 5.
 
     Exit codes: 0 ok, 1 a gate missed, 2 bad options or a stopped run, 3 the server crashed,
     4 not ready, 5 server unreachable or no request succeeded, 7 some requests failed (the
