@@ -75,15 +75,17 @@ def test_request_rate_20_is_achieved_and_matches_ground_truth(capsys, start_simu
     assert lv["achieved_concurrency"] == pytest.approx(busy / (last - first), rel=0.02)
 
     # goodput: the same SLOs applied to what the server did. The client's TTFT is the server's
-    # plus the request's trip (under 2 ms, above), so the client's good count lies between the
-    # server's count with the TTFT bound 2 ms tighter and its count at the bound itself.
+    # plus the request's trip, so the client's good count lies between the server's count with
+    # the TTFT bound one trip tighter and its count at the bound itself. The p50 trip is under
+    # 2 ms (above), but single requests took over 2 ms with three other test runs on the two
+    # cores (2026-12-02: 2 of 200): the bound allows 5 ms for the slowest trips.
     def good_truth(ttft_bound_ms: float) -> int:
         return sum(
             1 for m in ms if m.ttft * 1000 <= ttft_bound_ms and (m.tpot or 0) * 1000 <= SLO_TPOT_MS
         )
 
-    low, high = good_truth(SLO_TTFT_MS - 2.0), good_truth(SLO_TTFT_MS)
-    assert 20 < low <= high < 180 and high - low < 60
+    low, high = good_truth(SLO_TTFT_MS - 5.0), good_truth(SLO_TTFT_MS)
+    assert 20 < low <= high < 180 and high - low < 90
     assert low <= lv["good_requests"] <= high
     assert lv["goodput"] == pytest.approx(lv["good_requests"] / (last - first), rel=0.02)
     pr = lv["per_request"]
