@@ -67,7 +67,7 @@ def test_an_unwritable_home_is_exit_2_with_one_line_naming_the_folder(capsys, ar
         (["--input-len", "0"], "--input-len/--output-len must be at least 1"),
         (["--num-prompts", "-1"], "--num-prompts must be at least 1"),
         (["--bench", "concurrency", "--num-prompts", "0"], "--num-prompts must be at least 1"),
-        (["--stall-timeout", "0"], "--stall-timeout must be positive"),
+        (["--stall-timeout", "0"], "--stall-timeout: expected a finite number > 0 s, got 0"),
         (["--profile-steps", "-1"], "--profile-steps: expected 0 or more, got -1"),
         (["--host", "nohost"], "unknown host 'nohost'"),
         (["--nodes", "a,b"], "unknown host 'a'"),
