@@ -108,6 +108,9 @@ def check_args(argv: list[str]) -> int:
         lines = [ln for ln in buf.getvalue().splitlines() if ln.strip()]
         print(lines[-1].split(": ", 1)[-1] if lines else f"argument error ({exc.code})")
         return 2
+    except Exception as exc:  # a value no check caught yet: still one line, not a traceback
+        print(f"error: {type(exc).__name__}: {exc}".replace("\n", " "))
+        return 2
     print("ok")
     return 0
 

@@ -12,6 +12,7 @@ the log. The ``--sim-*`` options are glmserve's own: a bad one is one line namin
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -274,7 +275,8 @@ def build_cost_model(sim: argparse.Namespace) -> CostModel:
             setattr(model, name, costmodel.coerce_field(name, raw))
         except (TypeError, ValueError) as exc:
             flag = "--sim-" + name.replace("_", "-")
-            raise SimUsageError(f"{flag}: bad value {raw!r}") from exc
+            why = f" ({exc})" if isinstance(exc, ValueError) and ":" in str(exc) else ""
+            raise SimUsageError(f"{flag}: bad value {raw!r}{why}") from exc
     return model
 
 
@@ -298,6 +300,28 @@ def check_port(port: int) -> None:
 def active_patches(env: dict[str, str] | None = None) -> tuple[str, ...]:
     raw = (env if env is not None else os.environ).get("GLMSERVE_PATCHES", "")
     return tuple(p for p in re.split(r"[,;:\s]+", raw) if p)
+
+
+def _check_numbers(sim: argparse.Namespace, server: argparse.Namespace) -> None:
+    """The numbers the simulator runs on are finite and in range: argparse's ``float``
+    takes ``nan`` and ``inf``, which would start a server whose figures are nonsense (a NaN
+    speed made an audit's bench report 68,498 tok/s) or that dies later for no stated reason."""
+    checks: list[tuple[str, float | None, float, float]] = [
+        ("--sim-speed", sim.sim_speed, 0.0, math.inf),
+        ("--sim-load-seconds", sim.sim_load_seconds, 0.0, math.inf),
+        ("--sim-kv-seconds", sim.sim_kv_seconds, 0.0, math.inf),
+        ("--sim-graphs-seconds", sim.sim_graphs_seconds, 0.0, math.inf),
+        ("--sim-warmup-seconds", sim.sim_warmup_seconds, 0.0, math.inf),
+        ("--sim-worker-death-after", sim.sim_worker_death_after, 0.0, math.inf),
+    ]
+    for flag, value, lo, _hi in checks:
+        if value is not None and not (math.isfinite(value) and value >= lo):
+            raise SimUsageError(f"{flag}: expected a finite number >= {lo:g}, got {value!r}")
+    # SGLang takes any float here; a fraction past the GPU is modelled (CUDA OOM at start),
+    # but NaN/inf/<= 0 would only surface as an unrelated error deep in pool sizing.
+    mfs = server.mem_fraction_static
+    if mfs is not None and not (math.isfinite(mfs) and mfs > 0):
+        raise SimUsageError(f"--mem-fraction-static: expected a finite number > 0, got {mfs!r}")
 
 
 def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:
@@ -326,6 +350,7 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:
         if server.chunked_prefill_size is None
         else server.chunked_prefill_size,
     )
+    _check_numbers(sim, server)
     if sim.sim_speed <= 0:
         raise SimUsageError("--sim-speed must be > 0")
     if sim.sim_tokens_per_chunk < 1:
