@@ -114,14 +114,16 @@ def test_url_server_with_a_dead_worker_ends_the_bench_not_each_request(start_sim
     sim = start_simulator(*SIM, "--sim-worker-death-after", "3",
                           env={"SGLANG_HEALTH_CHECK_TIMEOUT": "2"})  # fmt: skip
     t0 = time.monotonic()
+    # the default --stall-timeout (120 s): streams that go silent for 10 s make the bench
+    # ask /health as a failed request would (audit round 2: it waited out the 120 s)
     proc = start_bench(sim.url, "--mode", "concurrency", "--concurrency", "4", "--num-prompts",
-                       "400", "--output-len", "64", "--stall-timeout", "2")  # fmt: skip
+                       "400", "--output-len", "64")  # fmt: skip
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 3, err
     assert time.monotonic() - t0 < 60
     last = err.strip().splitlines()[-1]
     assert f"the server at {sim.url} answered GET /health -> 503" in last
     data = json.loads(out)
-    assert data["complete"] is False and data["levels"][0]["errors"] < 50
+    assert data["complete"] is False and data["levels"][0]["errors"] <= 4
     with RunStore.open() as store:
         assert store.list_bench_results()[0]["result"]["complete"] is False

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from glmserve import __version__
+from glmserve.bench.progress import SilenceWatch
 from glmserve.bench.ratesweep import level_plan, saturation
 from glmserve.bench.results import BenchResult, build_result, evaluate_gates, summarize_level
 from glmserve.bench.runner import (
@@ -404,6 +405,7 @@ def run_bench(
     with (
         sigterm_as_interrupt(),
         endpoint(run_id, settings.base_url or None, settings.abort, settings.failed) as target,
+        SilenceWatch(progress, settings.failed) as watch,
     ):
         settings.base_url = target.base
         if target.identity is not None:
@@ -421,7 +423,7 @@ def run_bench(
             for c, rate in level_plan(settings, levels):
                 run = LevelRun(concurrency=c, workers=settings.workers_for(c, rate), rate=rate)
                 try:
-                    run_level(settings, c, requests, progress, run)
+                    run_level(settings, c, requests, watch, run)
                 finally:
                     levels.append(
                         summarize_level(
