@@ -918,9 +918,10 @@ def render_html(data: ReportData) -> str:
     rows = []
     for s in data.series:
         unfilled = unfilled_levels(s)
+        status = shown_status(s)
         cells = [
             f"<td>{_e(s.name)}</td>",
-            f'<td class="status">{_e(s.status)}</td>',
+            f'<td class="status">{_e(status)}</td>',
             f'<td class="num">{_fmt(s.decode_tok_s)}</td>',
             f'<td class="num">{_fmt(s.ttft_ms)}</td>',
             *[_throughput_cell(s, c, unfilled) for c in levels],
@@ -928,7 +929,7 @@ def render_html(data: ReportData) -> str:
             f'<td class="diag">{_e(s.diagnosis)}{" — " + _e(s.hint) if s.hint else ""}</td>',
         ]
         rows.append(
-            f'<tr class="status-{_e(s.status)}" data-series="{_e(s.name)}">{"".join(cells)}</tr>'
+            f'<tr class="status-{_e(status)}" data-series="{_e(s.name)}">{"".join(cells)}</tr>'
         )
     table = (
         '<table class="summary"><thead><tr>'
@@ -976,12 +977,22 @@ def render_html(data: ReportData) -> str:
 def _speedup_cell(s: ReportSeries, bad: dict[str, list[str]]) -> str:
     """The speedup, or why there is none: settings differ, or the series is crashed or
     incomplete (``unfit_reasons``: "n/c (incomplete: 8 of 16 requests failed)")."""
-    if s.name in bad:
-        return "n/c (settings differ)"
     unfit = unfit_reasons(s)
+    if s.name in bad:
+        return _e(f"n/c ({'; '.join(['settings differ', *unfit])})")
     if unfit:
         return _e(f"n/c ({'; '.join(unfit)})")
     return "-" if s.speedup is None else f"{s.speedup:.2f}x"
+
+
+def shown_status(s: ReportSeries) -> str:
+    """The summary's status: the run's state, or "incomplete" for a run that served but
+    whose result had failed requests or was cut short (an audit saw those marked "ok")."""
+    from glmserve.bench.comparable import incomplete_reason
+
+    if s.status == OK and any(incomplete_reason(row) for row in s.results):
+        return "incomplete"
+    return s.status
 
 
 def _throughput_cell(s: ReportSeries, c: int, unfilled: dict[int, str]) -> str:

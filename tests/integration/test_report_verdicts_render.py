@@ -67,6 +67,8 @@ def test_crashed_run_gets_no_speedup_and_env_patches_are_in_the_flag_diff(tmp_pa
 
     summary = {r[0]: r for r in dom.tables["summary"][1:]}
     assert summary["flashinfer_gtc (r-gtc)"][-2] == "1.33x"
+    assert summary["flashinfer_gtc (r-gtc)"][1] == "ok"
+    assert summary["flashinfer_gtc (r-bad)"][1] == "crashed"
     bad = summary["flashinfer_gtc (r-bad)"][-2]
     assert bad.startswith("n/c (") and "incomplete: server CRASHED: CUDA error" in bad
     assert "16 of 16 requests failed" in bad and not bad.endswith("x")
@@ -98,3 +100,22 @@ def test_report_takes_a_url_bench_result_id_and_labels_where_it_ran(tmp_path):
     assert row["gpus"] == "TP 8 (server's /server_info)"
     assert row["server args"] == "tp_size=8"
     assert dom.tables["summary"][1][0] == f"result {rid}"
+
+
+@pytest.mark.slow
+def test_an_incomplete_result_of_a_live_run_is_not_ok(tmp_path):
+    """Audit round 2: a result with failed requests (the run still READY), or one cut short
+    by SIGTERM, showed status "ok" in the summary; with settings that also differ, the cell
+    said only "settings differ"."""
+    with RunStore.open() as store:
+        meta = _run(store, "r-fi", "flashinfer", 30000, False, "READY")
+        store.add_bench_result("r-fi", _result(13.8), meta)
+        meta = _run(store, "r-half", "flashinfer_gtc", 30001, True, "READY")
+        half = _result(18.4, 2)
+        half["settings"]["num_prompts"] = 10
+        store.add_bench_result("r-half", half, meta)
+    dom = _render(tmp_path, "r-fi", "r-half")
+    summary = {r[0]: r for r in dom.tables["summary"][1:]}
+    row = summary["flashinfer_gtc (r-half)"]
+    assert row[1] == "incomplete"
+    assert row[-2].startswith("n/c (settings differ; ") and "2 of 16 requests failed" in row[-2]
