@@ -71,6 +71,9 @@ def test_an_unwritable_home_is_exit_2_with_one_line_naming_the_folder(capsys, ar
         (["--profile-steps", "-1"], "--profile-steps: expected 0 or more, got -1"),
         (["--host", "nohost"], "unknown host 'nohost'"),
         (["--nodes", "a,b"], "unknown host 'a'"),
+        # audit round 2: a bad simulated flag was refused only after the sweep existed
+        (["--set", "sim.bogus=1"], "unknown simulator option --sim-bogus"),
+        (["--set", "sim.speed=nan"], "--sim-speed: expected a finite number >= 0, got nan"),
     ],
 )
 def test_bad_options_are_refused_before_a_sweep_is_created_or_a_server_launched(

@@ -32,14 +32,36 @@ def check_plans(
 ) -> None:
     """Plan every profile once before the sweep is created: a typo in a profile, a --host or
     --nodes name (or a profile's own ``nodes:``) that hosts.yaml lacks is a ConfigError now,
-    not a failed sweep left behind. Planning reads files only; it contacts no host."""
+    not a failed sweep left behind. Planning reads files only; under ``--simulate`` the
+    host's simulator also parses each argv (a bad ``--set sim.*``: exit 2 before anything)."""
     from glmserve.remote.hosts import get_host
 
     get_host(host)  # also for a sweep whose every profile names its own nodes
     for name in nodes:
         get_host(name)
-    for profile in profiles:
-        plan_profile(profile, host, nodes, opts, simulate)
+    plans = [plan_profile(profile, host, nodes, opts, simulate) for profile in profiles]
+    if simulate:
+        check_simulated_plans(plans)
+
+
+def check_simulated_plans(plans: list[Any]) -> None:
+    """Each simulated node's argv through the host's simulator parse, once per distinct
+    (host, argv): ConfigError naming the first refusal (what ``launch`` would refuse later,
+    after a sweep or tune had been created)."""
+    from glmserve.deploy.preflight import check_simulated
+    from glmserve.errors import ConfigError
+    from glmserve.remote.transport import transport_for
+
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    for p in plans:
+        for node in p.nodes:
+            key = (node.host.name, tuple([*node.spec.argv, *node.spec.sim_args]))
+            if key in seen or node.spec.launcher != "simulator":
+                continue
+            seen.add(key)
+            row = check_simulated(transport_for(node.host), node.spec)
+            if row.status == "fail":
+                raise ConfigError(f"{node.host.name}: {row.detail}")
 
 
 class LifecycleBackend(SweepBackend):

@@ -52,6 +52,8 @@ def start_tune(
             opts.sim_speed = float(speed)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"sim.speed {speed!r}: not a number") from exc
+    if simulate:
+        _check_simulated_space(profile, space, opts, hosts)
     chosen = choose_strategy(len(grid(space)), len(loads), budget, strategy)
     if budget is not None and budget.trials is not None and budget.trials < len(loads):
         raise ConfigError(
@@ -72,6 +74,25 @@ def start_tune(
     )
     st.save_tune(tune)
     return tune, server
+
+
+def _check_simulated_space(
+    profile: str, space: list[tuple[str, list[str]]], opts: TuneOptions, hosts: list[str]
+) -> None:
+    """Under ``--simulate`` the host's simulator parses the profile with the overrides, and
+    with each searched value on its own, before the tune exists: a bad ``--set sim.*`` or a
+    searched ``nan`` is exit 2 now, not every trial skipped and "no trial met the SLOs"."""
+    from glmserve.deploy.plan import plan
+    from glmserve.sweep.backend import check_simulated_plans
+
+    host = hosts[0] if hosts else None
+    base = list(opts.overrides)
+    variants = [base] + [
+        [*base, f"server.{key}={value}"] for key, values in space for value in values
+    ]
+    plans = [plan(profile, host=host, overrides=v, simulate=True, host_is_default=True)
+             for v in variants]  # fmt: skip
+    check_simulated_plans(plans)
 
 
 def resume_tune(tune_id: str) -> tuple[st.Tune, dict[str, Any]]:
