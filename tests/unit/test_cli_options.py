@@ -88,3 +88,25 @@ def test_out_of_range_or_empty_option_values_are_refused_with_exit_2(capsys, arg
 def test_the_smallest_accepted_values_still_run(capsys):
     assert main(["runs", "-n", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "--output-len", "nan"],
+        ["bench", "--workers", "1.5"],
+        ["results", "show", "abc"],
+        ["bench", "--no-such-flag"],
+        ["launch"],
+    ],
+)
+def test_click_usage_errors_are_one_line_naming_the_verb_help(capsys, argv):
+    """Audit round 2: type and unknown-option errors were click's 4-line Usage/Try/Error
+    block, unlike every other bad input."""
+    from glmserve.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ") and f"(see `glmserve {argv[0]}" in lines[0]

@@ -90,7 +90,16 @@ def _unexpected(exc: Exception, debug: bool) -> int:
     """Click usage errors show themselves (exit 2); anything else is a glmserve bug (exit 70)."""
     # typer vendors its own click; usage errors are its ClickException (exit 2).
     if isinstance(exc, CLICK_ERRORS):
-        exc.show()
+        # One line, like every other bad input (click's own is Usage/Try/blank/Error); the
+        # verb's --help is named for the rest.
+        ctx = getattr(exc, "ctx", None)
+        names: list[str] = []
+        while ctx is not None and ctx.parent is not None:  # the verb's path, not argv[0]'s
+            names.insert(0, str(ctx.info_name))
+            ctx = ctx.parent
+        where = f" (see `{' '.join(['glmserve', *names, '--help'])}`)"
+        text = " ".join(exc.format_message().split())
+        err.print(f"[red]error:[/red] {escape(text)}{escape(where)}", highlight=False)
         return exc.exit_code
     if debug or STATE.get("debug"):
         traceback.print_exc()
