@@ -195,6 +195,11 @@ def test_not_enough_memory_hint_raises_the_fraction() -> None:
         [ARGS, "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."]
     )
     assert "raise --mem-fraction-static from 0.88 to 0.91" in (d.hint or "")
+    low = diagnose_lines(
+        [ARGS.replace("mem_fraction_static=0.88", "mem_fraction_static=0.5"),
+         "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."]
+    )  # fmt: skip
+    assert "raise --mem-fraction-static from 0.5 to 0.88" in (low.hint or "")
 
 
 def test_port_hint_names_the_port() -> None:
