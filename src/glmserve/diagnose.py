@@ -342,6 +342,8 @@ class Diagnosis:
             why = f"killed by signal {-rc}"
         elif rc is not None and rc > 128:
             why = f"killed by signal {rc - 128}"
+        elif rc is None:  # not our child (ssh, setsid): its status cannot be read
+            why = "exit status not known"
         else:
             why = f"exit status {rc}"
         hint = (

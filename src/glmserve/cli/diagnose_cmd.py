@@ -218,7 +218,7 @@ def diagnose(
     code = exit_code_for(diag)
     where = f"{label}:{diag.line}" if diag.line else label
     if code == EXIT_CRASHED:
-        what = diag.category.value if diag.category else diag.state.value
-        raise ServerCrashed(f"server {diag.state.value.lower()}: {what} at {where}", diag)
+        what = f": {diag.category.value}" if diag.category else ""
+        raise ServerCrashed(f"server {diag.state.value.lower()}{what} at {where}", diag)
     if code == EXIT_TIMEOUT:
         raise ServerNotReady(f"server stalled in {diag.phase.value} ({where})", diag)

@@ -784,7 +784,8 @@ def _failure(result: Any, run_id: str) -> GlmserveError:
         head = f"[red]{result.state}[/red]" + (f" {escape(str(cat))}" if d.category else "")
         err.print(f"{head}{where}: {escape(d.root_cause or '')}", highlight=False)
         if d.hint:
-            err.print(f"hint: {d.hint}", highlight=False, markup=False)
+            hint = d.hint.replace("glmserve logs RUN ", f"glmserve logs {run_id} ")
+            err.print(f"hint: {hint}", highlight=False, markup=False)
         return ServerCrashed(f"run {run_id} {result.state.lower()}: {cat}", diagnosis=d)
     err.print(
         f"[yellow]{result.state}[/yellow] in phase {escape(str(d.phase.value))}", highlight=False
@@ -852,7 +853,7 @@ def print_status(rows: list[dict[str, Any]]) -> None:
         if row.get("category"):
             what = f"{row['category']}: {row.get('root_cause') or ''} " + what
         if row.get("group_problem"):  # first: a READY node of a broken group is no server
-            what = f"NOT SERVING: {row['group_problem']} " + what
+            what = f"NOT SERVING: {row['group_problem']}; " + what
         cells = (
             row["run_id"],
             row["state"],
