@@ -215,6 +215,17 @@ def test_report_renders_a_tune_page_with_pareto_plot_trials_and_diagnoses(tmp_pa
     assert write_html(load_report_data([tune.tune_id]), tmp_path / "r.html").exists()
 
 
+def test_report_cli_counts_a_tune_and_does_not_call_it_empty(tmp_path, capsys):
+    """Audit round 2: `report TUNE_ID` wrote the tune page but said "(0 profiles/runs)" and
+    "warning: no results in the selected ids"."""
+    from glmserve.cli import main
+
+    tune = run_tune(make(None, "grid"), FakeRunner(), {}, lambda m: None)
+    assert main(["report", tune.tune_id, "--html", str(tmp_path / "r.html")]) == 0
+    cap = capsys.readouterr()
+    assert "(0 profiles/runs, 1 tune(s))" in cap.out and "warning" not in cap.err
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

@@ -68,12 +68,16 @@ def report(
     except OSError as exc:
         raise ConfigError(f"--png {png}: {exc.strerror or exc}") from exc
     if as_json:
-        emit_json({"html": str(path), "png": [str(p) for p in pngs], "series": len(data.series)})
+        emit_json({"html": str(path), "png": [str(p) for p in pngs], "series": len(data.series),
+                   "tunes": len(data.tunes)})  # fmt: skip
         return
-    out.print(f"wrote {path} ({len(data.series)} profiles/runs)", highlight=False)
+    what = f"{len(data.series)} profiles/runs"
+    if data.tunes:
+        what += f", {len(data.tunes)} tune(s)"
+    out.print(f"wrote {path} ({what})", highlight=False)
     for p in pngs:
         out.print(f"wrote {p}", highlight=False)
-    if not data.series:
+    if not data.series and not data.tunes:
         err.print("warning: no results in the selected ids", highlight=False)
 
 
