@@ -73,6 +73,7 @@ def test_an_unwritable_home_is_exit_2_with_one_line_naming_the_folder(capsys, ar
         (["--nodes", "a,b"], "unknown host 'a'"),
         # audit round 2: a bad simulated flag was refused only after the sweep existed
         (["--set", "sim.bogus=1"], "unknown simulator option --sim-bogus"),
+        (["--bench", "concurrency", "--concurrency", "1,,2"], "an empty item in '1,,2'"),
         (["--set", "sim.speed=nan"], "--sim-speed: expected a finite number >= 0, got nan"),
     ],
 )

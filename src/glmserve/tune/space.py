@@ -62,9 +62,11 @@ def parse_search(items: list[str]) -> list[tuple[str, list[str]]]:
                 f"--search {item!r}: server.{name} names the server or where it runs, not a "
                 f"setting to tune (not searched: {', '.join(UNTUNABLE)})"
             )
-        values = [v.strip() for v in raw.split(",") if v.strip()]
-        if not values:
+        values = [v.strip() for v in raw.split(",")]
+        if not any(values):
             raise ConfigError(f"--search {item!r}: give at least one value")
+        if not all(values):  # "8,,32": a typo, not a value dropped in silence
+            raise ConfigError(f"--search {item!r}: an empty value")
         if len(set(values)) != len(values):
             raise ConfigError(f"--search {item!r}: a value is listed twice")
         if any(name == k for k, _ in out):
