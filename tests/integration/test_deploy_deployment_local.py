@@ -81,6 +81,10 @@ def test_local_group_ready_then_stop(local_pair, capsys):
             head = next(r for r in rows if r["run_id"] == runs[0].run_id)
             assert head["state"] == "READY" and head["group_state"] in ("EXITED", "CRASHED")
             assert f"node 1 (lb) is {head['group_state']}" in head["group_problem"]
+        # diagnose takes the group id too: the failed node decides, named (audit round 2)
+        assert _cli(["diagnose", gid, "--json"]) == 3
+        assert json.loads(capsys.readouterr().out)["state"] in ("EXITED", "CRASHED")
+        assert _cli(["diagnose", runs[0].run_id]) == 0  # node 0 by its own id: still READY
     finally:
         reports = dep.stop(timeout=5, raise_failure=True)
     assert [r["group_id"] for r in reports] == [gid, gid]

@@ -42,7 +42,8 @@ EVIDENCE_WITHIN = 32 << 20
 _HELP = """Classify an SGLang server log: start-up phase, or crash category, root-cause line and
 a hint.
 
-TARGET is a log file, `-` for stdin, or a glmserve run id (its server.log is fetched, and
+TARGET is a log file, `-` for stdin, a glmserve group id (the first failed node decides,
+else node 0) or a run id (its server.log is fetched, and
 its processes are looked at as `status` does: a log cut off mid-start whose processes are
 gone is EXITED, a run stopped with `glmserve stop` exits 2).
 
@@ -122,13 +123,23 @@ def _diagnose_target(target: str) -> tuple[Diagnosis, str]:
         from glmserve.store import RunStore
     except ImportError as exc:
         raise ConfigError(f"no such log file or run: {target}") from exc
+    from glmserve.deploy.deployment import Deployment
     from glmserve.diagnose import diagnose_stream
 
     with RunStore.open() as store:
-        run = store.get_run(target)
-        # A run's server.log is the server's own output: empty means it has not written yet.
-        diag = diagnose_stream(_run_log_chunks(transport_for_run(run), run.log_path))
-        return _with_run_state(diag, run, store)
+        dep = Deployment.resolve(store, target)
+        runs = [dep.named] if dep.named is not None else dep.runs
+        found = []
+        for run in runs:
+            # A run's server.log is the server's own output: empty means it has not written yet.
+            diag = diagnose_stream(_run_log_chunks(transport_for_run(run), run.log_path))
+            diag, label = _with_run_state(diag, run, store)
+            if dep.named is None and dep.grouped:
+                label = f"group {dep.group_id} node {run.meta.get('node_rank')} ({label})"
+            found.append((diag, label))
+    # A group id: the first node that failed decides (as for the group's launch), else node 0.
+    bad = [f for f in found if exit_code_for(f[0]) != EXIT_OK]
+    return (bad or found)[0]
 
 
 def _with_run_state(diag: Diagnosis, run: RunRecord, store: RunStore) -> tuple[Diagnosis, str]:
