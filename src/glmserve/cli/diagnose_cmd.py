@@ -39,13 +39,13 @@ READ_CHUNK = 1 << 20  # bytes per read of a file or stdin
 # comes after it): keeps `diagnose` of 200 MB of junk well under 10 s.
 EVIDENCE_WITHIN = 32 << 20
 
-_HELP = """Classify an SGLang server log: start-up phase, or crash category, root-cause line and
-a hint.
+_HELP = """Classify an SGLang server log: start-up phase, or crash category, root-cause
+line and a hint.
 
-TARGET is a log file, `-` for stdin, a glmserve group id (the first failed node decides,
-else node 0) or a run id (its server.log is fetched, and
-its processes are looked at as `status` does: a log cut off mid-start whose processes are
-gone is EXITED, a run stopped with `glmserve stop` exits 2).
+TARGET is a log file, `-` for stdin, a glmserve group id (the first failed
+node decides, else node 0) or a run id (its server.log is fetched, and its
+processes are looked at as `status` does: a log cut off mid-start whose
+processes are gone is EXITED, a run stopped with `glmserve stop` exits 2).
 
 \b
 Exit codes:
