@@ -127,3 +127,18 @@ def test_url_server_with_a_dead_worker_ends_the_bench_not_each_request(start_sim
     assert data["complete"] is False and data["levels"][0]["errors"] <= 4
     with RunStore.open() as store:
         assert store.list_bench_results()[0]["result"]["complete"] is False
+
+
+def test_url_server_whose_worker_died_before_the_bench_is_a_crash(start_simulator):
+    """Audit round 2: /server_info hangs once a scheduler is dead, and the bench said
+    "cannot reach server ... timed out" (exit 5) while /health answered 503."""
+    sim = start_simulator(*SIM, "--sim-worker-death-after", "0.5",
+                          env={"SGLANG_HEALTH_CHECK_TIMEOUT": "1"})  # fmt: skip
+    deadline = time.monotonic() + 30
+    while httpx.get(sim.url + "/health", timeout=10).status_code != 503:
+        assert time.monotonic() < deadline, "the worker never died"
+        time.sleep(0.5)
+    proc = start_bench(sim.url, "--num-prompts", "2")
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, err
+    assert "answered GET /health -> 503" in err.strip().splitlines()[-1]

@@ -410,7 +410,15 @@ def run_bench(
         settings.base_url = target.base
         if target.identity is not None:
             meta["identity"] = target.identity
-        info = probe_server(target.base)
+        try:
+            info = probe_server(target.base)
+        except TransportError:
+            # /server_info hangs when a scheduler is dead; /health then says 503 (exit 3,
+            # a crash), where "cannot reach server" (exit 5) would send the user to the network
+            verdict = target.monitors[0].check_health(target.base) if target.monitors else None
+            if verdict is not None:
+                raise verdict.error() from None
+            raise
         server = server_summary(info)
         server.update(simulator_speed(target.base))
         model = settings.model or (
