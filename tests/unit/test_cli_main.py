@@ -122,3 +122,20 @@ def test_plain_progress_names_an_open_loop_level_by_its_rate(capsys):
         "bench: rate inf req/s, max concurrency 8: 100 requests",
         "bench: concurrency 4: 30 s",
     ]
+
+
+@pytest.mark.parametrize(("columns", "width"), [("80", 80), ("", 160)])
+def test_columns_sets_the_table_width_even_when_piped(columns, width):
+    """Audit round 2: `COLUMNS=80 glmserve results show ID | cat` came out 150 wide."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns:
+        env["COLUMNS"] = columns
+    res = subprocess.run(
+        [sys.executable, "-c", "from glmserve.cli._app import out; print(out.width)"],
+        capture_output=True, text=True, env=env, check=True,
+    )  # fmt: skip
+    assert res.stdout.strip() == str(width)

@@ -8,6 +8,7 @@ and never call ``sys.exit`` themselves: ``cli.main`` returns the exit status.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -24,10 +25,19 @@ app = typer.Typer(
 )
 
 # stdout carries data (tables, --json); stderr carries progress and errors. Off a TTY (CI
-# logs, pipes) rich would wrap tables at 80 columns: give them room instead.
-_WIDTH = None if sys.stdout.isatty() else 160
-out = Console(soft_wrap=True, width=_WIDTH)
-err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
+# logs, pipes) rich would wrap tables at 80 columns: give them room instead, unless the user
+# set COLUMNS, which wins everywhere (an audit: `COLUMNS=80 ... | cat` came out 150 wide).
+
+
+def _width(tty: bool) -> int | None:
+    cols = os.environ.get("COLUMNS", "")
+    if cols.isdigit() and int(cols) > 0:
+        return int(cols)
+    return None if tty else 160
+
+
+out = Console(soft_wrap=True, width=_width(sys.stdout.isatty()))
+err = Console(stderr=True, soft_wrap=True, width=_width(sys.stderr.isatty()))
 
 STATE: dict[str, Any] = {"debug": False}
 
