@@ -39,7 +39,7 @@ def check(
     nodes: NodesOpt = None,
 ) -> None:
     """Preflight a launch in one pass: ssh, python + SGLang, live flag spec, GPUs, port, model,
-    disk. Exit 2 if anything blocks, 5 if the host is unreachable. A profile with ``nodes:``
+    disk. Exit 2 if anything blocks, 5 if the host is unreachable. A profile with `nodes:`
     (or --nodes) checks every node with its own argv and GPU share (tp-size / nnodes), that
     all run the same SGLang, and that node 0's dist-init port is free.
 
@@ -84,7 +84,7 @@ def launch(
     nodes: NodesOpt = None,
 ) -> None:
     """Start a run (nohup + setsid, recorded) and wait for READY; exit 3 crashed, 4 stalled.
-    A profile with ``nodes:`` (or --nodes) starts one run per node as a group.
+    A profile with `nodes:` (or --nodes) starts one run per node as a group.
 
     Example: glmserve launch --profile trtllm_mla --host gpu8 --timeout 1800
     Example (two nodes): glmserve launch --profile trtllm_mla --nodes gpu8a,gpu8b
@@ -184,7 +184,7 @@ def logs(
     poll: PollOpt = 0.5,
 ) -> None:
     """Print a run's server.log (by byte offset over ssh; -f follows until the server ends).
-    A group id prints every node's log, each line prefixed ``\\[nodeI host]``; -f follows them
+    A group id prints every node's log, each line prefixed `\\[nodeI host]`; -f follows them
     all until every node's server has ended. A server.log that is gone from its host (deleted)
     exits 2, naming the file.
 

@@ -121,7 +121,7 @@ def sweep(
     server the sweep recorded and left up (it was killed outright). Exit 0 when some profile
     succeeded, 3 when every profile crashed or stalled, 130 on Ctrl-C/SIGTERM.
 
-    A profile with ``nodes:`` (or every profile, with --nodes) runs as a host group: every
+    A profile with `nodes:` (or every profile, with --nodes) runs as a host group: every
     node is checked, launched, watched and stopped together, the bench goes through node 0,
     and a crash is recorded with the node it happened on. --host applies to the others.
 
