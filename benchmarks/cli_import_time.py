@@ -29,9 +29,7 @@ PROGRAM = "import sys; from glmserve.cli import main; sys.exit(main(['--help']))
 def one_run(src: Path) -> float:
     env = dict(os.environ, PYTHONPATH=str(src), COLUMNS="100")
     t0 = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-c", PROGRAM], env=env, check=True, stdout=subprocess.DEVNULL
-    )
+    subprocess.run([sys.executable, "-c", PROGRAM], env=env, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - t0
 
 
