@@ -88,6 +88,9 @@ class LifecycleBackend(SweepBackend):
         self.reconnect_give_up_s = reconnect_give_up_s  # None: the watcher's default
         self.group_hosts: set[str] = set()  # every node of every group prepared so far
         self.store = RunStore.open()
+        # Run ids the store held just before this entry's launch began; None until the entry
+        # reaches launch (a check that fails launched nothing, so there is nothing to stop).
+        self._known_before_launch: set[str] | None = None
 
     def _deployment(self, run_id: str) -> Any:
         from glmserve.deploy.deployment import Deployment
@@ -96,6 +99,7 @@ class LifecycleBackend(SweepBackend):
 
     def prepare(self, profile: str, opts: SweepOptions) -> Any:
         """The profile's plan (--host applies to a profile without ``nodes:``)."""
+        self._known_before_launch = None  # a new entry: it has launched nothing yet
         p = plan_profile(profile, self.host.name, self.nodes, opts, self.simulate)
         if p.grouped:
             self.group_hosts.update(p.names)
@@ -121,6 +125,7 @@ class LifecycleBackend(SweepBackend):
     def launch(self, spec: Any) -> str:
         from glmserve.deploy.deployment import Deployment
 
+        self._known_before_launch = {r.run_id for r in self.store.list_runs()}
         return Deployment.launch(spec, store=self.store, say=self.say).head.run_id
 
     def group_of(self, run_id: str) -> dict[str, Any] | None:
@@ -176,11 +181,19 @@ class LifecycleBackend(SweepBackend):
         return True
 
     def runs_started_since(self, profile: str, since: float) -> list[str]:
+        """Runs this entry's launch created whose id it never returned (Ctrl-C inside
+        launch). Only runs absent from the store when that launch began count: a server of
+        the same profile started a moment earlier (an earlier, killed attempt a --resume has
+        just been refused over) is not this process's to stop."""
+        known = self._known_before_launch
+        if known is None:
+            return []  # this entry never reached launch: it started nothing
         hosts = {self.host.name} | self.group_hosts
         return [
             r.run_id
             for r in self.store.list_runs()
-            if r.host in hosts
+            if r.run_id not in known
+            and r.host in hosts
             and r.profile == profile
             and r.created_at >= since - 1.0
             and r.state != "STOPPED"
