@@ -94,3 +94,80 @@ def test_bad_dataset_and_tokenizer_are_usage_errors(capsys, start_simulator, tmp
     assert code == 2 and "--tokenizer" in err
     code, _, err = bench(capsys, sim.url, "--random-range-ratio", "1.5")
     assert code == 2 and "--random-range-ratio" in err
+
+
+def conversations(replies: list[int], prompt_words: int = 6) -> list[dict]:
+    """ShareGPT rows whose replies have the given lengths in words (= tokens here)."""
+    return [
+        {"conversations": [
+            {"from": "human", "value": " ".join(VOCAB[(i + j) % 400] for j in range(prompt_words))},
+            {"from": "gpt", "value": " ".join(VOCAB[j % 400] for j in range(n))},
+        ]}
+        for i, n in enumerate(replies)
+    ]  # fmt: skip
+
+
+def test_dataset_rows_keep_the_reply_after_the_prompt(tmp_path):
+    from glmserve.bench.workload import DatasetRow, read_dataset_rows
+
+    jl = tmp_path / "d.jsonl"
+    rows = [{"conversations": [{"from": "system", "value": "be brief"},
+                               {"from": "human", "value": "q1"}, {"from": "gpt", "value": "a1"}]},
+            {"prompt": "q2", "completion": "a2"},
+            {"conversations": [{"role": "user", "content": "q3"}]}]  # fmt: skip
+    jl.write_text("\n".join(json.dumps(r) for r in rows))
+    assert read_dataset_rows(str(jl)) == [
+        DatasetRow("q1", "a1"), DatasetRow("q2", "a2"), DatasetRow("q3", None)
+    ]  # fmt: skip
+
+
+def test_dataset_output_lengths_follow_the_replies_as_bench_serving_does(
+    capsys,
+    start_simulator,
+    tmp_path,
+    tokenizer_dir,  # noqa: F811
+):
+    """bench_serving's ShareGPT default: with a tokenizer and no --output-len each request asks
+    for its reply's length in tokens; replies under 2 tokens are skipped. --output-len (or its
+    alias --sharegpt-output-len) fixes it; without a tokenizer --output-len's default applies
+    and stderr says why."""
+    sim = start_simulator("--tokenizer-path", str(tokenizer_dir), *SIM, timeout=90)
+    data = tmp_path / "sharegpt.json"
+    replies = [5, 9, 1, 13, 7]  # the 1-token reply is pruned
+    data.write_text(json.dumps(conversations(replies)))
+    common = ["bench", "--url", sim.url, "--json", "--warmup", "0", "--dataset-path", str(data),
+              "--mode", "concurrency", "--concurrency", "4", "--num-prompts", "4",
+              "--output-details"]  # fmt: skip
+    rc = main([*common, "--tokenizer", str(tokenizer_dir)])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    res = json.loads(cap.out)
+    assert sorted(res["levels"][0]["per_request"]["output_tokens"]) == [5, 7, 9, 13]
+    assert res["settings"]["output_len"] == "reply"
+    assert "output tokens" not in cap.err
+
+    rc = main([*common, "--tokenizer", str(tokenizer_dir), "--sharegpt-output-len", "6"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    res = json.loads(cap.out)
+    assert res["levels"][0]["per_request"]["output_tokens"] == [6, 6, 6, 6]
+    assert res["settings"]["output_len"] == 6
+
+    rc = main(common)  # no tokenizer: the default length, and a note saying so
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    res = json.loads(cap.out)
+    assert set(res["levels"][0]["per_request"]["output_tokens"]) == {256}
+    assert "256 output tokens (no --tokenizer to count replies" in cap.err
+
+
+def test_a_dataset_without_usable_replies_is_a_usage_error(capsys, start_simulator, tmp_path,
+                                                           tokenizer_dir):  # noqa: F811  # fmt: skip
+    sim = start_simulator(*SIM)
+    data = tmp_path / "short.json"
+    data.write_text(json.dumps(conversations([1, 0])))
+    rc = main(["bench", "--url", sim.url, "--warmup", "0", "--dataset-path", str(data),
+               "--tokenizer", str(tokenizer_dir)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and "no prompt with a reply of at least 2 tokens" in err
+    assert "give --output-len N" in err

@@ -43,6 +43,7 @@ from glmserve.bench.workload import (
     Request,
     build_request,
     dataset_prompts,
+    dataset_prompts_with_replies,
     lengths,
     load_tokenizer,
     make_prompts,
@@ -83,6 +84,9 @@ class BenchSettings:
     random_range_ratio: float | None = None
     dataset_path: str | None = None  # prompts from a file instead of random token ids
     tokenizer: str | None = None  # local tokenizer: exact prompt lengths for text prompts
+    # False: --output-len was not given, so dataset prompts may take their replies' lengths
+    # (``reply_lengths``); sweep and tune always pass a length.
+    fixed_output_len: bool = True
     percentiles: list[float] = field(default_factory=lambda: [50.0, 90.0, 95.0, 99.0])
     slo: dict[str, float] = field(default_factory=dict)  # goodput bounds, ms
     per_request: bool = False  # per-request arrays in the JSON result
@@ -111,6 +115,16 @@ class BenchSettings:
         if self.request_rate and not self.dataset_path:
             return BENCH_SERVING_RANGE_RATIO
         return FIXED_RANGE_RATIO
+
+    def reply_lengths(self) -> bool:
+        """Whether each dataset prompt asks for its reply's length in tokens (bench_serving's
+        ShareGPT default): with ``--dataset-path`` and ``--tokenizer`` (a reply is counted
+        in tokens, exactly) and no ``--output-len``. Not in a rate sweep, whose saturation
+        rule compares requests of one output length."""
+        return bool(
+            self.dataset_path and self.tokenizer and not self.fixed_output_len
+            and not self.rate_sweep
+        )  # fmt: skip
 
     def level_points(self) -> list[tuple[int, float | None]]:
         """(concurrency, rate) of each level: closed-loop levels have no rate; an open-loop
@@ -151,8 +165,11 @@ class BenchSettings:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (an infinite rate is "inf": strict JSON has no Infinity)."""
-        d = {k: v for k, v in self.__dict__.items() if k not in ("abort", "failed")}
+        skip = ("abort", "failed", "fixed_output_len")
+        d = {k: v for k, v in self.__dict__.items() if k not in skip}
         d["random_range_ratio"] = self.range_ratio()  # the lengths used, never "default"
+        if self.reply_lengths():
+            d["output_len"] = "reply"  # each request: its conversation's reply, in tokens
         if d.get("request_rate"):
             d["request_rate"] = [r if math.isfinite(r) else "inf" for r in d["request_rate"]]
         return d
@@ -719,19 +736,25 @@ def keep_in_flight(
 
 def prepare_requests(settings: BenchSettings, model: str) -> list[Request]:
     """Enough distinct prompts for the largest level (cycled when running by duration):
-    random token ids, or the dataset file's prompts; output lengths per --random-range-ratio."""
+    random token ids, or the dataset file's prompts; output lengths per --random-range-ratio,
+    or each dataset prompt's reply length (``BenchSettings.reply_lengths``)."""
     need = max((settings.prompts_for(c, r) or 2 * c) for c, r in settings.level_points())
     need = max(need, settings.warmup, 1)
     tok = load_tokenizer(settings.tokenizer)
     ratio = settings.range_ratio()
     prompts: list[Any]
-    if settings.dataset_path:
-        prompts = dataset_prompts(settings.dataset_path, need, settings.seed, tok)
-    else:
-        vocab = len(tok) if tok is not None else None
-        prompts = make_prompts(need, settings.input_len, settings.seed, ratio, vocab)
     rng = random.Random(settings.seed + 1)
-    outs = lengths(need, settings.output_len, min(ratio, 1.0), rng)
+    if settings.reply_lengths() and settings.dataset_path:
+        prompts, outs = dataset_prompts_with_replies(
+            settings.dataset_path, need, settings.seed, tok
+        )
+    else:
+        if settings.dataset_path:
+            prompts = dataset_prompts(settings.dataset_path, need, settings.seed, tok)
+        else:
+            vocab = len(tok) if tok is not None else None
+            prompts = make_prompts(need, settings.input_len, settings.seed, ratio, vocab)
+        outs = lengths(need, settings.output_len, min(ratio, 1.0), rng)
     return [
         build_request(settings.api, p, o, model, tok) for p, o in zip(prompts, outs, strict=True)
     ]

@@ -15,6 +15,12 @@ number means one shape): see ``BenchSettings.range_ratio``.
 ``{"prompt": ...}`` / ``{"text": ...}``, per line), else a plain text file (one prompt per
 non-empty line). Without a tokenizer a text prompt is sent as text and its length is the
 server's count; with one it is sent as token ids (exact).
+
+Output lengths of dataset prompts follow bench_serving's ``sample_sharegpt_requests``: with a
+tokenizer and no ``--output-len``, each request asks for as many tokens as its conversation's
+reply has (the turn after the prompt; JSONL ``completion``/``response``/``output``), and rows
+whose prompt or reply is under 2 tokens are skipped (bench_serving prunes them too). Without a
+tokenizer a reply cannot be counted exactly, so every request gets ``--output-len``.
 """
 
 from __future__ import annotations
@@ -89,8 +95,22 @@ def check_dataset_file(path: str, limit: int = MAX_DATASET_BYTES) -> None:
         raise ConfigError(f"--dataset-path {path}: not a regular file (or a pipe)")
 
 
+@dataclass(frozen=True)
+class DatasetRow:
+    """One prompt of a dataset file and the reply that followed it (None: the file has none)."""
+
+    prompt: str
+    reply: str | None = None
+
+
 def read_dataset(path: str, limit: int = MAX_DATASET_BYTES) -> list[str]:
-    """The prompts of a ShareGPT JSON/JSONL or plain text file; ConfigError names file/line.
+    """The prompts of a ShareGPT JSON/JSONL or plain text file; ConfigError names file/line."""
+    return [row.prompt for row in read_dataset_rows(path, limit)]
+
+
+def read_dataset_rows(path: str, limit: int = MAX_DATASET_BYTES) -> list[DatasetRow]:
+    """The prompts (and replies) of a ShareGPT JSON/JSONL or plain text file; ConfigError
+    names file/line.
 
     At most ``limit`` bytes are read (see ``MAX_DATASET_BYTES``): more is refused, not cut,
     since a cut JSON file would fail to parse anyway and a cut text file silently changes the
@@ -108,7 +128,7 @@ def read_dataset(path: str, limit: int = MAX_DATASET_BYTES) -> list[str]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"--dataset-path {path}: cannot read ({exc})") from exc
     stripped = text.lstrip()
-    prompts: list[str] = []
+    prompts: list[DatasetRow] = []
     if p.suffix == ".json" or stripped.startswith("["):
         try:
             data = json.loads(text)
@@ -117,9 +137,9 @@ def read_dataset(path: str, limit: int = MAX_DATASET_BYTES) -> list[str]:
         if not isinstance(data, list):
             raise ConfigError(f"{path}: expected a JSON list of ShareGPT conversations")
         for i, item in enumerate(data):
-            if (prompt := _first_prompt(item)) is None:
+            if (row := _prompt_and_reply(item)) is None:
                 raise ConfigError(f"{path}: entry {i} has no human turn or prompt")
-            prompts.append(prompt)
+            prompts.append(row)
     elif p.suffix == ".jsonl" or stripped.startswith("{"):
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
@@ -128,29 +148,49 @@ def read_dataset(path: str, limit: int = MAX_DATASET_BYTES) -> list[str]:
                 item = json.loads(line)
             except ValueError as exc:
                 raise ConfigError(f"{path}:{n}: not valid JSON ({exc})") from exc
-            if (prompt := _first_prompt(item)) is None:
+            if (row := _prompt_and_reply(item)) is None:
                 raise ConfigError(f"{path}:{n}: no human turn or prompt")
-            prompts.append(prompt)
+            prompts.append(row)
     else:
-        prompts = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        prompts = [DatasetRow(ln.strip()) for ln in text.splitlines() if ln.strip()]
     if not prompts:
         raise ConfigError(f"--dataset-path {path}: no prompts in the file")
     return prompts
 
 
-def _first_prompt(item: Any) -> str | None:
+HUMAN = ("human", "user")
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def _prompt_and_reply(item: Any) -> DatasetRow | None:
+    """The first human turn (or ``prompt``/``text``) and the turn after it (or
+    ``completion``/``response``/``output``); None without a prompt."""
     if not isinstance(item, dict):
         return None
     for key in ("prompt", "text"):
-        if isinstance(item.get(key), str) and item[key].strip():
-            return item[key]
+        if prompt := _text(item.get(key)):
+            reply = next(
+                (r for k in ("completion", "response", "output") if (r := _text(item.get(k)))),
+                None,
+            )
+            return DatasetRow(prompt, reply)
     turns = item.get("conversations") or item.get("conversation") or []
-    for turn in turns if isinstance(turns, list) else []:
-        if isinstance(turn, dict) and turn.get("from", turn.get("role")) in ("human", "user"):
-            value = turn.get("value", turn.get("content"))
-            if isinstance(value, str) and value.strip():
-                return value
+    turns = turns if isinstance(turns, list) else []
+    for i, turn in enumerate(turns):
+        if not isinstance(turn, dict) or turn.get("from", turn.get("role")) not in HUMAN:
+            continue
+        if prompt := _text(turn.get("value", turn.get("content"))):
+            nxt = turns[i + 1] if i + 1 < len(turns) else {}
+            reply = _text(nxt.get("value", nxt.get("content"))) if isinstance(nxt, dict) else None
+            return DatasetRow(prompt, reply)
     return None
+
+
+# bench_serving's sample_sharegpt_requests skips a row whose prompt or reply is shorter.
+MIN_DATASET_TOKENS = 2
 
 
 def dataset_prompts(
@@ -171,6 +211,37 @@ def dataset_prompts(
             ids = list(tokenizer.encode(t, add_special_tokens=False))
             out.append(ids[:max_len] if max_len else ids)
     return out
+
+
+def dataset_prompts_with_replies(
+    path: str, count: int, seed: int, tokenizer: Any
+) -> tuple[list[Prompt], list[int]]:
+    """``count`` prompts (token ids) shuffled by ``seed`` and cycled, each with its reply's
+    length in tokens as its output length (bench_serving's ShareGPT default). Rows without a
+    reply, or with a prompt or reply under ``MIN_DATASET_TOKENS``, are skipped; a file left
+    with none is a ConfigError saying what to give instead."""
+    rows = read_dataset_rows(path)
+    rng = random.Random(seed)
+    order = list(range(len(rows)))
+    rng.shuffle(order)
+    usable: list[tuple[list[int], int]] = []
+    for i in order:
+        row = rows[i]
+        if row.reply is None:
+            continue
+        ids = list(tokenizer.encode(row.prompt, add_special_tokens=False))
+        reply_len = len(tokenizer.encode(row.reply, add_special_tokens=False))
+        if len(ids) >= MIN_DATASET_TOKENS and reply_len >= MIN_DATASET_TOKENS:
+            usable.append((ids, reply_len))
+        if len(usable) == count:
+            break
+    if not usable:
+        raise ConfigError(
+            f"--dataset-path {path}: no prompt with a reply of at least {MIN_DATASET_TOKENS} "
+            "tokens to take the output length from; give --output-len N"
+        )
+    picked = [usable[i % len(usable)] for i in range(count)]
+    return [ids for ids, _ in picked], [n for _, n in picked]
 
 
 def make_prompts(

@@ -17,7 +17,6 @@ from glmserve.cli.options import (
     JsonOpt,
     LastOpt,
     NumPromptsOpt,
-    OutputLenOpt,
     WideOpt,
 )
 from glmserve.cli.views import (
@@ -115,6 +114,23 @@ def resolve_mode(mode: str | None, open_loop: bool) -> str:
 
 
 DEFAULT_LEVELS = "1,4,16,64,256"
+DEFAULT_OUTPUT_LEN = 256
+
+
+def output_len_note(s: Any) -> str | None:
+    """Why dataset prompts get a fixed output length where bench_serving would take each
+    conversation's reply length (said on stderr, so the figure is not misread)."""
+    if not s.dataset_path or s.fixed_output_len or s.reply_lengths():
+        return None
+    why = (
+        "--rate-sweep compares one output length"
+        if s.rate_sweep
+        else "no --tokenizer to count replies"
+    )
+    return (
+        f"every dataset prompt asks for {s.output_len} output tokens ({why}; bench_serving "
+        "would use each reply's length)"
+    )
 
 
 @app.command()
@@ -133,7 +149,14 @@ def bench(
     ),
     concurrency: ConcurrencyLevelsOpt = None,
     input_len: InputLenOpt = 128,
-    output_len: OutputLenOpt = 256,
+    output_len: int | None = typer.Option(
+        None,
+        "--output-len",
+        "--random-output-len",
+        "--sharegpt-output-len",
+        help=f"Output tokens per request (ignore_eos; default {DEFAULT_OUTPUT_LEN}). With "
+        "--dataset-path and --tokenizer: default each prompt's reply length (bench_serving's).",
+    ),
     num_prompts: NumPromptsOpt = None,
     duration: float | None = typer.Option(None, "--duration", help="Seconds per level instead."),
     warmup: int = typer.Option(
@@ -256,14 +279,15 @@ def bench(
     from glmserve.bench.metrics import parse_percentiles, parse_slo
     from glmserve.bench.results import parse_output_gate, render_plain
     from glmserve.bench.runner import BenchSettings
-    from glmserve.bench.session import Gates, run_bench
+    from glmserve.bench.session import Gates, run_bench, validate_settings
 
     settings = BenchSettings(
         base_url=url or "",
         mode=mode,
         concurrency=levels,
         input_len=input_len,
-        output_len=output_len,
+        output_len=DEFAULT_OUTPUT_LEN if output_len is None else output_len,
+        fixed_output_len=output_len is not None,
         num_prompts=num_prompts,
         duration=duration,
         warmup=warmup,
@@ -284,6 +308,9 @@ def bench(
     )
     gates = Gates(min_decode_tok_s, max_ttft_ms, [parse_output_gate(g) for g in min_output_tok_s])
     labels = parse_labels(label)
+    if note := output_len_note(settings):
+        validate_settings(settings, gates)  # a bad option is the one line, not after a note
+        err.print(f"bench: {note}", highlight=False, markup=False)
     progress: Progress = RichProgress() if is_interactive() else PlainProgress()
     try:
         outcome = run_bench(settings, run, gates, progress, labels=labels)
