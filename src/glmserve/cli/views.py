@@ -917,12 +917,26 @@ def _stop_line(rep: dict[str, Any]) -> str:
     return f"{rep['run_id']}{node} on {rep['host']}: {_stop_outcome(rep)}"
 
 
+def stop_title(reports: list[dict[str, Any]]) -> str:
+    """``stop: 1 stopped, 1 not running, 1 FAILED (3 runs)``: a run whose processes had
+    already ended was not stopped by this command, so it is not counted as stopped."""
+    stopped = sum(1 for r in reports if r["ok"] and r["signalled"])
+    ended = sum(1 for r in reports if r["ok"] and not r["signalled"])
+    failed = len(reports) - stopped - ended
+    parts = [f"{stopped} stopped"]
+    if ended:
+        parts.append(f"{ended} not running")
+    if failed:
+        parts.append(f"{failed} FAILED")
+    return f"stop: {', '.join(parts)} ({len(reports)} run{'s' if len(reports) != 1 else ''})"
+
+
 def _stop_table(reports: list[dict[str, Any]]) -> None:
     """One row per run tried by ``stop --all`` / a group stop (on stderr, like the lines)."""
     if not reports:
         err.print("no live runs to stop")
         return
-    table = Table(title=Text(f"stop: {sum(r['ok'] for r in reports)}/{len(reports)} stopped"))
+    table = Table(title=Text(stop_title(reports)))
     for c in ("run", "host", "node", "outcome"):
         table.add_column(c)
     for rep in reports:
