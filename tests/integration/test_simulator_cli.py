@@ -26,6 +26,9 @@ def test_help_prints_options_and_cost_model():
     assert res.exit_code == 0
     for needle in ("--sim-crash-at", "--sim-tokens-per-chunk", "t_cast", "GLMSERVE_PATCHES"):
         assert needle in res.output
+    # the cost model's docstring is reStructuredText; the terminal gets it as plain text
+    assert "``" not in res.output and "::\n" not in res.output
+    assert "context lengths):\n" in res.output
 
 
 def test_console_script_passes_everything_through(tmp_path):

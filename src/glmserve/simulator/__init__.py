@@ -22,6 +22,13 @@ from glmserve.errors import SimUsageError
 from glmserve.simulator import costmodel
 from glmserve.simulator.options import CRASH_KINDS, PHASES
 
+
+def _plain(doc: str) -> str:
+    """A reStructuredText docstring as terminal text: a literal block's ``::`` ends in one
+    colon and ````name```` loses its double backticks (the docstring stays valid RST)."""
+    return doc.replace("::\n", ":\n").replace("``", "`")
+
+
 SIM_HELP = f"""\
 glmserve simulate: SGLang 0.5.9-compatible server simulator (no GPU needed).
 
@@ -83,7 +90,7 @@ without the launcher noticing: warmup times out after 600 s (scaled) and the lau
 SIGKILLs itself; after start-up the process stays up and /health turns 503.
 
 Cost model:
-{costmodel.__doc__}"""
+{_plain(costmodel.__doc__ or "")}"""
 
 
 def check_args(argv: list[str]) -> int:
