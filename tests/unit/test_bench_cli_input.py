@@ -92,6 +92,14 @@ def _one_line_usage_error(code: int, err: str, flag: str) -> None:
         (["--dataset-path", "/nonexistent/prompts.txt"], "--dataset-path"),
         (["--output", "/nonexistent/dir/out.json"], "--output"),
         (["--output", "/"], "--output"),
+        # 2026-12-03 audit: empty list items and sizes that exhausted the client (exit 70)
+        (["--percentiles", "50,,99"], "--percentiles"),
+        (["--slo", "ttft_ms=5,,tpot_ms=6"], "--slo"),
+        (["--output-len", "99999999999999999999"], "--output-len"),
+        (["--input-len", "1000000000"], "--input-len"),
+        (["--num-prompts", "99999999999999999999"], "--num-prompts"),
+        (["--warmup", "1000000000"], "--warmup"),
+        (["--input-len", "200000", "--num-prompts", "200"], "--input-len"),
     ],
 )
 def test_bad_value_is_a_one_line_usage_error_before_any_request(capsys, args, flag):
@@ -200,3 +208,24 @@ def test_help_shows_the_bracketed_range_and_every_mode(capsys):
     flat = " ".join(out.replace("│", " ").split())
     assert "[len*ratio," in flat
     assert "rate (open loop" in flat
+
+
+def test_a_duration_times_rate_schedule_too_large_to_build_is_refused():
+    """--duration D at rate R precomputes about 1.5 x R x D arrivals: 1.5 million prompts
+    were a MemoryError before any request."""
+    from glmserve.bench.runner import BenchSettings
+    from glmserve.bench.session import Gates, validate_settings
+
+    s = BenchSettings(base_url=URL, mode="rate", request_rate=[1000.0], duration=1000)
+    with pytest.raises(ConfigError, match="prompts to build"):
+        validate_settings(s, Gates())
+
+
+def test_a_run_and_a_url_together_are_refused(capsys):
+    """`bench RUN --url URL` measured the URL and filed the result under RUN (its profile,
+    argv, GPUs), unchecked: compare then showed a profile against itself as a speedup."""
+    code, out, err = run_cli(capsys, "bench", "65afd5ea", "--url", URL, "--num-prompts", "2")
+    _one_line_usage_error(code, err, "--url")
+    assert "not both" in err and out == ""
+    with RunStore.open() as store:
+        assert store.list_bench_results() == []

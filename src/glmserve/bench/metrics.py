@@ -203,8 +203,8 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
     """``"50,90,95,99"`` -> (50.0, 90.0, 95.0, 99.0); ValueError names the bad item."""
     out = []
     for item in text.split(","):
-        if not item.strip():
-            continue
+        if not item.strip():  # "50,,99": a typo, refused as --concurrency's empty items are
+            raise ValueError("an empty item in the list")
         p = float(item)
         if not 0 < p < 100:
             raise ValueError(f"percentile {item.strip()} is not within (0, 100)")
@@ -220,7 +220,7 @@ def parse_slo(text: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for item in text.split(","):
         if not item.strip():
-            continue
+            raise ValueError("an empty item in the list")
         key, sep, val = item.partition("=")
         key = key.strip()
         if not sep or key not in SLO_KEYS:

@@ -126,6 +126,12 @@ class BenchSettings:
             and not self.rate_sweep
         )  # fmt: skip
 
+    def prompts_needed(self) -> int:
+        """Distinct prompts built before the first request: enough for the largest level
+        (cycled when running by duration) and the warmup."""
+        need = max((self.prompts_for(c, r) or 2 * c) for c, r in self.level_points())
+        return max(need, self.warmup, 1)
+
     def level_points(self) -> list[tuple[int, float | None]]:
         """(concurrency, rate) of each level: closed-loop levels have no rate; an open-loop
         level's concurrency is its ``--max-concurrency`` (0 = unbounded). A rate sweep's fixed
@@ -738,8 +744,7 @@ def prepare_requests(settings: BenchSettings, model: str) -> list[Request]:
     """Enough distinct prompts for the largest level (cycled when running by duration):
     random token ids, or the dataset file's prompts; output lengths per --random-range-ratio,
     or each dataset prompt's reply length (``BenchSettings.reply_lengths``)."""
-    need = max((settings.prompts_for(c, r) or 2 * c) for c, r in settings.level_points())
-    need = max(need, settings.warmup, 1)
+    need = settings.prompts_needed()
     tok = load_tokenizer(settings.tokenizer)
     ratio = settings.range_ratio()
     prompts: list[Any]

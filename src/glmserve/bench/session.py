@@ -274,6 +274,13 @@ MAX_RATE_SWEEP = 100  # rates between synchronous and all-at-once (guidellm's de
 # Gamma gaps of shape B vary by 1/sqrt(B): 3% at 1000, already a fixed schedule; far above,
 # random.gammavariate overflows (inf -> "alpha and beta must be > 0.0").
 MAX_BURSTINESS = 1000.0
+# Token lengths and counts: prompts are built before the first request, as Python lists of
+# token ids (~36 bytes a token), so these bound the client's memory: --input-len 10**9 was a
+# MemoryError, --output-len 10**20 a TypeError deep in the JSON encoder (exit 70).
+MAX_LEN = 1 << 20  # tokens per prompt or reply: 1M, beyond any served context today
+MAX_PROMPT_TOKENS = 20_000_000  # every prompt built for a bench (~0.7 GB of ids)
+MAX_PROMPTS = 1_000_000  # requests per level (bench_serving's runs are thousands)
+MAX_WARMUP = 10_000
 
 
 def _finite(flag: str, value: float | None, high: float | None = None, what: str = "") -> None:
@@ -334,10 +341,19 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
                           f"got {max(s.concurrency):,}")  # fmt: skip
     if s.input_len < 1 or s.output_len < 1:
         raise ConfigError("--input-len/--output-len must be at least 1")
+    for flag, n in (("--input-len", s.input_len), ("--output-len", s.output_len)):
+        if n > MAX_LEN:
+            raise ConfigError(f"{flag}: at most {MAX_LEN:,} tokens per request, got {n:,}")
     if s.num_prompts is not None and s.num_prompts < 1:
         raise ConfigError("--num-prompts must be at least 1")
+    if s.num_prompts is not None and s.num_prompts > MAX_PROMPTS:
+        raise ConfigError(
+            f"--num-prompts: at most {MAX_PROMPTS:,} per level, got {s.num_prompts:,}"
+        )
     if s.warmup < 0:
         raise ConfigError(f"--warmup: expected 0 or more requests, got {s.warmup}")
+    if s.warmup > MAX_WARMUP:
+        raise ConfigError(f"--warmup: at most {MAX_WARMUP:,} requests, got {s.warmup:,}")
     if s.workers is not None and not 1 <= s.workers <= MAX_WORKERS:
         raise ConfigError(f"--workers: expected 1 to {MAX_WORKERS} client processes, "
                           f"got {s.workers}")  # fmt: skip
@@ -357,6 +373,15 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
     if s.max_concurrency is not None and not (s.request_rate or s.rate_sweep):
         raise ConfigError("--max-concurrency caps open-loop load: give --request-rate too "
                           "(closed-loop levels are --concurrency)")  # fmt: skip
+    need = s.prompts_needed()
+    if need > MAX_PROMPTS:
+        raise ConfigError(f"{need:,} prompts to build (--num-prompts/--duration x rate): at most "
+                          f"{MAX_PROMPTS:,}")  # fmt: skip
+    if not s.dataset_path and need * s.input_len > MAX_PROMPT_TOKENS:
+        raise ConfigError(
+            f"--input-len {s.input_len:,} x {need:,} prompts is {need * s.input_len:,} tokens to "
+            f"build; at most {MAX_PROMPT_TOKENS:,} (fewer prompts, or --duration cycles them)"
+        )
     if not 0.0 <= s.range_ratio() <= 1.0:  # NaN fails this too
         raise ConfigError("--random-range-ratio must be within 0..1")
     if s.rate_sweep and s.range_ratio() != 1.0:
@@ -388,6 +413,13 @@ def run_bench(
 ) -> BenchOutcome:
     """Measure, assemble, evaluate gates and store; Ctrl-C yields a partial, marked result."""
     validate_settings(settings, gates)
+    if run_id and settings.base_url:
+        # The result would be filed under the run (its profile, argv, GPUs) while measured
+        # on whatever answers the URL, unchecked: a speedup of one server over itself.
+        raise ConfigError(
+            f"give a RUN id or --url, not both (run {run_id} is benched on its own server, "
+            "found and verified from the store)"
+        )
     run_id, group = bench_run(run_id)
     meta = run_metadata(run_id)
     if group is not None:
