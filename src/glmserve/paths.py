@@ -75,3 +75,61 @@ def read_capped(path: Path, limit: int, what: str, missing: str | None = None) -
     if len(data) > limit:
         raise ConfigError(f"{path}: {what} is larger than {limit} bytes")
     return data
+
+
+def _is_own_state(path: Path) -> bool:
+    """Whether writing ``path`` would overwrite glmserve's own state: an existing file under
+    ``GLMSERVE_HOME`` (the run store ``runs.sqlite`` and its journal, run logs, sweep files),
+    or another name (a hard link, a symlink) for the run store."""
+    if not path.exists():
+        return False
+    home = glmserve_home().resolve()
+    real = path.resolve()
+    if real == home or home in real.parents:
+        return True
+    store = home / "runs.sqlite"
+    try:
+        return store.exists() and os.path.samefile(real, store)
+    except OSError:
+        return False
+
+
+def check_output_file(flag: str, text: str | os.PathLike[str]) -> Path:
+    """The file an output option names, refused before anything is measured or rendered
+    (one-line ConfigError naming ``flag``): empty (an unset shell variable), a directory, a
+    missing or unwritable directory, an unwritable file, or glmserve's own state. Writing
+    ``--output $GLMSERVE_HOME/runs.sqlite`` replaced the run store, losing every result and
+    the records ``stop`` needs to find live servers."""
+    raw = os.fspath(text)
+    if not raw.strip():
+        raise ConfigError(f"{flag}: empty; name the file to write")
+    path = Path(raw)
+    if path.is_dir():
+        raise ConfigError(f"{flag} {raw}: is a directory; name the file to write")
+    if _is_own_state(path):
+        raise ConfigError(
+            f"{flag} {raw}: is glmserve's own state (under {glmserve_home()}); write elsewhere"
+        )
+    parent = path.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{flag} {raw}: no such directory {parent}")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ConfigError(f"{flag} {raw}: not writable")
+    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {raw}: directory {parent} is not writable")
+    return path
+
+
+def check_output_dir(flag: str, path: Path) -> Path:
+    """A directory an output option names (one file per item): it may be created, but only
+    inside an existing directory (a typo'd ``/nonexist/deep/dir`` is refused, not built), and
+    never a file or glmserve's own state."""
+    if not str(path).strip():
+        raise ConfigError(f"{flag}: empty; name the directory to write into")
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{flag} {path}: is a file; name a directory")
+    if path.exists() and path.resolve() == glmserve_home().resolve():
+        raise ConfigError(f"{flag} {path}: is glmserve's data directory; write elsewhere")
+    if not path.exists() and not path.parent.is_dir():
+        raise ConfigError(f"{flag} {path}: no such directory {path.parent}")
+    return path

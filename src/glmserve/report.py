@@ -1008,7 +1008,6 @@ def _fmt(v: float | None) -> str:
 
 
 def write_html(data: ReportData, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_html(data), encoding="utf-8")
     return path
 
@@ -1022,7 +1021,7 @@ def write_pngs(data: ReportData, directory: Path) -> list[Path]:
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise ConfigError("--png needs matplotlib: pip install matplotlib") from exc
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(exist_ok=True)  # its parent exists (``paths.check_output_dir``)
     written = []
     for spec in chart_specs(data):
         fig = png_figure(spec, plt)

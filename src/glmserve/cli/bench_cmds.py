@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -85,17 +84,10 @@ def _levels(text: str) -> list[int]:
 
 def _check_output(output: Path | None) -> None:
     """Refuse an ``--output`` that cannot be written before the bench runs, not after it."""
-    if output is None:
-        return
-    if not str(output).strip() or output.is_dir():
-        raise ConfigError(f"--output {str(output)!r}: is a directory; name the JSON file to write")
-    parent = output.parent
-    if not parent.is_dir():
-        raise ConfigError(f"--output {output}: no such directory {parent}")
-    if output.exists() and not os.access(output, os.W_OK):
-        raise ConfigError(f"--output {output}: not writable")
-    if not output.exists() and not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"--output {output}: directory {parent} is not writable")
+    if output is not None:
+        from glmserve.paths import check_output_file
+
+        check_output_file("--output", output)
 
 
 def resolve_mode(mode: str | None, open_loop: bool) -> str:

@@ -26,15 +26,14 @@ from glmserve.errors import ConfigError
 
 def _report_paths(html_file: str, png: Path | None) -> Path:
     """Refuse output paths ``report`` cannot write before anything is rendered: an empty
-    ``--html`` (an unset shell variable, which Path() would read as "."), an ``--html`` that
-    is a directory, a ``--png`` that is a file (it names the folder of one PNG per chart)."""
-    if not html_file.strip():
-        raise ConfigError("--html: empty; name the .html file to write")
-    path = Path(html_file)
-    if path.is_dir():
-        raise ConfigError(f"--html {html_file}: is a directory; name the .html file to write")
-    if png is not None and png.exists() and not png.is_dir():
-        raise ConfigError(f"--png {png}: is a file; name a directory (one PNG per chart)")
+    ``--html`` (an unset shell variable, which Path() would read as "."), a directory, a
+    missing directory, glmserve's own state; a ``--png`` that is a file or whose parent is
+    missing (see ``paths.check_output_file``/``check_output_dir``)."""
+    from glmserve.paths import check_output_dir, check_output_file
+
+    path = check_output_file("--html", html_file)
+    if png is not None:
+        check_output_dir("--png", png)
     return path
 
 
