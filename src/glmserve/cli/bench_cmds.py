@@ -21,6 +21,7 @@ from glmserve.cli.options import (
 from glmserve.cli.views import (
     PlainProgress,
     RichProgress,
+    plain,
     render_compare,
     render_table,
     sweep_line,
@@ -333,8 +334,8 @@ def bench(
         emit_json(data)
     if not as_json:
         out.print(render_table(res, wide=wide, width=out.width))
-        for line in render_plain(res):
-            out.print(line, highlight=False)
+        for line in render_plain(res):  # may quote the server (a stop reason): data
+            out.print(plain(line), highlight=False, markup=False)
         if res.sweep is not None:
             out.print(sweep_line(res.sweep), highlight=False, markup=False)
         if outcome.result_id is not None:
@@ -385,4 +386,4 @@ def compare(
     else:
         out.print(render_compare(table))
         for line in compare_notes(table):
-            out.print(line, highlight=False, markup=False)
+            out.print(plain(line), highlight=False, markup=False)

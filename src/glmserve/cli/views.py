@@ -43,6 +43,21 @@ if TYPE_CHECKING:
     from glmserve.diagnose import Diagnosis
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def plain(value: Any) -> str:
+    """``str(value)`` safe for a terminal: control characters (an ANSI escape in a label
+    clears the screen) are shown as ``\\xNN``, not sent."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
+
+
+def cell(value: Any, style: str = "") -> Text:
+    """A table cell of data: never read as rich markup (a label ``[/bad]`` made every
+    ``results`` listing fail with exit 70) and free of control characters."""
+    return Text(plain(value), style=style)
+
+
 def _f(v: Any, digits: int = 1) -> str:
     return "-" if v is None else f"{v:,.{digits}f}"
 
@@ -64,7 +79,7 @@ def profiles_table(rows: list[dict[str, Any]]) -> Table:
             r["sglang"] or "-",
             r["description"],
         )
-        table.add_row(*(Text(str(c)) for c in cells))
+        table.add_row(*(cell(c) for c in cells))
     return table
 
 
@@ -238,7 +253,7 @@ def wide_cells(lv: dict[str, Any]) -> dict[str, str]:
     return cells
 
 
-def _wide_table(res: BenchResult, title: str, width: int) -> Table:
+def _wide_table(res: BenchResult, title: Text, width: int) -> Table:
     """All figures, untruncated: one column per figure where that fits ``width``, else one
     row per figure and one column per level (a terminal too narrow never cuts a value)."""
     rows = [wide_cells(lv) for lv in res.levels]
@@ -271,10 +286,10 @@ def render_table(res: BenchResult, wide: bool = False, width: int = 80) -> Table
     if not res.complete:
         title += f"  [INCOMPLETE: {res.stopped}]"
     if wide:
-        return _wide_table(res, title, width)
+        return _wide_table(res, cell(title), width)
     keys = _pkeys(res)
     cols = table_columns(res, wide, width)
-    t = Table(title=title, title_justify="left")
+    t = Table(title=cell(title), title_justify="left")
     for col in cols:
         head = col
         if col in _PCT_COLUMNS and keys != ("p50", "p90", "p99"):
@@ -400,7 +415,8 @@ def _x(v: float | None, row: dict[str, Any], flag: str | None = None) -> str:
 def render_compare(table: dict[str, Any]) -> Table:
     """The comparison table: decode tok/s and output tok/s per level, each with speedup."""
     t = Table(
-        title=f"glmserve compare (baseline: result {table['baseline']})", title_justify="left"
+        title=cell(f"glmserve compare (baseline: result {table['baseline']})"),
+        title_justify="left",
     )
     for col in ("result", "run", "profile", "mode", "decode tok/s", "x", "TTFT ms"):
         t.add_column(col, justify="left" if col in ("run", "profile", "mode") else "right")
@@ -422,7 +438,7 @@ def render_compare(table: dict[str, Any]) -> Table:
         for c in table["concurrency"]:
             lv = r["levels"][str(c)]
             cells += [_f(lv["output_tok_s"]), _x(lv["speedup"], r, lv.get("flag"))]
-        t.add_row(*cells)
+        t.add_row(*(cell(c) for c in cells))
     return t
 
 
@@ -445,19 +461,20 @@ def list_table(rows: list[dict[str, Any]]) -> Table:
         res, ctx = r["result"], context(r)
         meta = {**(res.get("meta") or {}), **(r.get("meta") or {})}
         speed = sim_speed(r)
-        t.add_row(
-            str(r["id"]),
+        cells = (
+            r["id"],
             time.strftime("%Y-%m-%d %H:%M", time.gmtime(r["created_at"])),
-            str(r.get("run_id") or "-"),
-            str(ctx["profile"] or "-"),
-            str(res.get("mode")),
+            r.get("run_id") or "-",
+            ctx["profile"] or "-",
+            res.get("mode"),
             _headline(res),
             ",".join(str(x) for x in levels_of(r)),
             "yes" if res.get("complete") else "NO",
-            str(ctx["sglang_version"] or "-"),
+            ctx["sglang_version"] or "-",
             "-" if speed is None else f"x{speed:g}",
             ", ".join(f"{k}={v}" for k, v in (meta.get("labels") or {}).items()),
         )
+        t.add_row(*(cell(c) for c in cells))
     return t
 
 
@@ -495,7 +512,7 @@ def print_sweep(sw: Any) -> None:
             *[f(r["aggregate_tok_s"].get(c)) for c in levels],
             "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
         )
-        table.add_row(*(Text(c) for c in cells))  # data, never rich markup
+        table.add_row(*(cell(c) for c in cells))  # data, never rich markup
     # Not a terminal (CI, a file): do not squeeze the table into 80 columns.
     out.print(table, width=None if out.is_terminal else 160)
     for r in rows:
@@ -864,7 +881,7 @@ def print_status(rows: list[dict[str, Any]]) -> None:
             str(row["pid"] or ""),
             what.strip()[:200],
         )
-        table.add_row(*(Text(str(c)) for c in cells))  # data, never rich markup
+        table.add_row(*(cell(c) for c in cells))  # data, never rich markup
     out.print(table)
 
 
@@ -883,7 +900,7 @@ def print_runs(records: list[Any]) -> None:
             r.launcher,
             r.category or "",
         )
-        table.add_row(*(Text(str(c)) for c in cells))  # data, never rich markup
+        table.add_row(*(cell(c) for c in cells))  # data, never rich markup
     out.print(table)
 
 
@@ -943,5 +960,5 @@ def _stop_table(reports: list[dict[str, Any]]) -> None:
         node = f"{rep['group_id']}:{rep['node_rank']}" if rep.get("group_id") else ""
         style = "red" if not rep["ok"] else ""
         cells = (rep["run_id"], rep["host"], node, _stop_outcome(rep))
-        table.add_row(*(Text(str(c), style=style) for c in cells))  # data, never markup
+        table.add_row(*(cell(c, style) for c in cells))  # data, never markup
     err.print(table)
