@@ -117,22 +117,23 @@ def test_tokens_per_chunk_and_usage(start_simulator, k):
     content = docs[:-1]
     assert all(d["object"] == "text_completion" and d["usage"] is None for d in content)
     pieces = [d["choices"][0]["text"] for d in content]
-    # k tokens per chunk, the remainder in the last one: 10 = 3+3+3+1
-    assert len(content) == -(-n // k)
+    # SGLang's stream_interval: the first token alone, then k per chunk, the remainder in
+    # the last one: 10 = 1+3+3+3 (k=3)
+    assert len(content) == 1 + -(-(n - 1) // k)
     assert content[-1]["choices"][0]["finish_reason"] == "length"
     assert usage_doc["usage"]["completion_tokens"] == n
     assert usage_doc["usage"]["prompt_tokens"] == 8
     assert usage_doc["usage"]["total_tokens"] == n + 8
     # each token's text is " word": count them in what was streamed
     assert sum(p.count(" ") for p in pieces) == n
-    # native stream: completion_tokens advance by k per chunk
+    # native stream: completion_tokens 1, then advancing by k per chunk
     body2 = {"input_ids": [7] * 4, "sampling_params": {"max_new_tokens": n}, "stream": True}
     with (
         httpx.Client(base_url=sim.url, timeout=10) as c,
         c.stream("POST", "/generate", json=body2) as r,
     ):
         counts = [json.loads(e)["meta_info"]["completion_tokens"] for e in sse_events(r)[:-1]]
-    assert counts == [3, 6, 9, 10]
+    assert counts == [1, 4, 7, 10]
 
 
 def test_chat_completions_stream_and_non_stream(simulator):

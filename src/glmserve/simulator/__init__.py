@@ -56,7 +56,8 @@ ranks start (TP ranks node_rank*tp/N ...) and no HTTP port is bound (SGLang answ
 
 Simulator options:
   --sim-speed X               run X times faster than real time (steps and phases)
-  --sim-tokens-per-chunk K    K tokens per SSE chunk (default 1)
+  --sim-tokens-per-chunk K    SGLang's --stream-interval: the first token alone, then K per
+                              SSE chunk (default 1)
   --sim-load-seconds S, --sim-kv-seconds S, --sim-graphs-seconds S, --sim-warmup-seconds S
   --sim-gpu-arch sm120|sm100|sm90   (trtllm_mla, cutlass_mla crash at warmup unless sm100)
   --sim-sglang-version V      version reported and logged (0.5.9)

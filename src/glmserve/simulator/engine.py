@@ -348,7 +348,10 @@ class Engine:
             if done:
                 r.finished = True
                 r.finish = gen_t
-            if done or n + 1 - r.flushed >= k:
+            # SGLang's stream_interval rule (0.5.9 scheduler_output_processor_mixin.py:968-979):
+            # with k > 1 a chunk goes out when len(output_ids) % k == 1, so the first token
+            # is sent alone and then every k tokens; k == 1 sends each token.
+            if done or k == 1 or (n + 1) % k == 1:
                 sink = r.sink
                 ntok = n + 1 - r.flushed
                 r.flushed = n + 1
