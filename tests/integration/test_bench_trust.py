@@ -244,3 +244,36 @@ def test_a_worker_dying_mid_bench_is_diagnosed_not_reported_complete(launch):
     data = json.loads(res.stdout)
     assert data["complete"] is False and data["levels"][0]["errors"] >= 1
     assert status(run)["state"] == "CRASHED"
+
+
+def test_a_run_stopped_mid_bench_is_stopped_not_a_crash(launch):
+    """`glmserve stop RUN` during `bench RUN` was reported as 'run EXITED during the
+    measurement', exit 3 and stored as a server exit: it is STOPPED, exit 2, as `launch`
+    says of a run stopped while it watched; the partial result is stored, incomplete."""
+    run = launch("flashinfer", f"server.port={free_port()}")
+    with RunStore.open() as store:
+        log_path = store.get_run(run).log_path
+    bench = subprocess.Popen(
+        [*GLMSERVE, "bench", run, "--mode", "concurrency", "--concurrency", "2",
+         "--num-prompts", "2000", "--output-len", "48", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while _served(log_path) < 3:  # measuring (past the warmup)
+            assert time.monotonic() < deadline and bench.poll() is None, "bench never ran"
+            time.sleep(0.1)
+        assert cli("stop", run).returncode == 0
+        out, err = bench.communicate(timeout=60)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    assert bench.returncode == 2, err
+    last = err.strip().splitlines()[-1]
+    assert f"run {run} was stopped during the measurement" in last, err
+    assert "crash" not in last.lower() and "EXITED" not in last
+    data = json.loads(out)
+    assert data["complete"] is False and data["stopped"].startswith("server STOPPED")
+    (row,) = bench_rows(run)
+    assert row["result"]["complete"] is False
+    assert status(run)["state"] == "STOPPED"

@@ -284,13 +284,17 @@ def serving_endpoint(run_id: str) -> Iterator[tuple[str, RunRecord, Identity]]:
 class Verdict:
     """Why the monitored server is no longer serving."""
 
-    state: str  # CRASHED | EXITED
+    state: str  # CRASHED | EXITED | STOPPED (``glmserve stop`` ended it: not a crash)
     reason: str
     diagnosis: Diagnosis | None = None
     run_id: str = ""  # the run that died (a node of a group, for a group)
 
-    def error(self, run_id: str | None = None) -> ServerCrashed:
+    def error(self, run_id: str | None = None) -> GlmserveError:
         run_id = self.run_id or run_id
+        if self.state == "STOPPED":
+            from glmserve.errors import RunNotServing
+
+            return RunNotServing(f"run {run_id} was stopped during the measurement: {self.reason}")
         d = self.diagnosis
         detail = self.reason
         if d is not None and d.root_cause:
@@ -382,15 +386,25 @@ class RunMonitor:
         except TransportError:
             return None  # the host did not answer this time; the next poll asks again
         d = self.diag.diagnosis
+        verdict = None
         if d.state is State.CRASHED:
-            return Verdict("CRASHED", d.root_cause or "crash in the log", d)
-        if not own.alive:
+            verdict = Verdict("CRASHED", d.root_cause or "crash in the log", d)
+        elif not own.alive:
             reason = f"the server process exited ({own.reason or 'no process left'})"
-            return Verdict("EXITED", reason, d if d.root_cause else None)
-        missing = [p for p in self.run.meta.get("ready_pids", []) if p not in own.pids]
-        if missing:
-            return Verdict("CRASHED", f"process(es) {missing} of the run died after READY")
-        return None
+            verdict = Verdict("EXITED", reason, d if d.root_cause else None)
+        elif missing := [p for p in self.run.meta.get("ready_pids", []) if p not in own.pids]:
+            verdict = Verdict("CRASHED", f"process(es) {missing} of the run died after READY")
+        return self._unless_stopped(verdict)
+
+    def _unless_stopped(self, verdict: Verdict | None) -> Verdict | None:
+        """A server that went away because ``glmserve stop`` ended it was stopped, not
+        crashed (its SIGTERM traceback and exit look like one): exit 2, as ``launch`` says."""
+        if verdict is None:
+            return None
+        with contextlib.suppress(GlmserveError), RunStore.open() as store:
+            if store.stop_requested(self.run.run_id):
+                return Verdict("STOPPED", "`glmserve stop` ended it", run_id=self.run.run_id)
+        return verdict
 
     def check_health(self, base_url: str, timeout: float = HEALTH_TIMEOUT_S) -> Verdict | None:
         """After requests failed with the processes up: ask ``/health``. A scheduler that
@@ -406,13 +420,16 @@ class RunMonitor:
             return None
         with self._lock:
             if self.verdict is None:
-                self.verdict = Verdict(
-                    "CRASHED",
-                    f"GET /health -> {code or 'no answer'} after requests failed while the "
-                    "server process is up: a worker likely died (SGLang does not notice)",
-                    run_id=self.run.run_id,
+                self.verdict = self._unless_stopped(
+                    Verdict(
+                        "CRASHED",
+                        f"GET /health -> {code or 'no answer'} after requests failed while the "
+                        "server process is up: a worker likely died (SGLang does not notice)",
+                        run_id=self.run.run_id,
+                    )
                 )
-                self._record()
+                if self.verdict is not None and self.verdict.state != "STOPPED":
+                    self._record()
         return self.verdict
 
     def _record(self) -> None:
