@@ -30,7 +30,11 @@ from glmserve.cli.views import list_table
 from glmserve.errors import ConfigError
 
 results_app = typer.Typer(
-    help="Stored bench results: list (with filters), show ID, export.",
+    help="Stored bench results: list (with filters), show ID, export.\n\n"
+    "Filters combine; before `export` they select what it writes, as they select what the "
+    "list shows (`results --label team=infra export`). `--json` before `show` is show's "
+    "--json. `show ID` takes no filters and `export` writes --format, not --json: those are "
+    "refused (exit 2), never ignored.",
     no_args_is_help=False,
     invoke_without_command=True,
 )
@@ -158,15 +162,13 @@ def results(
 ) -> None:
     """List stored bench results, newest first (filters combine).
 
-    Examples:
-
-      glmserve results --label team=infra --last 10
-
-      glmserve results show 12
-
-      glmserve results export --format csv --output results.csv --profile flashinfer_gtc
+    The filters may also come before ``export``: ``results --label team=infra export`` writes
+    what ``results --label team=infra`` lists. ``--json`` before ``show`` is show's ``--json``.
+    ``show ID`` takes no filters and ``export`` writes ``--format``, not ``--json``: those are
+    refused (exit 2), never silently ignored.
     """
     if ctx.invoked_subcommand is not None:
+        _check_group_options(ctx.invoked_subcommand, ctx.params)
         return
     rows = select_rows(run, profile, mode, _labels(label), last)
     if as_json:
@@ -175,8 +177,64 @@ def results(
         out.print(list_table(rows))
 
 
+# The group's options as the user typed them, for the messages that refuse them.
+GROUP_FLAGS = {"run": "--run", "profile": "--profile", "mode": "--mode", "label": "--label",
+               "last": "--last", "as_json": "--json"}  # fmt: skip
+
+
+def _given(params: dict[str, Any]) -> dict[str, Any]:
+    """The group options the user gave (every default is None, empty or False; ``--last 0``
+    is given, and refused later, so 0 must not pass for False)."""
+    return {
+        k: v
+        for k, v in params.items()
+        if k in GROUP_FLAGS and v not in (None, (), []) and v is not False
+    }
+
+
+def _check_group_options(subcommand: str, params: dict[str, Any]) -> None:
+    """Refuse a group option its subcommand cannot use, before it runs.
+
+    Click parses ``results --profile x show 12`` happily and the subcommand never looked at
+    ``--profile``: a filter that filters nothing, exit 0, is worse than an error. ``show``
+    takes one id (a filter there is a mistake, and ``--json`` is passed on); ``export``
+    applies the filters (``_group_filters``) but has ``--format`` instead of ``--json``.
+    """
+    given = _given(params)
+    if subcommand == "show":
+        wrong = [GROUP_FLAGS[k] for k in given if k != "as_json"]
+        if wrong:
+            raise ConfigError(
+                f"{', '.join(wrong)}: `results show ID` takes no filters; drop them (filters "
+                f"select what `glmserve results` lists and `results export` writes)"
+            )
+    elif subcommand == "export" and "as_json" in given:
+        raise ConfigError(
+            "results --json export: export writes --format csv|json|jsonl; drop --json"
+        )
+
+
+def _group_filters(ctx: typer.Context) -> dict[str, Any]:
+    """The filters given before the subcommand (``results --profile x export``), if any."""
+    parent = ctx.parent
+    return _given(parent.params) if parent is not None else {}
+
+
+def _merged(flag: str, before: Any, after: Any) -> Any:
+    """One filter given before and after ``export``: the same value is that value; two
+    values are refused (as every other option given twice with two values is)."""
+    if before is None or before == after:
+        return after
+    if after is None:
+        return before
+    raise ConfigError(
+        f"{flag} given twice with two values ({before!r} before export, {after!r} after)"
+    )
+
+
 @results_app.command("show")
 def show(
+    ctx: typer.Context,
     result_id: int = typer.Argument(..., help="Bench result id (from `glmserve results`)."),
     as_json: JsonOpt = False,
     wide: WideOpt = False,
@@ -189,7 +247,7 @@ def show(
 
     with RunStore.open() as store:
         row = store.get_bench_result(result_id)
-    if as_json:
+    if as_json or _group_filters(ctx).get("as_json"):  # `results --json show 12` too
         emit_json(_full(row))
         return
     res = BenchResult.from_dict(row["result"])
@@ -222,6 +280,7 @@ def _setting(value: Any) -> str:
 
 @results_app.command("export")
 def export(
+    ctx: typer.Context,
     fmt: str = typer.Option("csv", "--format", help="csv (one row per level) | json | jsonl"),
     output: Path | None = typer.Option(None, "--output", help="Write here instead of stdout."),
     run: RunFilterOpt = None,
@@ -230,10 +289,22 @@ def export(
     label: LabelFilterOpt = (),
     last: LastOpt = None,
 ) -> None:
-    """Export stored results for a spreadsheet (csv) or a script (json, jsonl)."""
+    """Export stored results for a spreadsheet (csv) or a script (json, jsonl).
+
+    Exports what ``glmserve results`` with the same filters lists; the filters may come
+    before or after ``export`` and combine (one given both places with two values is refused).
+    """
     if fmt not in FORMATS:
         raise ConfigError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
-    text = export_text(select_rows(run, profile, mode, _labels(label), last), fmt)
+    before = _group_filters(ctx)
+    rows = select_rows(
+        _merged("--run", before.get("run"), run),
+        _merged("--profile", before.get("profile"), profile),
+        _merged("--mode", before.get("mode"), mode),
+        _labels(list(dict.fromkeys([*before.get("label", []), *label]))),
+        _merged("--last", before.get("last"), last),
+    )
+    text = export_text(rows, fmt)
     if output is None:
         sys.stdout.write(text)
         return
