@@ -106,3 +106,25 @@ def test_group_json_before_show_is_shows_json(capsys):
     rid = _store({"team": "infra"})
     code, out, _ = run_cli(capsys, "results", "--json", "show", str(rid))
     assert code == 0 and json.loads(out)["id"] == rid
+
+
+# -- 4: an empty filter value matches nothing a user meant -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--run", ""], "--run"),
+        (["--run", " "], "--run"),
+        (["--profile", ""], "--profile"),
+        (["--run", "", "export"], "--run"),
+        (["export", "--profile", ""], "--profile"),
+        (["--label", ""], "--label"),
+        (["--mode", ""], "--mode"),
+    ],
+)
+def test_empty_filter_values_are_refused(capsys, args, flag):
+    _store({"team": "infra"}, profile="fi")
+    code, out, err = run_cli(capsys, "results", *args)
+    _one_line_usage_error(code, err, flag)
+    assert out == ""

@@ -57,9 +57,16 @@ def select_rows(
     labels: dict[str, str] | None = None,
     last: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Stored bench rows matching every filter, newest first (``--last`` applies after)."""
+    """Stored bench rows matching every filter, newest first (``--last`` applies after).
+
+    An empty ``--run``/``--profile`` is refused: ``--run ''`` is a prefix of every run id,
+    so a script's unset variable (``--run "$RUN"``) listed and exported everything.
+    """
     from glmserve.store import RunStore
 
+    for flag, value in (("--run", run), ("--profile", profile)):
+        if value is not None and not value.strip():
+            raise ConfigError(f"{flag}: expected a value, got {value!r} (leave {flag} out for all)")
     if last is not None and last < 1:
         raise ConfigError("--last must be at least 1")
     if mode is not None and mode not in MODES:  # a typo would list nothing, exit 0
