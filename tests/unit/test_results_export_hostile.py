@@ -108,6 +108,53 @@ def test_group_json_before_show_is_shows_json(capsys):
     assert code == 0 and json.loads(out)["id"] == rid
 
 
+# -- 2: CSV cells a spreadsheet would evaluate, ambiguous labels, missing columns -----------
+
+
+def test_csv_neutralises_formulas_but_keeps_numbers(capsys):
+    _store(
+        {"f": "=1+1", "a": "x;b=y"},
+        profile="@SUM(A1)",
+        settings={"dataset_path": "=cmd|' /C calc'!A0", "api": "+native", "mode": "\tdecode"},
+        levels=[_level(output_tok_s=-1.5, window_kind="-steady", stopped="\rlevel")],
+    )
+    code, out, _ = run_cli(capsys, "results", "export")
+    assert code == 0
+    row = _csv(out)[0]
+    assert row["dataset_path"] == "'=cmd|' /C calc'!A0"
+    assert row["profile"] == "'@SUM(A1)"
+    assert row["api"] == "'+native" and row["window_kind"] == "'-steady"
+    assert row["output_tok_s"] == "-1.5"  # a number stays a number
+    assert json.loads(row["labels"]) == {"f": "=1+1", "a": "x;b=y"}  # one label, not two
+
+
+def test_csv_has_every_stored_field_a_reader_needs(capsys):
+    _store(
+        {"team": "infra"},
+        settings={"seed": 7, "warmup": 2, "slo": {"ttft_ms": 200.0}},
+        notes=["level 64 never had 64 streams in flight"],
+        levels=[_level(tokens_estimated=True)],
+    )
+    code, out, _ = run_cli(capsys, "results", "export")
+    assert code == 0
+    row = _csv(out)[0]
+    assert row["seed"] == "7" and row["warmup"] == "2"
+    assert json.loads(row["slo"]) == {"ttft_ms": 200.0}
+    assert json.loads(row["notes"]) == ["level 64 never had 64 streams in flight"]
+    assert row["input_tokens"] == "128" and row["good_requests"] == "3"
+    assert row["tokens_estimated"] == "True" and row["stopped"] == ""
+
+
+def test_an_interrupted_result_without_levels_is_one_row(capsys):
+    _store({"team": "infra"}, complete=False, stopped="interrupted (Ctrl-C or SIGTERM)", levels=[])
+    code, out, _ = run_cli(capsys, "results", "export")
+    rows = _csv(out)
+    assert code == 0 and len(rows) == 1
+    assert rows[0]["complete"] == "False"
+    assert rows[0]["stopped"] == "interrupted (Ctrl-C or SIGTERM)"
+    assert rows[0]["concurrency"] == "" and json.loads(rows[0]["labels"]) == {"team": "infra"}
+
+
 # -- 4: an empty filter value matches nothing a user meant -------------------------------
 
 

@@ -89,31 +89,52 @@ def select_rows(
     return out_rows[:last] if last else out_rows
 
 
+# Per-level fields of a stored result (``bench --json`` ``levels[]``), in CSV column order;
+# one a result predates is an empty cell.
+LEVEL_FIELDS = ("concurrency", "request_rate", "requests", "completed", "errors", "input_tokens",
+                "output_tokens", "output_tok_s", "window_kind", "request_throughput",
+                "input_tok_s", "output_tok_s_full", "total_tok_s", "goodput", "good_requests",
+                "achieved_concurrency", "max_concurrency_seen", "achieved_request_rate",
+                "tokens_estimated")  # fmt: skip
+# A cell starting with one of these is a formula to Excel/LibreOffice/Sheets (OWASP "CSV
+# injection"): ``--label x=@SUM(...)`` or a dataset path must not run when a CSV is opened.
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
 def flat_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One flat dict per (result, level): what ``export --format csv`` writes."""
+    """One flat dict per (result, level): what ``export --format csv`` writes (``csv_cell``
+    encodes each value).
+
+    A result with no levels (interrupted before its first level ended) is still one row: its
+    result-level fields (``complete`` false, ``stopped`` saying why) and empty level columns.
+    ``labels`` and ``slo`` stay dicts and ``notes`` a list here; ``csv_cell`` writes them as
+    JSON, since ``k=v;k2=v2`` could not tell ``--label 'a=x;b=y'`` from two labels.
+    """
     from glmserve.bench.comparable import comparable_key, context
 
     flat = []
     for r in rows:
         res = r["result"]
         meta = {**(res.get("meta") or {}), **(r.get("meta") or {})}
+        settings = res.get("settings") or {}
         head = {
             "id": r["id"],
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r["created_at"])),
             "run_id": r.get("run_id"),
             "mode": res.get("mode"),
             "complete": res.get("complete"),
+            "stopped": res.get("stopped"),  # why it is incomplete
             **context(r),
             **{k: v for k, v in comparable_key(r).items() if k != "mode"},
-            "labels": ";".join(f"{k}={v}" for k, v in (meta.get("labels") or {}).items()),
+            "seed": settings.get("seed"),
+            "warmup": settings.get("warmup"),
+            "slo": settings.get("slo"),
+            "labels": dict(meta.get("labels") or {}),
+            "notes": list(res.get("notes") or []),
         }
         for lv in res.get("levels") or [{}]:
             row = dict(head)
-            for key in ("concurrency", "request_rate", "requests", "completed", "errors",
-                        "output_tokens", "output_tok_s", "window_kind", "request_throughput",
-                        "input_tok_s", "output_tok_s_full", "total_tok_s", "goodput",
-                        "achieved_concurrency", "max_concurrency_seen",
-                        "achieved_request_rate"):  # fmt: skip
+            for key in LEVEL_FIELDS:
                 v = lv.get(key)
                 row[key] = v if not isinstance(v, list) else ",".join(map(str, v))
             for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms", "decode_tok_s"):
@@ -122,6 +143,19 @@ def flat_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     row[f"{metric}_{st}"] = stats.get(st)  # p99.9 too: every one measured
             flat.append(row)
     return flat
+
+
+def csv_cell(value: Any) -> Any:
+    """One CSV cell: a dict or list as JSON text, a string a spreadsheet would evaluate
+    prefixed with ``'`` (OWASP's neutralisation; the cell then shows the text as typed),
+    anything else as it is, so a number (``-1.5``) stays a number."""
+    from glmserve.strictjson import dumps
+
+    if isinstance(value, (dict, list, tuple)):
+        value = dumps(value)[0]
+    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
+        return "'" + value
+    return value
 
 
 def export_text(rows: list[dict[str, Any]], fmt: str) -> str:
@@ -139,7 +173,7 @@ def export_text(rows: list[dict[str, Any]], fmt: str) -> str:
         fields += [k for k in f if k not in fields]
     w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     w.writeheader()
-    w.writerows(flat)
+    w.writerows({k: csv_cell(v) for k, v in f.items()} for f in flat)
     return buf.getvalue()
 
 
@@ -288,7 +322,12 @@ def _setting(value: Any) -> str:
 @results_app.command("export")
 def export(
     ctx: typer.Context,
-    fmt: str = typer.Option("csv", "--format", help="csv (one row per level) | json | jsonl"),
+    fmt: str = typer.Option(
+        "csv",
+        "--format",
+        help="csv (one row per level; labels, slo and notes as JSON; a cell starting with "
+        "= + - @ gets a leading ' so no spreadsheet runs it) | json | jsonl",
+    ),
     output: Path | None = typer.Option(None, "--output", help="Write here instead of stdout."),
     run: RunFilterOpt = None,
     profile: ProfileFilterOpt = None,
@@ -298,8 +337,8 @@ def export(
 ) -> None:
     """Export stored results for a spreadsheet (csv) or a script (json, jsonl).
 
-    Exports what ``glmserve results`` with the same filters lists; the filters may come
-    before or after ``export`` and combine (one given both places with two values is refused).
+    Exports what `glmserve results` with the same filters lists; the filters may come
+    before or after `export` and combine (one given both places with two values is refused).
     """
     if fmt not in FORMATS:
         raise ConfigError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
