@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 
 import pytest
 from test_bench_cli import run_cli
@@ -153,6 +154,55 @@ def test_an_interrupted_result_without_levels_is_one_row(capsys):
     assert rows[0]["complete"] == "False"
     assert rows[0]["stopped"] == "interrupted (Ctrl-C or SIGTERM)"
     assert rows[0]["concurrency"] == "" and json.loads(rows[0]["labels"]) == {"team": "infra"}
+
+
+# -- 3: non-finite numbers: null (JSON) or an empty cell (CSV), and a warning --------------
+
+
+def _store_non_finite() -> int:
+    """A row as an older glmserve stored it (json.dumps wrote Infinity/NaN before strictjson)."""
+    res = BenchResult(mode="decode", complete=True, levels=[_level()]).to_dict()
+    res["levels"][0]["output_tok_s"] = math.inf
+    res["levels"][0]["ttft_ms"]["p50"] = math.nan
+    with RunStore.open() as store, store.db:
+        cur = store.db.execute(
+            "INSERT INTO bench_results (run_id, created_at, result, meta) VALUES (?, ?, ?, ?)",
+            (None, 0.0, json.dumps(res), "{}"),
+        )
+    return int(cur.lastrowid or 0)
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_json_export_of_non_finite_numbers_warns(capsys, fmt):
+    _store_non_finite()
+    code, out, err = run_cli(capsys, "results", "export", "--format", fmt)
+    assert code == 0 and "Infinity" not in out and "NaN" not in out
+    doc = json.loads(out) if fmt == "json" else [json.loads(line) for line in out.splitlines()]
+    assert doc[0]["levels"][0]["output_tok_s"] is None
+    assert "warning: non-finite number(s) written as null" in err
+    assert "levels[0].output_tok_s" in err and "levels[0].ttft_ms.p50" in err
+
+
+def test_csv_export_of_non_finite_numbers_writes_empty_cells_and_warns(capsys, tmp_path):
+    rid = _store_non_finite()
+    dest = tmp_path / "r.csv"
+    code, _, err = run_cli(capsys, "results", "export", "--output", str(dest))
+    row = _csv(dest.read_text())[0]
+    assert code == 0 and row["output_tok_s"] == "" and row["ttft_ms_p50"] == ""
+    assert "inf" not in dest.read_text() and "nan" not in dest.read_text()
+    assert "warning: non-finite number(s)" in err
+    assert f"result {rid} output_tok_s" in err and f"result {rid} ttft_ms_p50" in err
+
+
+def test_csv_names_a_non_finite_number_inside_a_json_cell():
+    from glmserve.cli.results_cmds import export_text
+
+    settings = {"slo": {"ttft_ms": math.inf}}
+    result = {"mode": "rate", "levels": [], "settings": settings}
+    row = {"id": 9, "run_id": None, "created_at": 0.0, "meta": {}, "result": result}
+    text, bad = export_text([row], "csv")
+    assert json.loads(_csv(text)[0]["slo"]) == {"ttft_ms": None}
+    assert bad == ["result 9 slo.ttft_ms"]
 
 
 # -- 4: an empty filter value matches nothing a user meant -------------------------------

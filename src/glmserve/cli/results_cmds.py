@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import typer
 
-from glmserve.cli._app import app, emit_json, out
+from glmserve.cli._app import app, emit_json, err, out
 from glmserve.cli.options import (
     JsonOpt,
     LabelFilterOpt,
@@ -145,27 +146,42 @@ def flat_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return flat
 
 
-def csv_cell(value: Any) -> Any:
-    """One CSV cell: a dict or list as JSON text, a string a spreadsheet would evaluate
-    prefixed with ``'`` (OWASP's neutralisation; the cell then shows the text as typed),
-    anything else as it is, so a number (``-1.5``) stays a number."""
+def csv_cell(value: Any) -> tuple[Any, list[str]]:
+    """One CSV cell, and the paths of the non-finite numbers it had (``$`` for the cell).
+
+    A dict or list is JSON text; a string a spreadsheet would evaluate is prefixed with ``'``
+    (OWASP's neutralisation; the cell then shows the text as typed); a number stays a number
+    (``-1.5``). A non-finite number is an empty cell, not ``inf``/``nan``, which spreadsheets
+    and ``pandas.read_csv`` read as figures: the CSV twin of strictjson's ``null``.
+    """
     from glmserve.strictjson import dumps
 
+    if isinstance(value, float) and not math.isfinite(value):
+        return None, ["$"]
+    bad: list[str] = []
     if isinstance(value, (dict, list, tuple)):
-        value = dumps(value)[0]
+        value, bad = dumps(value)
     if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
-        return "'" + value
-    return value
+        return "'" + value, bad
+    return value, bad
 
 
-def export_text(rows: list[dict[str, Any]], fmt: str) -> str:
-    """The rows as csv (one line per level), json (a list) or jsonl (one result per line)."""
+def export_text(rows: list[dict[str, Any]], fmt: str) -> tuple[str, list[str]]:
+    """The rows as csv (one line per level), json (a list) or jsonl (one result per line),
+    and where a non-finite number was written as null or an empty cell, for the caller's
+    warning (as ``strictjson.dumps`` returns them: the text itself must stay strict)."""
     from glmserve.strictjson import dumps
 
-    if fmt == "json":
-        return dumps([_full(r) for r in rows], indent=2)[0] + "\n"
+    if fmt == "json":  # the paths `results --json` names for the same document
+        text, bad = dumps([_full(r) for r in rows], indent=2)
+        return text + "\n", bad
     if fmt == "jsonl":
-        return "".join(dumps(_full(r))[0] + "\n" for r in rows)
+        lines, bad = [], []
+        for r in rows:
+            line, line_bad = dumps(_full(r))
+            lines.append(line + "\n")
+            bad += [f"result {r['id']} {p}" for p in line_bad]
+        return "".join(lines), bad
     flat = flat_rows(rows)
     buf = io.StringIO()
     fields: list[str] = []
@@ -173,8 +189,23 @@ def export_text(rows: list[dict[str, Any]], fmt: str) -> str:
         fields += [k for k in f if k not in fields]
     w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     w.writeheader()
-    w.writerows({k: csv_cell(v) for k, v in f.items()} for f in flat)
-    return buf.getvalue()
+    bad = []
+    for f in flat:
+        cells = {}
+        for k, v in f.items():
+            cells[k], cell_bad = csv_cell(v)
+            bad += [f"result {f['id']} {k}{p[1:]}" for p in cell_bad]
+        w.writerow(cells)
+    return buf.getvalue(), bad
+
+
+def _warn_non_finite(bad: list[str], written_as: str) -> None:
+    """The warning ``emit_json`` prints for ``results --json`` (same words, on stderr), for
+    the export, which writes its own text (csv, jsonl, ``--output``) and cannot go through it:
+    a non-finite number is a glmserve bug to report, and the README promises it is named."""
+    if bad:
+        shown = ", ".join(bad[:5]) + (f" (+{len(bad) - 5} more)" if len(bad) > 5 else "")
+        err.print(f"warning: non-finite number(s) written as {written_as}: {shown}", markup=False)
 
 
 def _full(r: dict[str, Any]) -> dict[str, Any]:
@@ -350,14 +381,16 @@ def export(
         _labels(list(dict.fromkeys([*before.get("label", []), *label]))),
         _merged("--last", before.get("last"), last),
     )
-    text = export_text(rows, fmt)
+    text, bad = export_text(rows, fmt)
     if output is None:
         sys.stdout.write(text)
-        return
-    try:
-        output.write_text(text)
-    except OSError as exc:
-        raise ConfigError(f"--output {output}: {exc.strerror or exc}") from exc
+        sys.stdout.flush()  # the data before the warning about it, as emit_json does
+    else:
+        try:
+            output.write_text(text)
+        except OSError as exc:
+            raise ConfigError(f"--output {output}: {exc.strerror or exc}") from exc
+    _warn_non_finite(bad, "empty cells" if fmt == "csv" else "null")
 
 
 app.add_typer(results_app, name="results")
