@@ -35,7 +35,11 @@ results_app = typer.Typer(
     "Filters combine; before `export` they select what it writes, as they select what the "
     "list shows (`results --label team=infra export`). `--json` before `show` is show's "
     "--json. `show ID` takes no filters and `export` writes --format, not --json: those are "
-    "refused (exit 2), never ignored.",
+    "refused (exit 2), never ignored.\n\n"
+    "Examples:\n\n"
+    "  glmserve results --label team=infra --last 10\n\n"
+    "  glmserve results show 12\n\n"
+    "  glmserve results --profile flashinfer_gtc export --format csv --output results.csv",
     no_args_is_help=False,
     invoke_without_command=True,
 )
@@ -234,10 +238,8 @@ def results(
 ) -> None:
     """List stored bench results, newest first (filters combine).
 
-    The filters may also come before ``export``: ``results --label team=infra export`` writes
-    what ``results --label team=infra`` lists. ``--json`` before ``show`` is show's ``--json``.
-    ``show ID`` takes no filters and ``export`` writes ``--format``, not ``--json``: those are
-    refused (exit 2), never silently ignored.
+    With a subcommand, its options are checked here and passed on (``_check_group_options``);
+    ``results_app``'s help, not this docstring, is what ``results --help`` shows.
     """
     if ctx.invoked_subcommand is not None:
         _check_group_options(ctx.invoked_subcommand, ctx.params)
