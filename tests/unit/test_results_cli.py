@@ -44,7 +44,11 @@ def test_labels_at_bench_time_filter_list_show_and_export(capsys, fake, tmp_path
     code, out, _ = run_cli(capsys, "results", "export", "--format", "csv")
     table = list(csv.DictReader(io.StringIO(out)))
     assert [int(r["id"]) for r in table] == [b["id"], a["id"]]  # one level each
-    assert float(table[1]["ttft_ms_p95"]) > 0 and table[1]["labels"] == "team=infra;gpu=h200"
+    assert float(table[1]["ttft_ms_p95"]) > 0
+    assert json.loads(table[1]["labels"]) == {"team": "infra", "gpu": "h200"}
+    # the fields `bench --json` stores beside the figures (bench_json passes --warmup 0)
+    assert table[1]["seed"] == "0" and table[1]["warmup"] == "0" and table[1]["stopped"] == ""
+    assert int(table[1]["input_tokens"]) > 0 and table[1]["tokens_estimated"] == "False"
     code, out, _ = run_cli(capsys, "results", "export", "--format", "jsonl", "--label", "gpu=h200")
     lines = out.splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["id"] == a["id"]
@@ -167,5 +171,7 @@ def test_custom_percentiles_are_shown_and_exported(capsys):
     with RunStore.open() as store:
         store.add_bench_result(None, res.to_dict())
         rows = store.list_bench_results()
-    table = list(csv.DictReader(io.StringIO(export_text(rows, "csv"))))
+    text, bad = export_text(rows, "csv")
+    table = list(csv.DictReader(io.StringIO(text)))
+    assert bad == []
     assert float(table[0]["ttft_ms_p99.9"]) == lv["ttft_ms"]["p99.9"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import typer
 
-from glmserve.cli._app import app, emit_json, out
+from glmserve.cli._app import app, emit_json, err, out
 from glmserve.cli.options import (
     JsonOpt,
     LabelFilterOpt,
@@ -30,7 +31,15 @@ from glmserve.cli.views import list_table
 from glmserve.errors import ConfigError
 
 results_app = typer.Typer(
-    help="Stored bench results: list (with filters), show ID, export.",
+    help="Stored bench results: list (with filters), show ID, export.\n\n"
+    "Filters combine; before `export` they select what it writes, as they select what the "
+    "list shows (`results --label team=infra export`). `--json` before `show` is show's "
+    "--json. `show ID` takes no filters and `export` writes --format, not --json: those are "
+    "refused (exit 2), never ignored.\n\n"
+    "Examples:\n\n"
+    "  glmserve results --label team=infra --last 10\n\n"
+    "  glmserve results show 12\n\n"
+    "  glmserve results --profile flashinfer_gtc export --format csv --output results.csv",
     no_args_is_help=False,
     invoke_without_command=True,
 )
@@ -53,9 +62,16 @@ def select_rows(
     labels: dict[str, str] | None = None,
     last: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Stored bench rows matching every filter, newest first (``--last`` applies after)."""
+    """Stored bench rows matching every filter, newest first (``--last`` applies after).
+
+    An empty ``--run``/``--profile`` is refused: ``--run ''`` is a prefix of every run id,
+    so a script's unset variable (``--run "$RUN"``) listed and exported everything.
+    """
     from glmserve.store import RunStore
 
+    for flag, value in (("--run", run), ("--profile", profile)):
+        if value is not None and not value.strip():
+            raise ConfigError(f"{flag}: expected a value, got {value!r} (leave {flag} out for all)")
     if last is not None and last < 1:
         raise ConfigError("--last must be at least 1")
     if mode is not None and mode not in MODES:  # a typo would list nothing, exit 0
@@ -78,31 +94,52 @@ def select_rows(
     return out_rows[:last] if last else out_rows
 
 
+# Per-level fields of a stored result (``bench --json`` ``levels[]``), in CSV column order;
+# one a result predates is an empty cell.
+LEVEL_FIELDS = ("concurrency", "request_rate", "requests", "completed", "errors", "input_tokens",
+                "output_tokens", "output_tok_s", "window_kind", "request_throughput",
+                "input_tok_s", "output_tok_s_full", "total_tok_s", "goodput", "good_requests",
+                "achieved_concurrency", "max_concurrency_seen", "achieved_request_rate",
+                "tokens_estimated")  # fmt: skip
+# A cell starting with one of these is a formula to Excel/LibreOffice/Sheets (OWASP "CSV
+# injection"): ``--label x=@SUM(...)`` or a dataset path must not run when a CSV is opened.
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
 def flat_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One flat dict per (result, level): what ``export --format csv`` writes."""
+    """One flat dict per (result, level): what ``export --format csv`` writes (``csv_cell``
+    encodes each value).
+
+    A result with no levels (interrupted before its first level ended) is still one row: its
+    result-level fields (``complete`` false, ``stopped`` saying why) and empty level columns.
+    ``labels`` and ``slo`` stay dicts and ``notes`` a list here; ``csv_cell`` writes them as
+    JSON, since ``k=v;k2=v2`` could not tell ``--label 'a=x;b=y'`` from two labels.
+    """
     from glmserve.bench.comparable import comparable_key, context
 
     flat = []
     for r in rows:
         res = r["result"]
         meta = {**(res.get("meta") or {}), **(r.get("meta") or {})}
+        settings = res.get("settings") or {}
         head = {
             "id": r["id"],
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r["created_at"])),
             "run_id": r.get("run_id"),
             "mode": res.get("mode"),
             "complete": res.get("complete"),
+            "stopped": res.get("stopped"),  # why it is incomplete
             **context(r),
             **{k: v for k, v in comparable_key(r).items() if k != "mode"},
-            "labels": ";".join(f"{k}={v}" for k, v in (meta.get("labels") or {}).items()),
+            "seed": settings.get("seed"),
+            "warmup": settings.get("warmup"),
+            "slo": settings.get("slo"),
+            "labels": dict(meta.get("labels") or {}),
+            "notes": list(res.get("notes") or []),
         }
         for lv in res.get("levels") or [{}]:
             row = dict(head)
-            for key in ("concurrency", "request_rate", "requests", "completed", "errors",
-                        "output_tokens", "output_tok_s", "window_kind", "request_throughput",
-                        "input_tok_s", "output_tok_s_full", "total_tok_s", "goodput",
-                        "achieved_concurrency", "max_concurrency_seen",
-                        "achieved_request_rate"):  # fmt: skip
+            for key in LEVEL_FIELDS:
                 v = lv.get(key)
                 row[key] = v if not isinstance(v, list) else ",".join(map(str, v))
             for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms", "decode_tok_s"):
@@ -113,14 +150,42 @@ def flat_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return flat
 
 
-def export_text(rows: list[dict[str, Any]], fmt: str) -> str:
-    """The rows as csv (one line per level), json (a list) or jsonl (one result per line)."""
+def csv_cell(value: Any) -> tuple[Any, list[str]]:
+    """One CSV cell, and the paths of the non-finite numbers it had (``$`` for the cell).
+
+    A dict or list is JSON text; a string a spreadsheet would evaluate is prefixed with ``'``
+    (OWASP's neutralisation; the cell then shows the text as typed); a number stays a number
+    (``-1.5``). A non-finite number is an empty cell, not ``inf``/``nan``, which spreadsheets
+    and ``pandas.read_csv`` read as figures: the CSV twin of strictjson's ``null``.
+    """
     from glmserve.strictjson import dumps
 
-    if fmt == "json":
-        return dumps([_full(r) for r in rows], indent=2)[0] + "\n"
+    if isinstance(value, float) and not math.isfinite(value):
+        return None, ["$"]
+    bad: list[str] = []
+    if isinstance(value, (dict, list, tuple)):
+        value, bad = dumps(value)
+    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
+        return "'" + value, bad
+    return value, bad
+
+
+def export_text(rows: list[dict[str, Any]], fmt: str) -> tuple[str, list[str]]:
+    """The rows as csv (one line per level), json (a list) or jsonl (one result per line),
+    and where a non-finite number was written as null or an empty cell, for the caller's
+    warning (as ``strictjson.dumps`` returns them: the text itself must stay strict)."""
+    from glmserve.strictjson import dumps
+
+    if fmt == "json":  # the paths `results --json` names for the same document
+        text, bad = dumps([_full(r) for r in rows], indent=2)
+        return text + "\n", bad
     if fmt == "jsonl":
-        return "".join(dumps(_full(r))[0] + "\n" for r in rows)
+        lines, bad = [], []
+        for r in rows:
+            line, line_bad = dumps(_full(r))
+            lines.append(line + "\n")
+            bad += [f"result {r['id']} {p}" for p in line_bad]
+        return "".join(lines), bad
     flat = flat_rows(rows)
     buf = io.StringIO()
     fields: list[str] = []
@@ -128,8 +193,23 @@ def export_text(rows: list[dict[str, Any]], fmt: str) -> str:
         fields += [k for k in f if k not in fields]
     w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     w.writeheader()
-    w.writerows(flat)
-    return buf.getvalue()
+    bad = []
+    for f in flat:
+        cells = {}
+        for k, v in f.items():
+            cells[k], cell_bad = csv_cell(v)
+            bad += [f"result {f['id']} {k}{p[1:]}" for p in cell_bad]
+        w.writerow(cells)
+    return buf.getvalue(), bad
+
+
+def _warn_non_finite(bad: list[str], written_as: str) -> None:
+    """The warning ``emit_json`` prints for ``results --json`` (same words, on stderr), for
+    the export, which writes its own text (csv, jsonl, ``--output``) and cannot go through it:
+    a non-finite number is a glmserve bug to report, and the README promises it is named."""
+    if bad:
+        shown = ", ".join(bad[:5]) + (f" (+{len(bad) - 5} more)" if len(bad) > 5 else "")
+        err.print(f"warning: non-finite number(s) written as {written_as}: {shown}", markup=False)
 
 
 def _full(r: dict[str, Any]) -> dict[str, Any]:
@@ -158,15 +238,11 @@ def results(
 ) -> None:
     """List stored bench results, newest first (filters combine).
 
-    Examples:
-
-      glmserve results --label team=infra --last 10
-
-      glmserve results show 12
-
-      glmserve results export --format csv --output results.csv --profile flashinfer_gtc
+    With a subcommand, its options are checked here and passed on (``_check_group_options``);
+    ``results_app``'s help, not this docstring, is what ``results --help`` shows.
     """
     if ctx.invoked_subcommand is not None:
+        _check_group_options(ctx.invoked_subcommand, ctx.params)
         return
     rows = select_rows(run, profile, mode, _labels(label), last)
     if as_json:
@@ -175,8 +251,64 @@ def results(
         out.print(list_table(rows))
 
 
+# The group's options as the user typed them, for the messages that refuse them.
+GROUP_FLAGS = {"run": "--run", "profile": "--profile", "mode": "--mode", "label": "--label",
+               "last": "--last", "as_json": "--json"}  # fmt: skip
+
+
+def _given(params: dict[str, Any]) -> dict[str, Any]:
+    """The group options the user gave (every default is None, empty or False; ``--last 0``
+    is given, and refused later, so 0 must not pass for False)."""
+    return {
+        k: v
+        for k, v in params.items()
+        if k in GROUP_FLAGS and v not in (None, (), []) and v is not False
+    }
+
+
+def _check_group_options(subcommand: str, params: dict[str, Any]) -> None:
+    """Refuse a group option its subcommand cannot use, before it runs.
+
+    Click parses ``results --profile x show 12`` happily and the subcommand never looked at
+    ``--profile``: a filter that filters nothing, exit 0, is worse than an error. ``show``
+    takes one id (a filter there is a mistake, and ``--json`` is passed on); ``export``
+    applies the filters (``_group_filters``) but has ``--format`` instead of ``--json``.
+    """
+    given = _given(params)
+    if subcommand == "show":
+        wrong = [GROUP_FLAGS[k] for k in given if k != "as_json"]
+        if wrong:
+            raise ConfigError(
+                f"{', '.join(wrong)}: `results show ID` takes no filters; drop them (filters "
+                f"select what `glmserve results` lists and `results export` writes)"
+            )
+    elif subcommand == "export" and "as_json" in given:
+        raise ConfigError(
+            "results --json export: export writes --format csv|json|jsonl; drop --json"
+        )
+
+
+def _group_filters(ctx: typer.Context) -> dict[str, Any]:
+    """The filters given before the subcommand (``results --profile x export``), if any."""
+    parent = ctx.parent
+    return _given(parent.params) if parent is not None else {}
+
+
+def _merged(flag: str, before: Any, after: Any) -> Any:
+    """One filter given before and after ``export``: the same value is that value; two
+    values are refused (as every other option given twice with two values is)."""
+    if before is None or before == after:
+        return after
+    if after is None:
+        return before
+    raise ConfigError(
+        f"{flag} given twice with two values ({before!r} before export, {after!r} after)"
+    )
+
+
 @results_app.command("show")
 def show(
+    ctx: typer.Context,
     result_id: int = typer.Argument(..., help="Bench result id (from `glmserve results`)."),
     as_json: JsonOpt = False,
     wide: WideOpt = False,
@@ -189,7 +321,7 @@ def show(
 
     with RunStore.open() as store:
         row = store.get_bench_result(result_id)
-    if as_json:
+    if as_json or _group_filters(ctx).get("as_json"):  # `results --json show 12` too
         emit_json(_full(row))
         return
     res = BenchResult.from_dict(row["result"])
@@ -222,7 +354,13 @@ def _setting(value: Any) -> str:
 
 @results_app.command("export")
 def export(
-    fmt: str = typer.Option("csv", "--format", help="csv (one row per level) | json | jsonl"),
+    ctx: typer.Context,
+    fmt: str = typer.Option(
+        "csv",
+        "--format",
+        help="csv (one row per level; labels, slo and notes as JSON; a cell starting with "
+        "= + - @ gets a leading ' so no spreadsheet runs it) | json | jsonl",
+    ),
     output: Path | None = typer.Option(None, "--output", help="Write here instead of stdout."),
     run: RunFilterOpt = None,
     profile: ProfileFilterOpt = None,
@@ -230,17 +368,31 @@ def export(
     label: LabelFilterOpt = (),
     last: LastOpt = None,
 ) -> None:
-    """Export stored results for a spreadsheet (csv) or a script (json, jsonl)."""
+    """Export stored results for a spreadsheet (csv) or a script (json, jsonl).
+
+    Exports what `glmserve results` with the same filters lists; the filters may come
+    before or after `export` and combine (one given both places with two values is refused).
+    """
     if fmt not in FORMATS:
         raise ConfigError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
-    text = export_text(select_rows(run, profile, mode, _labels(label), last), fmt)
+    before = _group_filters(ctx)
+    rows = select_rows(
+        _merged("--run", before.get("run"), run),
+        _merged("--profile", before.get("profile"), profile),
+        _merged("--mode", before.get("mode"), mode),
+        _labels(list(dict.fromkeys([*before.get("label", []), *label]))),
+        _merged("--last", before.get("last"), last),
+    )
+    text, bad = export_text(rows, fmt)
     if output is None:
         sys.stdout.write(text)
-        return
-    try:
-        output.write_text(text)
-    except OSError as exc:
-        raise ConfigError(f"--output {output}: {exc.strerror or exc}") from exc
+        sys.stdout.flush()  # the data before the warning about it, as emit_json does
+    else:
+        try:
+            output.write_text(text)
+        except OSError as exc:
+            raise ConfigError(f"--output {output}: {exc.strerror or exc}") from exc
+    _warn_non_finite(bad, "empty cells" if fmt == "csv" else "null")
 
 
 app.add_typer(results_app, name="results")
