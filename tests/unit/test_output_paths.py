@@ -58,3 +58,10 @@ def test_report_builds_no_directory_tree(capsys, tmp_path):
     assert code == 2 and "--png" in err and "no such directory" in err
     assert not (tmp_path / "a").exists() and not (tmp_path / "x").exists()
     assert check_output_dir("--png", tmp_path / "plots") == tmp_path / "plots"  # one level: ok
+
+
+def test_results_export_refuses_the_store(capsys, store_file):
+    before = store_file.read_bytes()
+    code, _, err = run_cli(capsys, "results", "export", "--output", str(store_file))
+    assert code == 2 and "--output" in err and "own state" in err
+    assert store_file.read_bytes() == before

@@ -35,3 +35,10 @@ def test_compare_shows_a_hostile_stop_reason_literally(capsys):
     code, out, err = run_cli(capsys, "compare", str(a), str(b))
     assert code == 0, err
     assert "\x1b" not in out + err
+
+
+def test_results_show_sends_no_control_characters(capsys):
+    rid = _store(stopped="gone \x1b[2J")
+    code, out, err = run_cli(capsys, "results", "show", str(rid))
+    assert code == 0, err
+    assert "\x1b" not in out and "\\x1b[2Jgone" in out

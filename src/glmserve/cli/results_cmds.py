@@ -27,7 +27,7 @@ from glmserve.cli.options import (
     RunFilterOpt,
     WideOpt,
 )
-from glmserve.cli.views import list_table
+from glmserve.cli.views import list_table, plain
 from glmserve.errors import ConfigError
 
 results_app = typer.Typer(
@@ -327,7 +327,7 @@ def show(
     res = BenchResult.from_dict(row["result"])
     out.print(render_table(res, wide=wide, width=out.width))
     for line in render_plain(res):
-        out.print(line, highlight=False, markup=False)
+        out.print(plain(line), highlight=False, markup=False)
     block = comparable_block(row)
     meta = {**(res.meta or {}), **(row.get("meta") or {})}
     lines = [
@@ -341,8 +341,8 @@ def show(
     ]
     if meta.get("labels"):
         lines.append("labels: " + ", ".join(f"{k}={v}" for k, v in meta["labels"].items()))
-    for line in lines:
-        out.print(line, highlight=False, markup=False)
+    for line in lines:  # labels, profile and host are data: no control characters sent
+        out.print(plain(line), highlight=False, markup=False)
 
 
 def _setting(value: Any) -> str:
@@ -383,6 +383,10 @@ def export(
         _labels(list(dict.fromkeys([*before.get("label", []), *label]))),
         _merged("--last", before.get("last"), last),
     )
+    if output is not None:  # never onto the run store itself (it replaced it, exit 0)
+        from glmserve.paths import check_output_file
+
+        check_output_file("--output", output)
     text, bad = export_text(rows, fmt)
     if output is None:
         sys.stdout.write(text)
