@@ -144,6 +144,9 @@ def test_dataset_output_lengths_follow_the_replies_as_bench_serving_does(
     res = json.loads(cap.out)
     assert sorted(res["levels"][0]["per_request"]["output_tokens"]) == [5, 7, 9, 13]
     assert res["settings"]["output_len"] == "reply"
+    import hashlib
+
+    assert res["settings"]["dataset_sha256"] == hashlib.sha256(data.read_bytes()).hexdigest()
     assert "output tokens" not in cap.err
 
     rc = main([*common, "--tokenizer", str(tokenizer_dir), "--sharegpt-output-len", "6"])

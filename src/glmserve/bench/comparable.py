@@ -112,11 +112,30 @@ def sim_speed(row: dict[str, Any]) -> float | None:
     return None
 
 
+# What ``--num-prompts`` means when it is not given (``BenchSettings.prompts_for``): a result
+# that names the default explicitly was measured the same way as one that left it out.
+DEFAULT_NUM_PROMPTS = {"decode": 5, "rate": 200}
+
+
 def comparable_key(row: dict[str, Any]) -> dict[str, Any]:
-    """The settings of a stored row that must match (see the module docstring)."""
+    """The settings of a stored row that must match (see the module docstring).
+
+    Three are normalised so equal workloads compare equal and different ones do not:
+    ``num_prompts`` left out is the mode's default (5 for decode, 200 open loop); a dataset is
+    its content (``dataset_sha256``), not the path it was read from (two files named
+    ``ds.txt`` showed 1.37x; the same file by two paths was "not comparable"); and the
+    ``seed`` counts where it draws the workload: random lengths (``random_range_ratio`` < 1:
+    seeds 1 and 2 gave 448 and 631 output tokens, shown as 1.28x) or a dataset's order.
+    """
     res = row.get("result") or {}
     st = res.get("settings") or {}
     key = {f: st.get(f, DEFAULTS.get(f)) for f in SETTING_FIELDS}
+    if key["num_prompts"] is None and key["duration"] is None:
+        key["num_prompts"] = DEFAULT_NUM_PROMPTS.get(str(key["mode"]))
+    if st.get("dataset_sha256"):
+        key["dataset_path"] = f"sha256:{st['dataset_sha256'][:16]}"
+    random_draw = (key["random_range_ratio"] or 0.0) < 1.0 or key["dataset_path"] is not None
+    key["seed"] = st.get("seed", 0) if random_draw else None
     key["sim_speed"] = sim_speed(row)
     return key
 

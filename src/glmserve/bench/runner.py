@@ -83,6 +83,7 @@ class BenchSettings:
     # (``range_ratio``), and the resolved number is what the result records.
     random_range_ratio: float | None = None
     dataset_path: str | None = None  # prompts from a file instead of random token ids
+    dataset_sha256: str | None = None  # its content (set by the session): what compare checks
     tokenizer: str | None = None  # local tokenizer: exact prompt lengths for text prompts
     # False: --output-len was not given, so dataset prompts may take their replies' lengths
     # (``reply_lengths``); sweep and tune always pass a length.

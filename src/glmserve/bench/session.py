@@ -391,9 +391,10 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
             "--rate-sweep compares requests of one shape: leave --random-range-ratio at 1"
         )
     if s.dataset_path is not None:
-        from glmserve.bench.workload import check_dataset_file
+        from glmserve.bench.workload import check_dataset_file, dataset_digest
 
         check_dataset_file(s.dataset_path)
+        s.dataset_sha256 = dataset_digest(s.dataset_path)
     _finite("--min-decode-tok-s", gates.min_decode_tok_s)
     _finite("--max-ttft-ms", gates.max_ttft_ms)
     for c, _ in gates.min_output_tok_s or []:

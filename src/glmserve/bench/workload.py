@@ -103,6 +103,22 @@ class DatasetRow:
     reply: str | None = None
 
 
+def dataset_digest(path: str) -> str | None:
+    """The sha256 of a regular dataset file (what ``compare`` checks: the same file by two
+    paths is the same workload, two files of one name are not); None for a pipe, which
+    cannot be read twice."""
+    import hashlib
+
+    p = Path(path)
+    if not p.is_file():
+        return None
+    h = hashlib.sha256()
+    with p.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def read_dataset(path: str, limit: int = MAX_DATASET_BYTES) -> list[str]:
     """The prompts of a ShareGPT JSON/JSONL or plain text file; ConfigError names file/line."""
     return [row.prompt for row in read_dataset_rows(path, limit)]
