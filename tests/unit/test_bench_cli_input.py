@@ -229,3 +229,12 @@ def test_a_run_and_a_url_together_are_refused(capsys):
     assert "not both" in err and out == ""
     with RunStore.open() as store:
         assert store.list_bench_results() == []
+
+
+def test_credentials_in_the_url_are_refused_and_never_echoed(capsys):
+    """`--url http://user:secretpw@host` stored the password in six places of the result,
+    the CSV export and the report."""
+    code, out, err = run_cli(capsys, "bench", "--url", "http://user:secretpw@127.0.0.1:9",
+                             "--num-prompts", "1")  # fmt: skip
+    _one_line_usage_error(code, err, "--url")
+    assert "secretpw" not in err + out and "user:password" in err

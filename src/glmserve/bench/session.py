@@ -305,6 +305,14 @@ def check_base_url(url: str) -> None:
         port = parsed.port
     except (httpx.InvalidURL, ValueError, TypeError) as exc:
         raise ConfigError(f"--url {url!r}: not a URL ({exc})") from exc
+    if parsed.userinfo:
+        # Not sent by the client, and the URL is stored with the result (settings, meta, the
+        # command line), exported and rendered into reports: never echo or keep a password.
+        shown = str(parsed.copy_with(username=None, password=None))
+        raise ConfigError(
+            f"--url {shown}: user:password in the URL is refused (glmserve's client does not "
+            "send it, and the URL is stored with the result)"
+        )
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise ConfigError(f"--url {url!r}: expected http://HOST:PORT or https://HOST:PORT")
     if port is not None and not 1 <= port <= 65535:
