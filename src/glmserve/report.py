@@ -341,11 +341,17 @@ def load_report_data(ids: list[str]) -> ReportData:
                     ) from exc
                 run = None
             if ident.isdigit() and (run is None or run.run_id != ident):
-                row = store.get_bench_result(int(ident))  # RunNotFound names the id
-                owner = _run_or_none(store, row.get("run_id"))
-                series.append(series_from_result(row, owner))
-                titles.append(f"result {ident}")
-                continue
+                try:
+                    row = store.get_bench_result(int(ident))
+                except RunNotFound:
+                    if run is None:
+                        raise  # "no bench result N (see `glmserve results`)"
+                    row = None  # no such result: the digits are a run id prefix
+                if row is not None:
+                    owner = _run_or_none(store, row.get("run_id"))
+                    series.append(series_from_result(row, owner))
+                    titles.append(f"result {ident}")
+                    continue
             assert run is not None
             profiled = [
                 e["data"] for e in store.list_events(run.run_id) if e["state"] == PROFILED_EVENT

@@ -46,7 +46,8 @@ def load_entries(
 def _load_one(store: Any, item: str) -> dict[str, Any]:
     """A run id (exact, or a unique prefix), a group id (its node 0 run), else a number as a
     bench result id. An exact run id wins over a number: run ids are 8 hex digits, so about
-    one in fifty is all digits."""
+    one in fifty is all digits; a number that is no result id but a unique run id prefix is
+    that run."""
     from glmserve.deploy.deployment import Deployment
 
     try:
@@ -54,7 +55,12 @@ def _load_one(store: Any, item: str) -> dict[str, Any]:
     except RunNotFound:
         run = None
     if item.isdigit() and (run is None or run.run_id != item):
-        return store.get_bench_result(int(item))
+        try:
+            return store.get_bench_result(int(item))
+        except RunNotFound:
+            if run is None:  # neither a result nor a run
+                raise  # "no bench result N (see `glmserve results`)"
+            # no result of that number: the digits are a run id prefix (65 of 65afd5ea)
     if run is None:
         run = Deployment.resolve(store, item).head  # a group id; else RunNotFound naming it
     rows = store.list_bench_results(run_id=run.run_id, last=1)
