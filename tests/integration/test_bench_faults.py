@@ -142,3 +142,23 @@ def test_url_server_whose_worker_died_before_the_bench_is_a_crash(start_simulato
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 3, err
     assert "answered GET /health -> 503" in err.strip().splitlines()[-1]
+
+
+def test_a_worker_dying_during_the_warmup_is_caught_by_the_silence_watch(start_simulator):
+    """A scheduler that dies while the warmup request streams (SGLang does not notice; only
+    /health turns 503): the warmup is watched like a level, so 10 s of silence asks /health
+    and the bench ends as a crash (exit 3), not after the 120 s --stall-timeout and then a
+    measurement of a dead server (2 min 15 s in an audit)."""
+    sim = start_simulator("--disable-cuda-graph", "--sim-speed", "20",
+                          "--sim-worker-death-after", "3")  # fmt: skip
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        [*GLMSERVE, "bench", "--url", sim.url, "--json", "--warmup", "1", "--mode",
+         "concurrency", "--concurrency", "2", "--output-len", "20000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    _out, err = proc.communicate(timeout=150)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 3, err
+    assert "/health -> 503" in err.strip().splitlines()[-1]
+    assert elapsed < 60, f"took {elapsed:.0f} s: the warmup waited out the stall timeout"

@@ -73,3 +73,14 @@ class SilenceWatch(Progress):
     def level_finished(self, run: LevelRun) -> None:
         self._active = False
         self.inner.level_finished(run)
+
+    def quiet_phase(self, active: bool) -> None:
+        """Requests in flight outside any level (the warmup): watched for silence like a
+        level, shown nowhere. A worker that died before the first level left the warmup
+        waiting out ``--stall-timeout`` (2 min 15 s in an audit) with nothing asked."""
+        self._active, self._tokens, self._last = active, -1, time.monotonic()
+
+    def tick(self, count: int) -> None:
+        """Tokens plus finished requests so far in a quiet phase: a change is not silence."""
+        if count != self._tokens:
+            self._tokens, self._last = count, time.monotonic()

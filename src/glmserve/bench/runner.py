@@ -703,8 +703,12 @@ def _drain(q: Any, pending: set[int], run: LevelRun, until: float) -> None:
             pending.discard(payload[0])
 
 
-def run_warmup(settings: BenchSettings, requests: list[Request]) -> None:
-    """Send ``settings.warmup`` requests (discarded) so connections and caches are warm."""
+def run_warmup(settings: BenchSettings, requests: list[Request], watch: Any = None) -> None:
+    """Send ``settings.warmup`` requests (discarded) so connections and caches are warm.
+
+    Watched as a level is: its progress goes to ``watch`` (a ``SilenceWatch``: silence makes
+    the monitor ask ``/health``), and a monitor that finds the server dead (``settings.abort``)
+    ends it at once with a TransportError, which the session turns into the verdict."""
     if settings.warmup <= 0:
         return
     slots = min(settings.warmup, max(settings.concurrency), 16)
@@ -719,7 +723,31 @@ def run_warmup(settings: BenchSettings, requests: list[Request]) -> None:
         None,
     )
     recs: list[StreamRecord] = []
-    asyncio.run(_closed_loop(spec, recs, lambda r: None, {}))
+    tick = getattr(watch, "tick", None)
+
+    async def main() -> None:
+        task = asyncio.create_task(
+            _closed_loop(spec, recs, lambda r: None, {}, should_stop=lambda: settings.aborted)
+        )
+        while not task.done():
+            if settings.aborted:
+                task.cancel()
+                break
+            if tick is not None:
+                tick(sum(r.n_tokens + (r.end is not None) for r in list(recs)))
+            await asyncio.sleep(0.25)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    if watch is not None:
+        watch.quiet_phase(True)
+    try:
+        asyncio.run(main())
+    finally:
+        if watch is not None:
+            watch.quiet_phase(False)
+    if settings.aborted:
+        raise TransportError(f"{settings.base_url} stopped serving during the warmup")
     failed = [r for r in recs if r.error and r.error.startswith(CONNECT_FAILED)]
     if failed:
         raise TransportError(f"cannot reach server at {settings.base_url}: {failed[0].error}")

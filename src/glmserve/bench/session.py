@@ -468,7 +468,7 @@ def run_bench(
         settings.model = model
         requests = prepare_requests(settings, model)
         try:
-            run_warmup(settings, requests)
+            run_warmup(settings, requests, watch)
             for c, rate in level_plan(settings, levels):
                 run = LevelRun(concurrency=c, workers=settings.workers_for(c, rate), rate=rate)
                 try:
