@@ -162,3 +162,31 @@ def test_a_worker_dying_during_the_warmup_is_caught_by_the_silence_watch(start_s
     assert proc.returncode == 3, err
     assert "/health -> 503" in err.strip().splitlines()[-1]
     assert elapsed < 60, f"took {elapsed:.0f} s: the warmup waited out the stall timeout"
+
+
+def test_ctrl_c_during_the_warmup_says_nothing_was_measured(start_simulator):
+    """Ctrl-C while the warmup streams: its requests are discarded by design, so the stored
+    result has no level; it said "partial results stored" as if something had been measured."""
+    sim = start_simulator(*SIM)
+    proc = subprocess.Popen(
+        [*GLMSERVE, "bench", "--url", sim.url, "--json", "--warmup", "1", "--mode",
+         "concurrency", "--concurrency", "2", "--output-len", "5000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not any(r["gen_times"] for r in _trace_requests(sim.url)):  # the warmup streams
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGINT)
+    code, data, err = finish(proc, timeout=20)
+    assert code == 130, err
+    assert data["levels"] == [] and data["complete"] is False
+    assert data["stopped"].startswith("interrupted during the warmup")
+    last = err.strip().splitlines()[-1]
+    assert "interrupted during the warmup: nothing measured" in last
+    assert "partial results" not in last
+
+
+def _trace_requests(url: str) -> list[dict]:
+    return list(httpx.get(url + "/sim/trace", timeout=5).json()["requests"].values())

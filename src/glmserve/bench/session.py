@@ -496,6 +496,8 @@ def run_bench(
         except KeyboardInterrupt:
             interrupted = True
             stopped = "interrupted (Ctrl-C or SIGTERM)"
+            if not levels:  # the warmup's requests are discarded by design
+                stopped = "interrupted during the warmup (Ctrl-C or SIGTERM): nothing measured"
         except TransportError as exc:  # the warmup found no server: a dead run says why
             verdict = _server_verdict(target)
             if verdict is None:

@@ -347,6 +347,10 @@ def bench(
         raise output_error
     if outcome.interrupted:
         where = f" as bench result {outcome.result_id}" if outcome.result_id is not None else ""
+        if not res.levels:  # Ctrl-C in the warmup: say so, not "partial results"
+            raise BenchInterrupted(
+                f"interrupted during the warmup: nothing measured (recorded{where}, incomplete)"
+            )
         raise BenchInterrupted(f"interrupted: partial results stored{where}, marked incomplete")
     if outcome.failure is not None:
         raise outcome.failure
