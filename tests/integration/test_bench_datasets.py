@@ -174,3 +174,35 @@ def test_a_dataset_without_usable_replies_is_a_usage_error(capsys, start_simulat
     err = capsys.readouterr().err
     assert rc == 2 and "no prompt with a reply of at least 2 tokens" in err
     assert "give --output-len N" in err
+
+
+def test_dataset_lengths_count_special_tokens_as_bench_serving_does(tmp_path, tokenizer_dir):  # noqa: F811
+    """bench_serving measures prompt and reply with ``tokenizer.encode(text)``: a BOS token
+    counts (a reply of n words asks for n + 1 tokens, a 1-word reply is kept), and the prompt
+    ids are what the server makes of the text (BOS first)."""
+    from tokenizers import processors
+    from transformers import AutoTokenizer
+
+    from glmserve.bench.workload import dataset_prompts_with_replies
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
+    tok.add_special_tokens({"bos_token": "[BOS]"})
+    bos = tok.convert_tokens_to_ids("[BOS]")
+    tok._tokenizer.post_processor = processors.TemplateProcessing(
+        single="[BOS] $A", special_tokens=[("[BOS]", bos)]
+    )
+    data = tmp_path / "d.json"
+    data.write_text(json.dumps(conversations([4, 1], prompt_words=3)))
+    prompts, outs, rows = dataset_prompts_with_replies(str(data), 2, 0, tok)
+    assert rows == 2 and sorted(outs) == [2, 5]  # 1 + BOS, 4 + BOS
+    assert all(p[0] == bos and len(p) == 4 for p in prompts)
+
+
+def test_repeated_dataset_prompts_are_noted(capsys, start_simulator, tmp_path):
+    sim = start_simulator(*SIM)
+    data = tmp_path / "d.txt"
+    data.write_text("one prompt\nanother prompt\n")
+    code, res, err = bench(capsys, sim.url, "--dataset-path", str(data), "--num-prompts", "6")
+    assert code == 0, err
+    assert any("the dataset gave 2 distinct prompts for 6 requests" in n for n in res["notes"])
+    assert res["settings"]["dataset_rows"] == 2

@@ -94,6 +94,9 @@ def _one_line_usage_error(code: int, err: str, flag: str) -> None:
         (["--output", "/"], "--output"),
         # 2026-12-03 audit: empty list items and sizes that exhausted the client (exit 70)
         (["--percentiles", "50,,99"], "--percentiles"),
+        (["--dataset-name", "sonnet"], "--dataset-name"),
+        (["--dataset-name", "sharegpt"], "--dataset-name"),
+        (["--dataset-name", "random", "--dataset-path", "/etc/hostname"], "--dataset-name"),
         (["--slo", "ttft_ms=5,,tpot_ms=6"], "--slo"),
         (["--output-len", "99999999999999999999"], "--output-len"),
         (["--input-len", "1000000000"], "--input-len"),

@@ -112,7 +112,8 @@ def test_slo_and_percentile_flags_parse_or_say_why():
         parse_slo("ttft_ms=0")
     assert parse_percentiles("99,50,95") == (50.0, 95.0, 99.0)
     with pytest.raises(ValueError, match="within"):
-        parse_percentiles("100")
+        parse_percentiles("100.5")
+    assert parse_percentiles("50,100") == (50.0, 100.0)  # 100: the maximum (max ITL)
 
 
 def test_poisson_arrivals_are_exponential_with_the_asked_rate():

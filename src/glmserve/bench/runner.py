@@ -42,7 +42,7 @@ from glmserve.bench.progress import Progress
 from glmserve.bench.workload import (
     Request,
     build_request,
-    dataset_prompts,
+    dataset_prompts_counted,
     dataset_prompts_with_replies,
     lengths,
     load_tokenizer,
@@ -84,6 +84,7 @@ class BenchSettings:
     random_range_ratio: float | None = None
     dataset_path: str | None = None  # prompts from a file instead of random token ids
     dataset_sha256: str | None = None  # its content (set by the session): what compare checks
+    dataset_rows: int | None = None  # distinct prompts it gave (set by prepare_requests)
     tokenizer: str | None = None  # local tokenizer: exact prompt lengths for text prompts
     # False: --output-len was not given, so dataset prompts may take their replies' lengths
     # (``reply_lengths``); sweep and tune always pass a length.
@@ -778,13 +779,14 @@ def prepare_requests(settings: BenchSettings, model: str) -> list[Request]:
     ratio = settings.range_ratio()
     prompts: list[Any]
     rng = random.Random(settings.seed + 1)
-    if settings.reply_lengths() and settings.dataset_path:
-        prompts, outs = dataset_prompts_with_replies(
-            settings.dataset_path, need, settings.seed, tok
+    path = settings.dataset_path
+    if path and settings.reply_lengths():
+        prompts, outs, settings.dataset_rows = dataset_prompts_with_replies(
+            path, need, settings.seed, tok
         )
     else:
-        if settings.dataset_path:
-            prompts = dataset_prompts(settings.dataset_path, need, settings.seed, tok)
+        if path:
+            prompts, settings.dataset_rows = dataset_prompts_counted(path, need, settings.seed, tok)
         else:
             vocab = len(tok) if tok is not None else None
             prompts = make_prompts(need, settings.input_len, settings.seed, ratio, vocab)

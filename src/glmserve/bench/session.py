@@ -518,6 +518,12 @@ def run_bench(
     )
     meta.update(comparable_meta(meta, server, labels))
     res = build_result(settings.mode, levels, settings.to_dict(), server, meta, stopped)
+    if settings.dataset_rows is not None and settings.dataset_rows < settings.prompts_needed():
+        res.notes.append(
+            f"the dataset gave {settings.dataset_rows} distinct prompts for "
+            f"{settings.prompts_needed()} requests: they repeat, and a real server's prefix "
+            f"cache may serve a repeat faster (bench_serving sends only {settings.dataset_rows})"
+        )
     if settings.rate_sweep:
         res.sweep = saturation(levels)
     res.gates = evaluate_gates(

@@ -214,6 +214,13 @@ def dataset_prompts(
 ) -> list[Prompt]:
     """``count`` prompts from the file, shuffled by ``seed`` and cycled; token ids with a
     tokenizer (cut at ``max_len`` when given), else the text itself."""
+    return dataset_prompts_counted(path, count, seed, tokenizer, max_len)[0]
+
+
+def dataset_prompts_counted(
+    path: str, count: int, seed: int, tokenizer: Any = None, max_len: int | None = None
+) -> tuple[list[Prompt], int]:
+    """``dataset_prompts`` and how many distinct prompts the file gave."""
     texts = read_dataset(path)
     rng = random.Random(seed)
     order = list(range(len(texts)))
@@ -224,18 +231,19 @@ def dataset_prompts(
         if tokenizer is None:
             out.append(t)
         else:
-            ids = list(tokenizer.encode(t, add_special_tokens=False))
+            ids = list(tokenizer.encode(t))  # with BOS etc., as the server tokenizes text
             out.append(ids[:max_len] if max_len else ids)
-    return out
+    return out, len(texts)
 
 
 def dataset_prompts_with_replies(
     path: str, count: int, seed: int, tokenizer: Any
-) -> tuple[list[Prompt], list[int]]:
+) -> tuple[list[Prompt], list[int], int]:
     """``count`` prompts (token ids) shuffled by ``seed`` and cycled, each with its reply's
     length in tokens as its output length (bench_serving's ShareGPT default). Rows without a
     reply, or with a prompt or reply under ``MIN_DATASET_TOKENS``, are skipped; a file left
-    with none is a ConfigError saying what to give instead."""
+    with none is a ConfigError saying what to give instead. The third item is how many
+    distinct rows were used (fewer than ``count``: they repeat)."""
     rows = read_dataset_rows(path)
     rng = random.Random(seed)
     order = list(range(len(rows)))
@@ -245,8 +253,10 @@ def dataset_prompts_with_replies(
         row = rows[i]
         if row.reply is None:
             continue
-        ids = list(tokenizer.encode(row.prompt, add_special_tokens=False))
-        reply_len = len(tokenizer.encode(row.reply, add_special_tokens=False))
+        # tokenizer.encode as bench_serving calls it (special tokens included): the prompt
+        # ids are what the server makes of the text, the reply length is bench_serving's
+        ids = list(tokenizer.encode(row.prompt))
+        reply_len = len(tokenizer.encode(row.reply))
         if len(ids) >= MIN_DATASET_TOKENS and reply_len >= MIN_DATASET_TOKENS:
             usable.append((ids, reply_len))
         if len(usable) == count:
@@ -257,7 +267,7 @@ def dataset_prompts_with_replies(
             "tokens to take the output length from; give --output-len N"
         )
     picked = [usable[i % len(usable)] for i in range(count)]
-    return [ids for ids, _ in picked], [n for _, n in picked]
+    return [ids for ids, _ in picked], [n for _, n in picked], len(usable)
 
 
 def make_prompts(

@@ -110,6 +110,26 @@ DEFAULT_LEVELS = "1,4,16,64,256"
 DEFAULT_OUTPUT_LEN = 256
 
 
+DATASET_NAMES = ("random", "sharegpt")
+
+
+def check_dataset_name(name: str | None, path: str | None) -> None:
+    """bench_serving's ``--dataset-name``, so its command lines carry over: ``random`` is
+    glmserve's default (random token ids), ``sharegpt`` reads ``--dataset-path`` (nothing is
+    downloaded: the file must be given). Its other datasets are not built in."""
+    if name is None:
+        return
+    if name not in DATASET_NAMES:
+        raise ConfigError(
+            f"--dataset-name {name}: expected {' or '.join(DATASET_NAMES)} (other bench_serving "
+            "datasets: convert to ShareGPT JSON/JSONL and give --dataset-path)"
+        )
+    if name == "sharegpt" and not path:
+        raise ConfigError("--dataset-name sharegpt needs --dataset-path FILE (none is downloaded)")
+    if name == "random" and path:
+        raise ConfigError("--dataset-name random sends random token ids: leave out --dataset-path")
+
+
 def output_len_note(s: Any) -> str | None:
     """Why dataset prompts get a fixed output length where bench_serving would take each
     conversation's reply length (said on stderr, so the figure is not misread)."""
@@ -201,6 +221,11 @@ def bench(
     dataset_path: str | None = typer.Option(
         None, "--dataset-path", help="Prompts from a ShareGPT JSON/JSONL or plain text file."
     ),
+    dataset_name: str | None = typer.Option(
+        None,
+        "--dataset-name",
+        help="bench_serving's: random (token ids, the default) | sharegpt (needs --dataset-path).",
+    ),
     tokenizer: str | None = typer.Option(
         None, "--tokenizer", help="Local tokenizer directory: exact token lengths for text."
     ),
@@ -252,6 +277,7 @@ def bench(
     4 not ready, 5 server unreachable or no request succeeded, 7 some requests failed (the
     result is stored, marked incomplete), 130 Ctrl-C (partial results stored, incomplete).
     """
+    check_dataset_name(dataset_name, dataset_path)
     open_loop = request_rate is not None or rate_sweep is not None
     mode = resolve_mode(mode, open_loop)
     if mode == "concurrency":
