@@ -586,7 +586,7 @@ def _no_data(chart: str, title: str) -> str:
     return (
         f'<p class="no-data" data-chart="{_e(chart)}">'
         f"{_e(title)}: no data in the selected results"
-        f"{' (bench with --bench concurrency)' if chart == 'throughput' else ''}</p>"
+        f"{' (bench with --mode concurrency)' if chart == 'throughput' else ''}</p>"
     )
 
 

@@ -111,7 +111,7 @@ def test_request_errors_are_counted_and_saved(capsys, fake, tmp_path):
     assert json.loads(dest.read_text())["id"] == data["id"]  # still printed, saved, stored
     code, data, err = bench_json(capsys, fake, "--min-decode-tok-s", "1")
     assert code == 5 and "no request succeeded" in err
-    assert data["gates"][0]["reason"].endswith("no measurement (all requests failed?)")
+    assert data["gates"][0]["reason"].endswith("no measurement (no request succeeded)")
 
 
 def test_table_output_without_json(capsys, fake):
@@ -184,3 +184,14 @@ def test_compare_resolves_all_digit_run_ids_and_group_ids(capsys, fake):
         rows = {r["run_id"]: r for r in table["rows"]}
         assert rows["abcdef01"]["decode_speedup"] == pytest.approx(1.0)
         assert rows["12345678"]["decode_speedup"] == pytest.approx(0.5)
+
+
+def test_a_decode_gate_with_one_output_token_says_why_there_is_no_figure(capsys, fake):
+    """`--output-len 1` has no decode step: the gate said "all requests failed?" although
+    every request succeeded."""
+    fake.n_tokens = 1
+    code, out, err = run_cli(capsys, "bench", "--url", fake.url, "--warmup", "0", "--json",
+                             "--output-len", "1", "--min-decode-tok-s", "1")  # fmt: skip
+    assert code == 1, err
+    reason = json.loads(out)["gates"][0]["reason"]
+    assert reason.endswith("no decode step measured (one output token per request)")

@@ -17,10 +17,10 @@ def load_entries(
     """Stored bench rows (``{id, run_id, created_at, result, meta}``), oldest first."""
     from glmserve.store import RunStore
 
+    if last is not None and last < 1:
+        raise ConfigError(f"--last: expected 1 or more results, got {last}")
     if not items and not last:
         raise ConfigError("compare: give run ids / bench result ids, or --last N")
-    if last is not None and last < 1:
-        raise ConfigError("--last must be at least 1")
     with RunStore.open() as store:
         rows = [_load_one(store, it) for it in items]
         if last:

@@ -331,6 +331,11 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
         check_base_url(s.base_url)
     if s.mode not in ("decode", "concurrency", "rate"):
         raise ConfigError(f"--mode: expected decode, concurrency or rate, got {s.mode!r}")
+    if s.rate_sweep is not None and not 1 <= s.rate_sweep <= MAX_RATE_SWEEP:
+        raise ConfigError(
+            f"--rate-sweep: expected the number of rates to try, 1 to {MAX_RATE_SWEEP}, "
+            f"got {s.rate_sweep}"
+        )
     if s.mode == "rate" and not (s.request_rate or s.rate_sweep):
         raise ConfigError("--mode rate needs --request-rate or --rate-sweep")
     if s.rate_sweep is not None and not 1 <= s.rate_sweep <= MAX_RATE_SWEEP:

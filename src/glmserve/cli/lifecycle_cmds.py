@@ -148,6 +148,8 @@ def status(
     from glmserve.deploy.deployment import status_rows
     from glmserve.store import RunStore
 
+    if run_id is not None and not run_id.strip():  # "$RUN" unset: not "every live run"
+        raise ConfigError("status: empty RUN id (an unset shell variable?); leave it out for all")
     rows = status_rows(RunStore.open(), run_id, all_runs)
     if json_out:
         emit_json(rows)
@@ -209,6 +211,9 @@ def _write(text: str) -> None:
 
 
 # -- stop --------------------------------------------------------------------------------------
+MAX_STOP_TIMEOUT_S = 3600.0  # TERM to KILL: an hour; inf would wait for ever before the KILL
+
+
 @app.command()
 def stop(
     run_id: str = typer.Argument(
@@ -216,7 +221,7 @@ def stop(
     ),
     all_runs: bool = typer.Option(False, "--all", help="Every live run."),
     timeout: float = typer.Option(
-        15.0, "--timeout", help="Seconds between TERM and KILL (0: KILL at once).", min=0
+        15.0, "--timeout", help="Seconds between TERM and KILL (0: KILL at once; at most 3600)."
     ),
     json_out: JsonOpt = False,
 ) -> None:
@@ -230,6 +235,10 @@ def stop(
     from glmserve.remote.process import stop_failure, stop_runs
     from glmserve.store import RunStore
 
+    if not 0 <= timeout <= MAX_STOP_TIMEOUT_S:  # NaN fails this too; inf never KILLs
+        raise ConfigError(
+            f"--timeout: expected 0 to {MAX_STOP_TIMEOUT_S:g} seconds, got {timeout:g}"
+        )
     store = RunStore.open()
     if all_runs == bool(run_id):
         raise ConfigError("give a RUN id or --all (not both)")

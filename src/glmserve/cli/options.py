@@ -104,9 +104,7 @@ NumPromptsOpt = Annotated[
 ]
 
 # -- stored results ------------------------------------------------------------------------
-LastOpt = Annotated[
-    int | None, typer.Option("--last", help="The newest N stored results (after any filters).")
-]
+LastOpt = Annotated[int | None, typer.Option("--last", help="The newest N stored results.")]
 RunFilterOpt = Annotated[str | None, typer.Option("--run", help="Only this run id (or prefix).")]
 ProfileFilterOpt = Annotated[str | None, typer.Option("--profile", help="Only this profile.")]
 ModeFilterOpt = Annotated[
