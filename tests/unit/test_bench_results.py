@@ -53,7 +53,7 @@ def test_gates_pass_fail_and_missing():
     missing = evaluate_gates(r, min_output_tok_s=[(64, 1.0)])[0]
     assert not missing["ok"] and "not measured" in missing["reason"]
     none = build_result("decode", [level(1, None, dec=None)], {}, {}, {}, None)
-    assert "no measurement" in evaluate_gates(none, min_decode_tok_s=1.0)[0]["reason"]
+    assert "no decode step measured" in evaluate_gates(none, min_decode_tok_s=1.0)[0]["reason"]
 
 
 @pytest.mark.parametrize("bad", ["64", "x:1", "64:", ":5"])
