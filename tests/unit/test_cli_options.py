@@ -68,7 +68,6 @@ def test_a_repeatable_option_defaults_to_an_empty_list():
     [
         (["runs", "-n", "0"], "'--last' / '-n'"),
         (["runs", "--last", "-5"], "'--last' / '-n'"),
-        (["stop", "--timeout", "-5", "abc"], "'--timeout'"),
         (["profile", "--top", "0", "trace.json"], "'--top'"),
         (["validate", "--sglang-version", "", "--", "--model", "m"], "'--sglang-version'"),
         (["render", "-p", "trtllm_mla", "--sglang-version", " "], "'--sglang-version'"),
