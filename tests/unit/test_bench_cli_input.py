@@ -80,7 +80,8 @@ def _one_line_usage_error(code: int, err: str, flag: str) -> None:
         (["--workers", "-1"], "--workers"),
         (["--workers", "1000"], "--workers"),
         (["--rate-sweep", "100000"], "--rate-sweep"),
-        (["--rate-sweep", "0"], "--rate-sweep"),  # said "--mode rate needs --request-rate"
+        (["--rate-sweep", "0"], "--rate-sweep"),
+        (["--label", "k=" + "v" * 300], "--label"),  # said "--mode rate needs --request-rate"
         (["--request-rate", "5", "--max-concurrency", "10000000"], "--max-concurrency"),
         (["--mode", "decode", "--request-rate", "5"], "--mode"),
         (["--mode", "concurrency", "--rate-sweep", "2"], "--mode"),

@@ -58,6 +58,11 @@ def _parse(flag: str, fn: Any, text: str) -> Any:
         raise ConfigError(f"{flag}: {exc}") from exc
 
 
+# Labels are stored with every result and shown in every listing: a 120 KB label was taken.
+MAX_LABEL_CHARS = 256
+MAX_LABELS = 32
+
+
 def parse_labels(items: list[str]) -> dict[str, str]:
     """``["team=infra", "gpu=h200"]`` -> dict; ConfigError names a malformed or repeated one
     (``k=v --label k=w`` silently keeping the last would store or filter something else)."""
@@ -70,7 +75,11 @@ def parse_labels(items: list[str]) -> dict[str, str]:
             raise ConfigError(
                 f"--label: {k.strip()} given twice ({out[k.strip()]!r}, {v.strip()!r})"
             )
+        if len(item) > MAX_LABEL_CHARS:
+            raise ConfigError(f"--label {k.strip()[:40]}: at most {MAX_LABEL_CHARS} characters")
         out[k.strip()] = v.strip()
+    if len(out) > MAX_LABELS:
+        raise ConfigError(f"--label: at most {MAX_LABELS} labels, got {len(out)}")
     return out
 
 
