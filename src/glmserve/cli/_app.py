@@ -15,8 +15,11 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from glmserve.cli.repeated_options import RootGroup
+
 app = typer.Typer(
     name="glmserve",
+    cls=RootGroup,  # refuses an option given twice with two values, on every verb
     help="Launch, watch, benchmark and compare SGLang server configurations on GPU hosts.",
     no_args_is_help=True,
     add_completion=False,
