@@ -31,6 +31,8 @@ boundary with ``raise X(...) from exc`` so callers only ever see this tree::
     ├── RunNotFound                    2  unknown run id
     ├── StopFailed                     the first failure's code, after every run was tried
     ├── HostLost                       5  a tune host stopped answering (caught by the tune)
+    ├── OutputError                   74  stdout/stderr could not be written (ENOSPC, EIO;
+    │                                     EPIPE, as from `| head`, is click's silent exit 1)
     └── Interrupted                  130  Ctrl-C/SIGTERM (a bare Ctrl-C prints "interrupted")
         ├── SweepInterrupted         130  during a sweep (saved, server stopped)
         ├── TuneInterrupted          130  during a tune (saved, servers stopped)
@@ -57,6 +59,7 @@ EXIT_TRANSPORT = 5
 EXIT_NOT_A_LOG = 6
 EXIT_INCOMPLETE = 7
 EXIT_INTERNAL = 70  # a bug in glmserve (EX_SOFTWARE); --debug shows the traceback
+EXIT_OUTPUT = 74  # stdout/stderr could not be written (EX_IOERR): a full disk, a dead device
 EXIT_INTERRUPTED = 130
 
 
@@ -223,6 +226,14 @@ class HostLost(GlmserveError):
     the tune's worker (never a TransportError: the job's own handler would catch it)."""
 
     exit_code = EXIT_TRANSPORT
+
+
+class OutputError(GlmserveError):
+    """Writing stdout or stderr failed (``> /dev/full``: ENOSPC; EIO): not a glmserve bug,
+    and not the verb's own outcome either (exit 74, EX_IOERR). Raised by ``cli.main`` after
+    the command, never inside a verb."""
+
+    exit_code = EXIT_OUTPUT
 
 
 @dataclass

@@ -17,8 +17,10 @@ def cli(capsys, *args: str) -> tuple[int, str]:
 
 
 def bench(capsys, url: str, *args: str) -> dict:
-    code, out = cli(capsys, "bench", "--url", url, "--json", "--warmup", "0",
-                    "--num-prompts", "2", "--output-len", "16", *args)  # fmt: skip
+    # defaults only where args leave them out: an option given twice with two values is refused
+    defaults = [x for flag, v in (("--num-prompts", "2"), ("--output-len", "16"))
+                if flag not in args for x in (flag, v)]  # fmt: skip
+    code, out = cli(capsys, "bench", "--url", url, "--json", "--warmup", "0", *defaults, *args)
     assert code == 0, out
     return json.loads(out)
 

@@ -16,7 +16,9 @@ SIM = ["--disable-cuda-graph", "--sim-speed", "20"]
 
 
 def bench(capsys, url: str, *args: str) -> tuple[int, dict, str]:
-    rc = main(["bench", "--url", url, "--json", "--warmup", "0", "--output-len", "8", *args])
+    # --output-len 8 unless args give it: an option given twice with two values is refused
+    length = [] if "--output-len" in args else ["--output-len", "8"]
+    rc = main(["bench", "--url", url, "--json", "--warmup", "0", *length, *args])
     cap = capsys.readouterr()
     return rc, (json.loads(cap.out) if cap.out.strip() else {}), cap.err
 

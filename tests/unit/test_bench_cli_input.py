@@ -64,10 +64,7 @@ def _one_line_usage_error(code: int, err: str, flag: str) -> None:
         (["--duration", "1e308"], "--duration"),
         (["--duration", "-1"], "--duration"),
         # 5: sizes and lists
-        (
-            ["--mode", "concurrency", "--concurrency", "10000000", "--num-prompts", "1"],
-            "--concurrency",
-        ),
+        (["--mode", "concurrency", "--concurrency", "10000000"], "--concurrency"),
         (["--mode", "concurrency", "--concurrency", "1,,2"], "--concurrency"),
         (["--mode", "concurrency", "--concurrency", ""], "--concurrency"),
         (["--concurrency", "0"], "--concurrency"),  # decode mode ignored it

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import traceback
+from typing import Any
 
 import typer
 from rich.markup import escape
@@ -20,13 +22,16 @@ from glmserve.cli import (  # noqa: F401  (imported for their @app.command regis
     validate_cmd,
 )
 from glmserve.cli._app import STATE, app, err
+from glmserve.cli.output_streams import WatchedStreams
 from glmserve.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
+    EXIT_OUTPUT,
     ConfigError,
     FlagValidationError,
     GlmserveError,
     Interrupted,
+    OutputError,
     RunNotFound,
 )
 
@@ -51,20 +56,58 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit status (the console script passes it to ``sys.exit``);
     the only place a glmserve error becomes an exit status."""
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
-    try:
-        return _run(argv, debug)
-    except GlmserveError as exc:
-        notice = isinstance(exc, Interrupted) and exc.notice
-        if (debug or STATE.get("debug")) and not notice:
-            traceback.print_exc()
-        if notice:
-            err.print(str(exc), highlight=False, markup=False)
-        else:
-            err.print(f"[red]error:[/red] {escape(_message(exc))}", markup=True, highlight=False)
-        return exc.exit_code
+    STATE["verb"] = None
+    with WatchedStreams() as streams:
+        error: GlmserveError | None = None
+        try:
+            code = _run(argv, debug, streams)
+        except GlmserveError as exc:
+            code, error = exc.exit_code, exc
+        streams.flush()  # what is still buffered fails here, not at interpreter exit
+        if streams.failure is not None:  # whatever else happened came of the lost output
+            error = _output_error(*streams.failure)
+        elif streams.broken_pipe and error is None and code == 0:
+            code = 1  # `| head`: as click exits on EPIPE
+        streams.noting = False  # decided: a stderr that cannot take the error changes nothing
+        if error is not None:
+            _report(error, debug)
+            code = error.exit_code
+        return code
 
 
-def _run(argv: list[str] | None, debug: bool) -> int:
+def _report(exc: GlmserveError, debug: bool) -> None:
+    notice = isinstance(exc, Interrupted) and exc.notice
+    if (debug or STATE.get("debug")) and not notice:
+        _quietly(traceback.print_exception, exc)
+    if notice:
+        _say(str(exc), markup=False)
+    else:
+        _say(f"[red]error:[/red] {escape(_message(exc))}", markup=True)
+
+
+def _output_error(stream: str, exc: OSError) -> OutputError:
+    """The one line for a stdout/stderr that could not be written (``> /dev/full``)."""
+    reason = exc.strerror or str(exc)
+    kept = ""
+    if stream == "stdout" and STATE.get("verb") == "bench":  # it prints after storing
+        kept = " (results already stored are kept)"
+    error = OutputError(f"cannot write output: {reason}{kept}")
+    error.__cause__ = exc  # --debug: where the write failed
+    return error
+
+
+def _say(text: str, **kwargs: Any) -> None:
+    """One line on stderr; a stderr that cannot take it (full, closed) raises nothing more:
+    the exit status says what happened."""
+    _quietly(err.print, text, highlight=False, **kwargs)
+
+
+def _quietly(fn: Any, *args: Any, **kwargs: Any) -> None:
+    with contextlib.suppress(OSError, ValueError):  # ValueError: stderr closed
+        fn(*args, **kwargs)
+
+
+def _run(argv: list[str] | None, debug: bool, streams: WatchedStreams) -> int:
     """The app's exit status; every form Ctrl-C takes on the way out becomes ``Interrupted``."""
     try:
         rc = app(args=argv, standalone_mode=False)
@@ -77,6 +120,9 @@ def _run(argv: list[str] | None, debug: bool) -> int:
     except typer.Exit as exc:
         return exc.exit_code
     except Exception as exc:
+        if streams.failure is not None:
+            return EXIT_OUTPUT  # main says so
+        streams.noting = False
         return _unexpected(exc, debug)
     # standalone_mode=False makes click return a verb's typer.Exit(n) code instead of exiting;
     # typer also turns Ctrl-C inside a verb into a returned 130.
@@ -99,17 +145,16 @@ def _unexpected(exc: Exception, debug: bool) -> int:
             ctx = ctx.parent
         where = f" (see `{' '.join(['glmserve', *names, '--help'])}`)"
         text = " ".join(exc.format_message().split())
-        err.print(f"[red]error:[/red] {escape(text)}{escape(where)}", highlight=False)
+        _say(f"[red]error:[/red] {escape(text)}{escape(where)}")
         return exc.exit_code
     if debug or STATE.get("debug"):
-        traceback.print_exc()
+        _quietly(traceback.print_exception, exc)
     else:
         where = traceback.extract_tb(exc.__traceback__)[-1]
-        err.print(
+        _say(
             f"internal error: {type(exc).__name__}: {exc} "
             f"(at {where.filename.rsplit('/', 1)[-1]}:{where.lineno}; rerun with --debug "
             "for the traceback and please report it)",
-            highlight=False,
             markup=False,
         )
     return EXIT_INTERNAL

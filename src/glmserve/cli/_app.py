@@ -15,8 +15,11 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from glmserve.cli.repeated_options import RootGroup
+
 app = typer.Typer(
     name="glmserve",
+    cls=RootGroup,  # refuses an option given twice with two values, on every verb
     help="Launch, watch, benchmark and compare SGLang server configurations on GPU hosts.",
     no_args_is_help=True,
     add_completion=False,
@@ -36,15 +39,20 @@ def _width(tty: bool) -> int | None:
     return None if tty else 160
 
 
-out = Console(soft_wrap=True, width=_width(sys.stdout.isatty()))
-err = Console(stderr=True, soft_wrap=True, width=_width(sys.stderr.isatty()))
+def _isatty(stream: Any) -> bool:
+    """A std stream is None when its fd was closed before start (``>&-``)."""
+    return stream is not None and stream.isatty()
+
+
+out = Console(soft_wrap=True, width=_width(_isatty(sys.stdout)))
+err = Console(stderr=True, soft_wrap=True, width=_width(_isatty(sys.stderr)))
 
 STATE: dict[str, Any] = {"debug": False}
 
 
 def is_interactive() -> bool:
     """True when stderr is a TTY: rich progress; otherwise plain one-line progress (CI)."""
-    return sys.stderr.isatty()
+    return _isatty(sys.stderr)
 
 
 def emit_json(data: Any) -> None:
@@ -72,6 +80,7 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
     ssh_config: str = typer.Option(
         None,
@@ -86,6 +95,7 @@ def _root(
     """glmserve: SGLang launch/watch/bench/compare. Exit codes: 0 ok, 1 gate failed,
     2 usage/config, 3 server crashed, 4 stalled/timeout, 5 connection/transport, 130 Ctrl-C."""
     STATE["debug"] = debug
+    STATE["verb"] = ctx.invoked_subcommand
     from glmserve.remote.hosts import set_cli_ssh_config
 
     set_cli_ssh_config(ssh_config)
