@@ -101,7 +101,7 @@ def _one_line_usage_error(code: int, err: str, flag: str) -> None:
         (["--input-len", "1000000000"], "--input-len"),
         (["--num-prompts", "99999999999999999999"], "--num-prompts"),
         (["--warmup", "1000000000"], "--warmup"),
-        (["--input-len", "200000", "--num-prompts", "200"], "--input-len"),
+        (["--input-len", "1000000", "--warmup", "30"], "--input-len"),
     ],
 )
 def test_bad_value_is_a_one_line_usage_error_before_any_request(capsys, args, flag):
