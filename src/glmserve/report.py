@@ -301,6 +301,7 @@ def load_report_data(ids: list[str]) -> ReportData:
     no run). An exact run id wins over a number, as in ``compare``."""
     if not ids:
         raise ConfigError("report: give at least one SWEEP, RUN or bench RESULT id")
+    ids = list(dict.fromkeys(ids))  # `report 1 1`: one series, as `compare 1 1` shows one row
     sweeps = set(list_sweep_ids())
     series: list[ReportSeries] = []
     titles = []

@@ -29,3 +29,10 @@ def test_digits_fall_back_to_a_run_prefix(capsys, tmp_path):
     assert code == 0, err
     code, _, err = run_cli(capsys, "compare", "77", "65")  # 77: neither
     assert code == 2 and "no bench result 77" in err
+
+
+def test_an_id_given_twice_is_one_series(tmp_path):
+    from glmserve.report import load_report_data
+
+    rid = _run_with_result("abcd1111")
+    assert len(load_report_data([str(rid), str(rid)]).series) == 1
