@@ -208,3 +208,16 @@ def test_repeated_dataset_prompts_are_noted(capsys, start_simulator, tmp_path):
     assert code == 0, err
     assert any("the dataset gave 2 distinct prompts for 6 requests" in n for n in res["notes"])
     assert res["settings"]["dataset_rows"] == 2
+
+
+def test_random_and_sharegpt_output_lens_apply_to_their_own_prompts():
+    """bench_serving's --random-output-len is ignored for a ShareGPT file and
+    --sharegpt-output-len for random prompts; --output-len is both (refused beside either)."""
+    from glmserve.cli.bench_cmds import pick_output_len
+
+    assert pick_output_len(None, 1024, None, "d.json") is None  # the replies' lengths
+    assert pick_output_len(None, 1024, 64, "d.json") == 64
+    assert pick_output_len(None, 1024, 64, None) == 1024
+    assert pick_output_len(16, None, None, "d.json") == 16
+    with pytest.raises(ConfigError, match="--output-len and --random-output-len"):
+        pick_output_len(16, 1024, None, None)

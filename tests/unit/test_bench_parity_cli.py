@@ -67,7 +67,8 @@ def test_bench_serving_names_are_aliases(capsys, tmp_path):
         rich_markup_mode=None).params}  # fmt: skip
     assert "--base-url" in params["url"] and "--output-file" in params["output"]
     assert "--random-input-len" in params["input_len"]
-    assert "--random-output-len" in params["output_len"]
+    assert params["random_output_len"] == ["--random-output-len"]  # random prompts only
+    assert params["sharegpt_output_len"] == ["--sharegpt-output-len"]  # dataset prompts only
     assert "--warmup-requests" in params["warmup"]
     code, _out, err = run_cli(capsys, "bench", "--base-url", URL, "--random-input-len", "0")
     assert code == 2 and "--input-len" in err  # the alias reaches the same check

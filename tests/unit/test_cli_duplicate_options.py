@@ -24,7 +24,7 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
     [
         (["bench", "RUN", "--output-len", "4", "--output-len", "8"], "--output-len", "'4', '8'"),
         # an alias and the --opt=value spelling are the same option
-        (["bench", "RUN", "--output-len", "4", "--random-output-len=8"], "--output-len", "'4'"),
+        (["bench", "RUN", "--input-len", "4", "--random-input-len=8"], "--input-len", "'4'"),
         (["bench", "RUN", "--api", "native", "--api", "openai"], "--api", "'native', 'openai'"),
         (["bench", "RUN", "--slo", "ttft_ms=5", "--slo", "ttft_ms=6"], "--slo", "'ttft_ms=5'"),
         (["bench", "RUN", "--mode", "decode", "--mode", "concurrency"], "--mode", "'decode'"),

@@ -139,6 +139,22 @@ def check_dataset_name(name: str | None, path: str | None) -> None:
         raise ConfigError("--dataset-name random sends random token ids: leave out --dataset-path")
 
 
+def pick_output_len(
+    output_len: int | None, random_len: int | None, sharegpt_len: int | None, dataset: str | None
+) -> int | None:
+    """bench_serving's three output lengths: ``--random-output-len`` applies to random prompts
+    and ``--sharegpt-output-len`` to dataset prompts, each ignored for the other (so a
+    bench_serving command line that keeps ``--random-output-len 1024`` beside a ShareGPT file
+    still gets the replies' lengths); ``--output-len`` is both and is refused beside either."""
+    given = [f for f, v in (("--random-output-len", random_len),
+                            ("--sharegpt-output-len", sharegpt_len)) if v is not None]  # fmt: skip
+    if output_len is not None and given:
+        raise ConfigError(f"--output-len and {given[0]} both set the output length: give one")
+    if output_len is not None:
+        return output_len
+    return sharegpt_len if dataset else random_len
+
+
 def output_len_note(s: Any) -> str | None:
     """Why dataset prompts get a fixed output length where bench_serving would take each
     conversation's reply length (said on stderr, so the figure is not misread)."""
@@ -174,10 +190,18 @@ def bench(
     output_len: int | None = typer.Option(
         None,
         "--output-len",
-        "--random-output-len",
-        "--sharegpt-output-len",
         help=f"Output tokens per request (ignore_eos; default {DEFAULT_OUTPUT_LEN}). With "
         "--dataset-path and --tokenizer: default each prompt's reply length (bench_serving's).",
+    ),
+    random_output_len: int | None = typer.Option(
+        None,
+        "--random-output-len",
+        help="bench_serving's: --output-len for random prompts (ignored with --dataset-path).",
+    ),
+    sharegpt_output_len: int | None = typer.Option(
+        None,
+        "--sharegpt-output-len",
+        help="bench_serving's: --output-len for --dataset-path prompts (ignored without).",
     ),
     num_prompts: NumPromptsOpt = None,
     duration: float | None = typer.Option(None, "--duration", help="Seconds per level instead."),
@@ -287,6 +311,7 @@ def bench(
     result is stored, marked incomplete), 130 Ctrl-C (partial results stored, incomplete).
     """
     check_dataset_name(dataset_name, dataset_path)
+    output_len = pick_output_len(output_len, random_output_len, sharegpt_output_len, dataset_path)
     open_loop = request_rate is not None or rate_sweep is not None
     mode = resolve_mode(mode, open_loop)
     if mode == "concurrency":
