@@ -65,9 +65,16 @@ def emit_json(data: Any) -> None:
     text, bad = dumps(data, indent=2, sort_keys=False)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
+    warn_non_finite(bad, "null")
+
+
+def warn_non_finite(bad: list[str], written_as: str) -> None:
+    """Name, on stderr, the non-finite numbers an output replaced (``emit_json``, and the
+    export's own csv/jsonl text): each is a glmserve bug to report, and the README promises
+    it is named."""
     if bad:
         shown = ", ".join(bad[:5]) + (f" (+{len(bad) - 5} more)" if len(bad) > 5 else "")
-        err.print(f"warning: non-finite number(s) written as null: {shown}", markup=False)
+        err.print(f"warning: non-finite number(s) written as {written_as}: {shown}", markup=False)
 
 
 def _print_version(value: bool) -> None:

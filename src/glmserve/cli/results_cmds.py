@@ -17,7 +17,7 @@ from typing import Any
 
 import typer
 
-from glmserve.cli._app import app, emit_json, err, out
+from glmserve.cli._app import app, emit_json, out, warn_non_finite
 from glmserve.cli.options import (
     JsonOpt,
     LabelFilterOpt,
@@ -201,15 +201,6 @@ def export_text(rows: list[dict[str, Any]], fmt: str) -> tuple[str, list[str]]:
             bad += [f"result {f['id']} {k}{p[1:]}" for p in cell_bad]
         w.writerow(cells)
     return buf.getvalue(), bad
-
-
-def _warn_non_finite(bad: list[str], written_as: str) -> None:
-    """The warning ``emit_json`` prints for ``results --json`` (same words, on stderr), for
-    the export, which writes its own text (csv, jsonl, ``--output``) and cannot go through it:
-    a non-finite number is a glmserve bug to report, and the README promises it is named."""
-    if bad:
-        shown = ", ".join(bad[:5]) + (f" (+{len(bad) - 5} more)" if len(bad) > 5 else "")
-        err.print(f"warning: non-finite number(s) written as {written_as}: {shown}", markup=False)
 
 
 def _full(r: dict[str, Any]) -> dict[str, Any]:
@@ -396,7 +387,7 @@ def export(
             output.write_text(text)
         except OSError as exc:
             raise ConfigError(f"--output {output}: {exc.strerror or exc}") from exc
-    _warn_non_finite(bad, "empty cells" if fmt == "csv" else "null")
+    warn_non_finite(bad, "empty cells" if fmt == "csv" else "null")
 
 
 app.add_typer(results_app, name="results")
