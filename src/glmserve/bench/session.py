@@ -404,10 +404,9 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
             "--rate-sweep compares requests of one shape: leave --random-range-ratio at 1"
         )
     if s.dataset_path is not None:
-        from glmserve.bench.workload import check_dataset_file, dataset_digest
+        from glmserve.bench.workload import check_dataset_file
 
         check_dataset_file(s.dataset_path)
-        s.dataset_sha256 = dataset_digest(s.dataset_path)
     _finite("--min-decode-tok-s", gates.min_decode_tok_s)
     _finite("--max-ttft-ms", gates.max_ttft_ms)
     for c, _ in gates.min_output_tok_s or []:
@@ -427,6 +426,10 @@ def run_bench(
 ) -> BenchOutcome:
     """Measure, assemble, evaluate gates and store; Ctrl-C yields a partial, marked result."""
     validate_settings(settings, gates)
+    if settings.dataset_path is not None:  # once, here: validate may run twice (the CLI's note)
+        from glmserve.bench.workload import dataset_digest
+
+        settings.dataset_sha256 = dataset_digest(settings.dataset_path)
     if run_id and settings.base_url:
         # The result would be filed under the run (its profile, argv, GPUs) while measured
         # on whatever answers the URL, unchecked: a speedup of one server over itself.
