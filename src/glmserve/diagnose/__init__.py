@@ -42,7 +42,8 @@ Progress (``_PROGRESS``; the phase only moves forward, a lagging rank does not u
 Crash evidence, three kinds:
   * Root-cause rules (``RULES``: regex, category, hint builder, priority, flags). Categories
     OOM, ILLEGAL_MEMORY_ACCESS, UNSUPPORTED_ARCH, UNSUPPORTED_KV_DTYPE, NCCL, WEIGHT_LOADING,
-    PORT_IN_USE, BAD_ARGS, COMPILE_ERROR, PATCH_FAILED. Highlights: ``CUDA out of memory`` /
+    PORT_IN_USE, BAD_ARGS, COMPILE_ERROR, PATCH_FAILED, LAUNCH_FAILED (bash's own
+    ``launch.sh: line N: what: why`` before SGLang started). Highlights: ``CUDA out of memory`` /
     ``OutOfMemoryError`` / SGLang's ``... out of memory`` RuntimeErrors (hint: lower
     ``--mem-fraction-static``/``--max-running-requests``/``--cuda-graph-max-bs`` with the numbers
     of the server_args line), ``Not enough memory. Please try to increase

@@ -355,3 +355,31 @@ def _host_oom_hint(_m: re.Match[str], _f: Facts) -> str:
         "(docker --memory/--shm-size, ulimit -v/-l), and lower host-side buffers "
         "(--hicache-size, --cpu-offload-gb, weight loader threads)."
     )
+
+
+def _launch_hint(m: re.Match[str], _f: Facts) -> str:
+    """What bash could not do in the launch script (glmserve's ``launch.sh``: ``set -euo
+    pipefail``, ``source <venv>/bin/activate``, ``exec <python> -m sglang...``), so SGLang
+    never started: the fix is in the host's or profile's ``venv:``/``python:``."""
+    what, why = m.group("what").strip(), m.group("why").strip()
+    if what.endswith("/bin/activate"):
+        lead = (
+            f"the virtualenv {what[: -len('/bin/activate')]} does not exist on the host (no "
+            "bin/activate): fix `venv:` in hosts.yaml or the profile"
+        )
+    elif what.startswith("exec: ") or re.match(
+        r"(?:command )?not found|Permission denied|Is a "
+        r"directory|cannot execute|Exec format",
+        why,
+    ):
+        prog = what[len("exec: ") :] if what.startswith("exec: ") else what
+        lead = (
+            f"the launch script could not run {prog} ({why}): fix `python:` in hosts.yaml or "
+            "the profile (a typo, or a path that is not an executable on the host)"
+        )
+    else:
+        lead = f"the launch script failed before SGLang started ({what}: {why})"
+    return (
+        lead + "; `glmserve check --profile P --host H` checks the venv, python and SGLang on "
+        "the host before a launch, and `--simulate` runs the same launch without SGLang or a GPU."
+    )

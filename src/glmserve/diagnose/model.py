@@ -38,6 +38,7 @@ class Category(str, Enum):
     BAD_ARGS = "BAD_ARGS"
     COMPILE_ERROR = "COMPILE_ERROR"
     PATCH_FAILED = "PATCH_FAILED"
+    LAUNCH_FAILED = "LAUNCH_FAILED"  # the launch script died before SGLang started
     CRASH = "CRASH"
 
 

@@ -156,6 +156,7 @@ _KEYWORDS = (
     "could finish", "can't load", "cannot find", "local folder", "incomplete metadata",
     "unexpected eof", "unexpected keyword", "is not defined for option", "ninja", "nvcc",
     "ptxas", "compil", "out of resource", "toolchain", "glmserve patch", "usage:", 'file \\"',
+    ".sh: line ",
 )  # fmt: skip
 
 

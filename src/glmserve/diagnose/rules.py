@@ -16,6 +16,7 @@ from glmserve.diagnose.hints import (
     _fixed,
     _host_oom_hint,
     _ima_hint,
+    _launch_hint,
     _nccl_hint,
     _no_kernel_image_hint,
     _not_enough_memory_hint,
@@ -81,6 +82,20 @@ _HELP = re.compile(
 # The rule table: one line per recognised failure. Order only matters within one line
 # (the first matching rule names the line's category).
 RULES: list[Rule] = [
+    # bash's own error in the launch script ("launch.sh: line 6: /v/bin/activate: No such file
+    # or directory", "launch.sh: line 10: exec: pythn3: not found"): under `set -euo pipefail`
+    # the script exits there, so SGLang never started (issue 20 #9). bash prints
+    # "<script>: line N: <what>: <why>" (error.c, internal_error/file_error).
+    _r(
+        r"^(?:[\w.~/+-]*\.(?:sh|bash)|(?:/usr)?(?:/bin/)?(?:ba)?sh): line \d+: "
+        r"(?P<what>.+?): (?P<why>No such file or directory|(?:command )?not found"
+        r"|Permission denied|Is a directory|cannot execute(?:: .+| binary file.*)?"
+        r"|Exec format error|bad interpreter.*|unbound variable|syntax error.*)$",
+        C.LAUNCH_FAILED,
+        _launch_hint,
+        3,
+        before_ready=True,
+    ),
     # Emitted by glmserve's own runtime patch (src/glmserve/runtime) in each worker.
     _r(r"glmserve patch (?P<name>[\w.-]+) FAILED:?(?P<why>.*)", C.PATCH_FAILED, _patch_hint, 3),
     # FlashInfer MLA kernels only take 16-bit KV (mla.cuh static_assert) - seen with FP8 KV.
