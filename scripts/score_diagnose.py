@@ -8,6 +8,11 @@ log excerpt as posted; expected line numbers count body lines):
   the SHA-256 of the file name into a *tune* half (rules may be fixed by looking at it) and a
   *held-out* half (scored, never used to fix a rule). The split does not depend on the content
   or on the verdicts, so it cannot be chosen to flatter a rule.
+* ``tests/data/logs_2026_b/`` 42 excerpts from threads no other corpus cites (issue 20), split the
+  same way. Besides ``# expect:`` (what the excerpt itself shows) a file may carry ``# strict:
+  state=S category=C``: the thread's true outcome when the excerpt is a fragment that does not
+  show it (a report cut before its exception line). The *strict* figure scores every file
+  against that (its ``expect`` where no ``strict`` is given).
 
 A case is right when state and category match; the root-cause line is counted separately.
 
@@ -31,7 +36,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FITTED = ROOT / "tests" / "data" / "logs"
 NEW = ROOT / "tests" / "data" / "logs_2026"
+NEW_B = ROOT / "tests" / "data" / "logs_2026_b"
 _EXPECT = re.compile(r"^# expect: state=(\w+) category=(\w+) line=(\w+)\s*$")
+_STRICT = re.compile(r"^# strict: state=(\w+) category=(\w+)\s*$")
 
 
 @dataclass
@@ -41,14 +48,16 @@ class Case:
     category: str | None
     line: int | None
     body: str
+    strict: tuple[str, str | None] | None = None  # the thread's outcome, for a fragment
 
 
 def load(path: Path) -> Case:
     """One corpus file: headers, then the body whose lines the expectation counts."""
     lines = path.read_bytes().decode("utf-8").split("\n")
-    i, expect = 0, None
+    i, expect, strict = 0, None, None
     while i < len(lines) and lines[i].startswith("#"):
         expect = _EXPECT.match(lines[i]) or expect
+        strict = _STRICT.match(lines[i]) or strict
         i += 1
     if expect is None:
         raise SystemExit(f"{path}: no '# expect:' header")
@@ -59,6 +68,7 @@ def load(path: Path) -> Case:
         None if cat == "none" else cat,
         None if line == "none" else int(line),
         "\n".join(lines[i:]),
+        None if strict is None else (strict[1], None if strict[2] == "none" else strict[2]),
     )
 
 
@@ -87,13 +97,29 @@ def score(cases: list[Case]) -> tuple[int, int, list[str]]:
     return right, line_right, misses
 
 
+def strict_score(cases: list[Case]) -> int:
+    """Cases whose state and category are the thread's true outcome (``# strict:``), even
+    for a fragment that does not show it."""
+    from glmserve.diagnose import diagnose_text
+
+    right = 0
+    for c in cases:
+        d = diagnose_text(c.body)
+        want = c.strict or (c.state, c.category)
+        right += (d.state.value, d.category.value if d.category else None) == want
+    return right
+
+
 def report(verbose: bool) -> None:
-    """Print the three figures for the glmserve on sys.path."""
+    """Print the figures for the glmserve on sys.path."""
     new = [load(p) for p in sorted(NEW.glob("*.log"))]
+    new_b = [load(p) for p in sorted(NEW_B.glob("*.log"))]
     groups = {
         "fitted corpus (tests/data/logs)": [load(p) for p in sorted(FITTED.glob("*.log"))],
         "2026 tune half": [c for c in new if half(c.name) == "tune"],
         "2026 held-out half": [c for c in new if half(c.name) == "held-out"],
+        "2026_b tune half": [c for c in new_b if half(c.name) == "tune"],
+        "2026_b held-out half": [c for c in new_b if half(c.name) == "held-out"],
     }
     for label, cases in groups.items():
         right, line_right, misses = score(cases)
@@ -104,6 +130,11 @@ def report(verbose: bool) -> None:
         )
         if verbose and "held-out" not in label:  # the held-out misses are never shown
             print("\n".join(misses))
+    s, n = strict_score(new_b), len(new_b)
+    print(
+        f"{'2026_b strict (both halves)':<34} {s:>3}/{n:<3} right ({s / n:6.1%}); "
+        "exact state and category of the thread's outcome, fragments included"
+    )
 
 
 def main() -> int:

@@ -19,8 +19,10 @@ SGLang prefix ``[YYYY-mm-dd HH:MM:SS TPn]`` (also ``DPn``/``PPn``/``EPn``/``ATTN
 0.3.x's time-only ``[HH:MM:SS TPn]``, a lost opening bracket) is stripped for matching and for
 ``root_cause`` and gives the rank. Decorations in front of it are stripped too (``_DECOR``):
 markdown ``> `` quotes, Ray ``(SGLangEngine pid=N)``, CI ``[...Z]`` and kubectl timestamps,
-``date | ERROR | stderr |``, docker-compose ``name  |``, Google Cloud Logging ``ERROR
-2025-..Z``, Python logging ``date - name - LEVEL -`` and torchrun ``[rank0]:`` prefixes.
+``date | ERROR | stderr |``, the level-first ``date LEVEL pid [ DPn TPn file:line]`` of a
+custom logging config (treated as SGLang's prefix), docker-compose ``name  |``, Google Cloud
+Logging ``ERROR 2025-..Z``, Python logging ``date - name - LEVEL -`` and torchrun ``[rank0]:``
+prefixes.
 A keyword prefilter (``_KEYWORDS``) lets ordinary INFO lines skip the regexes.
 
 Progress (``_PROGRESS``; the phase only moves forward, a lagging rank does not undo it):
@@ -82,6 +84,13 @@ Crash evidence, three kinds:
     clears it, since SGLang also logs survivable failures that way). A process's own report
     (``... hit an exception:``, ``Exception in X:``, a logged traceback) outranks the
     launcher's reaction (sigquit, Killed, "scheduler is dead") when no error line exists.
+  * Bare tracebacks (issue 20): output that is only a traceback through SGLang's code (a
+    ``sglang/srt/`` frame), without a logger prefix or a "hit an exception" line, perhaps without
+    its ``Traceback`` header, is a self-report (soft, before READY only). While a report's
+    exception line is missing, the outermost start-up stage among its frames names the category
+    (``_STAGE_FRAMES``: init_torch_distributed -> NCCL, load_model/load_weights ->
+    WEIGHT_LOADING, init_memory_pool -> OOM, cuda graph capture -> CRASH with a capture hint).
+    An ``NCCL WARN`` line explains a later native death (terminate, abort, segfault).
 
 Choosing the root cause ("the first root cause, not the cascade"): the earliest root-cause
 rule match of the highest priority (very specific diagnoses such as UNSUPPORTED_KV_DTYPE beat

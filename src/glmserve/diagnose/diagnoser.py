@@ -19,7 +19,14 @@ from glmserve.diagnose.cache import (
     _block_keys,
     _shape_kind,
 )
-from glmserve.diagnose.hints import Facts, _compile_hint, _crash_hint, _nccl_hint, _weights_hint
+from glmserve.diagnose.hints import (
+    Facts,
+    _compile_hint,
+    _crash_hint,
+    _nccl_hint,
+    _weights_hint,
+    stage_hint,
+)
 from glmserve.diagnose.model import (
     _POST_READY_CANDIDATE_LINES,
     _RANK,
@@ -42,13 +49,16 @@ from glmserve.diagnose.patterns import (
     _KERNEL_WARMUP,
     _KEYWORDS,
     _MAX_TOTAL,
+    _NATIVE_DEATH,
     _PATCH_ACTIVE,
     _PATCH_ARMED,
     _PROGRESS,
     _REPORT,
     _SELF_REPORT,
     _SERVER_ARGS,
+    _SGLANG_FRAME,
     _SOFT_LEVEL,
+    _STAGE_FRAMES,
     _TRACEBACK,
     MAX_ARGS_LINE_CHARS,
     _has_any,
@@ -66,6 +76,8 @@ class _Candidate:
     hint: str
     priority: int
     dooms: bool = False  # a warning-only rule of priority 3: it explains any crash after it
+    native: bool = False  # a native death (abort, segfault): after an NCCL WARN, NCCL's doing
+    stage: str | None = None  # the start-up stage a cut report's frames name
 
 
 class LogDiagnoser:
@@ -83,6 +95,11 @@ class LogDiagnoser:
         self._patch_ranks: set[int | str] = set()
         self._frame_ctx: Category | None = None
         self._after_frame = False  # the next non-blank line is a frame's source line
+        # The traceback being read: where it started (its header, or its first frame when the
+        # excerpt has none) and the report marker whose exception line has not come yet.
+        self._tb_start: tuple[int, str] | None = None
+        self._tb_reported = False
+        self._open_report: _Candidate | None = None
         self._strong: _Candidate | None = None  # best fatal rule match
         self._generic: _Candidate | None = None  # first exception / weak rule
         self._warning: _Candidate | None = None  # first non-fatal rule match
@@ -226,6 +243,16 @@ class LogDiagnoser:
             strong = self._strong
             if strong is None or strong.priority < warn.priority:
                 return warn
+        gen = self._generic
+        if (
+            warn is not None
+            and warn.category is C.NCCL
+            and self._strong is None
+            and gen is not None
+            and gen.native
+            and gen.line > warn.line
+        ):
+            return warn  # an NCCL WARN chain, then the process aborts: NCCL killed it
         return self._strong or self._generic or self._warning or self._marker
 
     def _consume(self, raw: str) -> None:
@@ -255,6 +282,8 @@ class LogDiagnoser:
         if self._usage is not None and _HELP.match(stripped):
             self._retract_usage()
             return
+        if prefixed and body[:1] not in (" ", "\t") and not _TRACEBACK.search(stripped):
+            self._end_traceback()  # a new log record: the traceback before it is over
         if not _has_any(low, _KEYWORDS):
             if not after_frame or prefixed:  # a logger-prefixed line is never frame source
                 self._progress(body, n)
@@ -264,6 +293,7 @@ class LogDiagnoser:
                 if pat.search(body):
                     self._frame_ctx = cat
             self._after_frame = True
+            self._on_frame(n, stripped)
             return
         if after_frame and not prefixed and not _EXCEPTION.search(stripped):
             return  # the source line a traceback prints under a frame: code, not an error
@@ -274,6 +304,8 @@ class LogDiagnoser:
         if rule is None and _TRACEBACK.search(stripped):
             if "Traceback" in stripped:
                 self._frame_ctx = None
+                self._end_traceback()
+                self._tb_start = (n, stripped)
             # SGLang's own logger printing a traceback ("[ts TP0] Traceback ...") is a
             # process reporting its failure; before READY that means start-up failed.
             logged = prefixed and "Traceback" in stripped and self._phase is not State.READY
@@ -282,6 +314,9 @@ class LogDiagnoser:
                 # A logged traceback alone is soft: SGLang also logs survivable failures with
                 # one, so a later READY clears it (a real crash brings the sigquit cascade).
                 self._add_marker(n, stripped, hard=hard)
+                self._tb_reported = True
+                if self._marker is not None and self._marker.line == n:
+                    self._open_report = self._marker
             return
         if cascade:
             # A marker; a line flattened by a paste may also carry the error itself, so rules
@@ -291,6 +326,8 @@ class LogDiagnoser:
                 return
         is_exc = bool(_EXCEPTION.search(stripped)) or bool(_REPORT.search(stripped))
         self._evidence = self._evidence or rule is not None or is_exc
+        if is_exc:
+            self._end_traceback()  # its exception line: the report is complete
         if rule is not None:
             rm, r = rule
             cand = _Candidate(
@@ -311,6 +348,7 @@ class LogDiagnoser:
                 self._maybe_crash(fatal=False)
             elif r.weak or (r.before_ready and self._phase is State.READY):
                 if self._stale(self._generic, n):
+                    cand.native = bool(_NATIVE_DEATH.search(stripped))
                     self._generic = cand
                     if r is _USAGE_RULE:
                         self._usage = cand
@@ -326,10 +364,36 @@ class LogDiagnoser:
                 self._generic = _Candidate(
                     n, stripped[:MAX_ROOT_CAUSE_CHARS], cat, self._ctx_hint(cat, stripped), 0
                 )
+                self._generic.native = bool(_NATIVE_DEATH.search(stripped))
             self._frame_ctx = None
             self._maybe_crash(fatal=False, exception=True)
             return
         self._progress(body, n)
+
+    def _on_frame(self, n: int, text: str) -> None:
+        """A traceback frame. Output that is only a traceback through SGLang's code (no logger
+        prefix, no "hit an exception" line, perhaps no header) is a process reporting its
+        failure; while its exception line is missing, the outermost start-up stage among its
+        frames names the category (issue 20: such output was "not an SGLang log")."""
+        if self._tb_start is None:
+            self._tb_start = (n, text)
+        if not self._tb_reported and _SGLANG_FRAME.search(text) and self._phase is not State.READY:
+            start, start_text = self._tb_start
+            self._add_marker(start, start_text, hard=False, report=True)
+            self._tb_reported = True
+            if self._marker is not None and self._marker.line == start:
+                self._open_report = self._marker
+        rep = self._open_report
+        if rep is None or rep.stage is not None:
+            return
+        for pat, cat, stage in _STAGE_FRAMES:
+            if pat.search(text):
+                rep.stage, rep.category = stage, cat
+                rep.hint = stage_hint(cat, stage, rep.text, self._facts())
+                return
+
+    def _end_traceback(self) -> None:
+        self._tb_start, self._tb_reported, self._open_report = None, False, None
 
     def _stale(self, cand: _Candidate | None, n: int) -> bool:
         """May a new candidate replace ``cand``? Only if there is none, or - after READY, with
@@ -375,10 +439,12 @@ class LogDiagnoser:
                 self._crashed = False
         self._usage = None
 
-    def _add_marker(self, n: int, text: str, *, hard: bool = True) -> None:
+    def _add_marker(
+        self, n: int, text: str, *, hard: bool = True, report: bool | None = None
+    ) -> None:
         self._evidence = True
         self._hard_marker = self._hard_marker or hard
-        report = bool(_SELF_REPORT.search(text))
+        report = bool(_SELF_REPORT.search(text)) if report is None else report
         if self._marker is None or (report and not self._marker_is_report):
             self._marker_is_report = report
             if "Killed" in text or "warmup" in text:

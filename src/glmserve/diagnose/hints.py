@@ -180,7 +180,7 @@ def _nccl_hint(m: re.Match[str], _f: Facts) -> str:
         lead += (
             "a slow start-up step on one rank (weight load, JIT) needs a larger --dist-timeout; "
         )
-    elif re.search(r"timeout|timed out|[Ww]atchdog", m.string, re.I):
+    elif re.search(r"timeout|timed out|[Ww]atchdog|crash on rank 0", m.string, re.I):
         lead = (
             "a collective failed or timed out (torch's process-group watchdog): usually another "
             "rank died or hung first (look for its error above); otherwise "
@@ -382,4 +382,22 @@ def _launch_hint(m: re.Match[str], _f: Facts) -> str:
     return (
         lead + "; `glmserve check --profile P --host H` checks the venv, python and SGLang on "
         "the host before a launch, and `--simulate` runs the same launch without SGLang or a GPU."
+    )
+
+
+def stage_hint(category: Category, stage: str, line: str, f: Facts) -> str:
+    """A failure report cut before its exception line (or a traceback with no report line at
+    all): its frames still say which start-up stage failed, and so what to look at."""
+    whole = re.match(r"(?P<msg>.*)", line)
+    assert whole is not None
+    lead = f"a traceback without its exception line; its frames show it failed in {stage}: "
+    if category is Category.NCCL:
+        return lead + _nccl_hint(whole, f)
+    if category is Category.WEIGHT_LOADING:
+        return lead + _weights_hint(whole, f)
+    if category is Category.OOM:
+        return lead + "usually 'Not enough memory': " + _not_enough_memory_hint(whole, f)
+    return lead + (
+        "retry with --disable-cuda-graph to confirm, then a smaller --cuda-graph-max-bs or "
+        "another attention backend; the full log holds the exception."
     )

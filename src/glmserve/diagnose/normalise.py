@@ -25,6 +25,12 @@ _PREFIX = re.compile(
     r"^\s*\[?(?P<ts>(?:\d{4}-\d\d-\d\d[ T])?\d\d:\d\d:\d\d(?:[.,]\d+)?)"
     r"(?P<tags>(?:\s+[A-Z][A-Z_]{1,11}\d+)*)\]\s?"
 )
+# SGLang's records under a logging config that puts level, pid and source first: "2025-08-28
+# 21:19:34 ERROR 125765 [ DP10 TP10 EP10 scheduler.py:2655] msg" (sglang issue 9867).
+_PREFIX_LEVEL_FIRST = re.compile(
+    r"^\s*\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d+ "
+    r"\[(?P<tags>(?:\s*[A-Z][A-Z_]{1,11}\d+)*)\s+[\w.]+:\d+\]\s?"
+)
 _TP_TAG = re.compile(r"\bTP(\d+)\b")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 
@@ -47,7 +53,7 @@ def _split_prefix(raw: str) -> tuple[str, str, bool]:
         if m and m.end() > 0:
             text = text[m.end() :]
             continue
-        p = _PREFIX.match(text)
+        p = _PREFIX.match(text) or _PREFIX_LEVEL_FIRST.match(text)
         if p:
             text = text[p.end() :]
             tags = tags or (p.group("tags") or "")

@@ -64,6 +64,49 @@ _TRACEBACK = re.compile(
     r"Traceback \(most recent call last\)|^During handling of the above"
     r"|^The above exception was the direct cause"
 )
+# A frame of SGLang's own code: output that is only such a traceback (no logger prefix, no
+# "hit an exception" line, perhaps not even its "Traceback" header) is still a crash report.
+_SGLANG_FRAME = re.compile(r"sglang/srt/")
+# Start-up stages a traceback's frames name, outermost first: when a report is cut before its
+# exception line, the first of these among its frames says which stage failed (sglang 0.5.9
+# srt/model_executor/model_runner.py: initialize -> init_torch_distributed, load_model,
+# init_memory_pool, init_device_graphs/init_cuda_graphs -> cuda_graph_runner capture).
+_STAGE_FRAMES: list[tuple[re.Pattern[str], Category, str]] = [
+    (
+        re.compile(
+            r"\bin (?:init_torch_distributed|initialize_model_parallel"
+            r"|init_distributed_environment)$"
+        ),
+        C.NCCL,
+        "distributed init (init_torch_distributed)",
+    ),
+    (
+        re.compile(
+            r"\bin (?:load_model|load_weights|load_weights_and_postprocess|get_model)$"
+            r"|model_loader/|weight_utils\.py"
+        ),
+        C.WEIGHT_LOADING,
+        "model loading (load_model)",
+    ),
+    (
+        re.compile(r"\bin (?:init_memory_pool|profile_max_num_token)$"),
+        C.OOM,
+        "KV cache pool allocation (init_memory_pool)",
+    ),
+    (
+        re.compile(
+            r"\bin (?:init_cuda_graphs|init_device_graphs|capture|capture_one_batch_size)$"
+            r"|cuda_graph_runner\.py"
+        ),
+        C.CRASH,
+        "CUDA graph capture",
+    ),
+]
+# A process dying natively: after an NCCL WARN chain this is how an NCCL failure kills it.
+_NATIVE_DEATH = re.compile(
+    r"^terminate called after throwing|^Fatal Python error|^Segmentation fault"
+    r"|Aborted \(core dumped\)"
+)
 
 # Progress markers: (regex, state reached or None for "progress, same phase").
 _PROGRESS: list[tuple[tuple[str, ...], re.Pattern[str], State | None]] = [
@@ -156,7 +199,7 @@ _KEYWORDS = (
     "could finish", "can't load", "cannot find", "local folder", "incomplete metadata",
     "unexpected eof", "unexpected keyword", "is not defined for option", "ninja", "nvcc",
     "ptxas", "compil", "out of resource", "toolchain", "glmserve patch", "usage:", 'file \\"',
-    ".sh: line ",
+    ".sh: line ", "network set up",
 )  # fmt: skip
 
 

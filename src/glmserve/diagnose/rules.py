@@ -246,8 +246,26 @@ RULES: list[Rule] = [
         _nccl_hint,
         weak=True,
     ),
+    # NCCL's own warnings (src/misc/socket.cc, transport/*.cc): "NCCL WARN Cuda failure ...",
+    # "socketPollConnect: Connect to 10.0.0.4<56849> returned 113(No route to host)" (sglang
+    # issue 3820), "socketProgress: Connection closed by remote peer" (nccl-tests issue 166).
     _r(
-        r"NCCL WARN .{0,200}(?:fail|error|abort|timeout)", C.NCCL, _nccl_hint, fatal=False, flags=_I
+        r"NCCL WARN .{0,200}(?:fail|error|abort|timeout|refused|closed by|reset by|no route"
+        r"|unreachable|truncated|returned \d+\()",
+        C.NCCL,
+        _nccl_hint,
+        fatal=False,
+        flags=_I,
+    ),
+    # torch's ProcessGroupNCCL broadcastUniqueNCCLID (torch 2.5 ProcessGroupNCCL.cpp): a rank
+    # waited in the store for rank 0's NCCL id: "... got error: <store timeout>. This may
+    # indicate a possible application crash on rank 0 or a network set up issue." (weak: it
+    # usually follows another rank's death; sglang issue 9867 logs it after a slow warmup).
+    _r(
+        r"This may indicate a possible application crash on rank 0 or a network set up issue",
+        C.NCCL,
+        _nccl_hint,
+        weak=True,
     ),
     _r(
         r"does not appear to have a file named|SafetensorError|safetensors_rust|HeaderTooLarge"
