@@ -166,11 +166,13 @@ class LogDiagnoser:
                     if self._shape_bytes < _MAX_SHAPE_BYTES:
                         shapes[shape] = kind
                         self._shape_bytes += len(shape) + 100  # + the dict entry, roughly
-            if kind == _BORING and not self._after_frame:
+            # inside a traceback every line takes the full path (a new record ends it)
+            quiet = not self._after_frame and self._tb_start is None
+            if kind == _BORING and quiet:
                 if not self._evidence:  # only the SGLang prefix could matter on this line
                     self._evidence = _split_prefix(_clean(raw.decode("utf-8", "replace")))[2]
                 continue
-            if kind == _PROGRESS_ONLY and self._phase is State.READY and not self._after_frame:
+            if kind == _PROGRESS_ONLY and self._phase is State.READY and quiet:
                 deferred.append(i)
                 continue
             self.lines_seen = base + i + 1
