@@ -62,3 +62,14 @@ def test_score_script_prints_the_new_halves_and_the_strict_figure() -> None:
     ).stdout  # fmt: skip
     assert "2026_b tune half" in out and "2026_b held-out half" in out
     assert "2026_b strict" in out
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_bulk_path_gives_the_per_line_verdict(case: sd.Case) -> None:
+    """feed_block (files, stdin) and feed (the watcher) agree on every excerpt, tracebacks
+    included: every line of an open traceback takes the full path in both."""
+    from glmserve.diagnose import diagnose_lines, diagnose_stream
+
+    data = case.body.encode()
+    chunks = [data[i : i + 97] for i in range(0, len(data), 97)]
+    assert diagnose_stream(chunks).to_dict() == diagnose_lines(case.body.split("\n")).to_dict()
