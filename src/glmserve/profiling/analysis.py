@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from glmserve.errors import TraceFormatError
+from glmserve.paths import require_regular_file
 from glmserve.profiling.accumulate import TraceAccumulator
 from glmserve.profiling.events import as_int
 from glmserve.profiling.findings import find_bottlenecks
@@ -116,6 +117,8 @@ def analyze_traces(paths: Iterable[str | Path], steps_hint: int | None = None) -
 def analyze_path(target: str | Path, steps_hint: int | None = None) -> TraceAnalysis:
     """Offline analysis of a trace file or a directory of them (``glmserve profile PATH``)."""
     path = Path(target)
+    if not path.is_dir():  # a FIFO or device would hang the reader or never end
+        require_regular_file(path, "trace file", missing="no such trace file or directory")
     files = select_trace_files(find_trace_files(path)) if path.is_dir() else [path]
     if not files:
         raise TraceFormatError(f"{path}: no *.trace.json[.gz] / *.json[.gz] files in it")
