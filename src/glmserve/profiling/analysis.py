@@ -73,8 +73,15 @@ def summarize_trace_ranks(
         raise TraceFormatError(f"{trace.path}: not a Chrome trace: no traceEvents array")
     accs = [a for a in router.by_label.values() if a.label or len(router.by_label) == 1]
     if not accs or not any(a.kernels or a.ops or a.steps for a in accs):
+        skipped = sum(a.skipped for a in router.by_label.values())
+        why = (
+            f" ({skipped} event(s) skipped: ts/dur missing, not a number, negative or out "
+            "of range)"
+            if skipped
+            else ""
+        )
         raise TraceFormatError(
-            f"{trace.path}: no profiler events (GPU kernels or CPU ops) in this trace"
+            f"{trace.path}: no profiler events (GPU kernels or CPU ops) in this trace{why}"
         )
     profiles = []
     for i, acc in enumerate(sorted(accs, key=lambda a: a.label)):
