@@ -67,6 +67,18 @@ def test_a_deeply_nested_sim_config_is_exit_2_naming_the_file(tmp_path, capsys):
     _one_line_usage_error(rc, err, f"--sim-config {cfg}:1:", "nested")
 
 
+def test_a_deeply_nested_json_flag_value_is_a_finding_not_a_crash(capsys):
+    """``--cuda-graph-config`` is parsed with json.loads (0.5.23): sglang's argparse would die
+    of the RecursionError; ``validate`` says so as an error finding (exit 2), not exit 70."""
+    deep = "[" * DEPTH + "]" * DEPTH
+    rc, out, err = _cli(
+        capsys, "validate", "--sglang-version", "0.5.23", "--", "--model-path", "m",
+        "--cuda-graph-config", deep,
+    )  # fmt: skip
+    assert rc == 2, err
+    assert "internal error" not in err and "argument --cuda-graph-config: JSON nested" in out + err
+
+
 @pytest.mark.parametrize("version", ["9" * 300, "0.5." + "9" * 300, "0.5.9\nx"])
 def test_an_impossible_sglang_version_is_exit_2_on_the_flag(capsys, version):
     rc, _, err = _cli(capsys, "validate", "--sglang-version", version, "--", "--model-path", "m")
