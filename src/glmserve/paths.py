@@ -52,17 +52,34 @@ def project_configs_dir() -> Path:
     return shipped_configs_dir()
 
 
+def require_regular_file(path: Path, what: str, missing: str | None = None) -> None:
+    """Refuse (one-line ConfigError naming the path) a user-named file glmserve reads whole
+    that is not a regular file: opening a FIFO blocks until a writer comes (``profile FIFO``
+    and ``simulate --sim-config FIFO`` hung), a device never ends (``/dev/zero``), a
+    directory or socket cannot be read. ``missing`` replaces "<what> is not a regular file"
+    when the path does not exist. Every whole-file read goes through here (``read_capped``
+    too); a file that is streamed on purpose (``bench --dataset-path <(zcat ...)``) does not.
+    """
+    try:
+        if path.is_file():
+            return
+        if missing is not None and not path.exists():
+            raise ConfigError(f"{path}: {missing}")
+    except OSError as exc:  # a name too long, a loop of symlinks
+        raise ConfigError(f"{path}: cannot read {what}: {exc.strerror or exc}") from exc
+    except ValueError as exc:  # e.g. an embedded NUL in the path
+        raise ConfigError(f"{path!r}: invalid {what} path: {exc}") from exc
+    raise ConfigError(f"{path}: {what} is not a regular file")
+
+
 def read_capped(path: Path, limit: int, what: str, missing: str | None = None) -> bytes:
     """The bytes of a user-named regular file of at most ``limit`` bytes, else a one-line
     ConfigError naming the path. The size is checked before reading and the read is capped
     too, so ``/dev/zero``, a FIFO or a 10 GiB file can never exhaust memory or hang.
     ``missing`` replaces "<what> is not a regular file" when the path does not exist.
     """
+    require_regular_file(path, what, missing)
     try:
-        if not path.is_file():
-            if missing is not None and not path.exists():
-                raise ConfigError(f"{path}: {missing}")
-            raise ConfigError(f"{path}: {what} is not a regular file")
         size = path.stat().st_size
         if size > limit:
             raise ConfigError(f"{path}: {what} is {size} bytes; the limit is {limit}")
@@ -99,7 +116,8 @@ def check_output_file(flag: str, text: str | os.PathLike[str]) -> Path:
     (one-line ConfigError naming ``flag``): empty (an unset shell variable), a directory, a
     missing or unwritable directory, an unwritable file, or glmserve's own state. Writing
     ``--output $GLMSERVE_HOME/runs.sqlite`` replaced the run store, losing every result and
-    the records ``stop`` needs to find live servers."""
+    the records ``stop`` needs to find live servers. An existing FIFO, device or socket is
+    refused as ``require_regular_file`` refuses one to read."""
     raw = os.fspath(text)
     if not raw.strip():
         raise ConfigError(f"{flag}: empty; name the file to write")
@@ -109,6 +127,12 @@ def check_output_file(flag: str, text: str | os.PathLike[str]) -> Path:
     if _is_own_state(path):
         raise ConfigError(
             f"{flag} {raw}: is glmserve's own state (under {glmserve_home()}); write elsewhere"
+        )
+    if path.exists() and not path.is_file():
+        # A FIFO blocks the write until a reader comes (``bench --output FIFO`` hung after
+        # the measurement), a device swallows or refuses it: only a regular file is written.
+        raise ConfigError(
+            f"{flag} {raw}: not a regular file (a FIFO, device or socket); name a file to write"
         )
     parent = path.parent
     if not parent.is_dir():

@@ -11,6 +11,11 @@ not raised. Raising would turn the slip into exit 70 *after* a bench ran, losing
 measurement; ``null`` keeps the output strict and the rest of the data, and the CLI warns with
 the paths (``emit_json``), so the slip is seen and fixed. Input checks refuse non-finite
 values up front; this is the belt behind them.
+
+Strict JSON *into* glmserve, from a file a user names (a dataset), goes through ``loads``:
+the C decoder guards its recursion with RecursionError, which no caller expected (``[`` *
+100000 was exit 70); ``loads`` turns it into the ValueError every caller already reports
+as "not valid JSON" with the file's name.
 """
 
 from __future__ import annotations
@@ -18,6 +23,20 @@ from __future__ import annotations
 import json
 import math
 from typing import Any
+
+
+class NestedTooDeeply(ValueError):
+    """JSON text nested beyond the decoder's recursion guard (about 1000 levels); no data
+    glmserve reads nests more than a handful."""
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads``, with over-deep nesting reported as ``NestedTooDeeply`` (a ValueError,
+    as ``json.JSONDecodeError`` is) rather than RecursionError."""
+    try:
+        return json.loads(text)
+    except RecursionError as exc:
+        raise NestedTooDeeply("nested more than about 1000 levels deep") from exc
 
 
 def finite_copy(data: Any, path: str = "$") -> tuple[Any, list[str]]:

@@ -144,7 +144,8 @@ def test_unknown_and_broken_fields_are_skipped_not_fatal(tmp_path):
         {"ph": "X", "cat": "kernel", "ts": 1e400, "args": "not a dict"},
         {"ph": "Z", "weird": True},
         "not an event",
-        {"ph": "X", "cat": "Kernel", "name": "k2", "ts": 2.0, "args": None},  # no dur
+        {"ph": "X", "cat": "kernel", "name": "k3", "ts": 3.0},  # no dur: skipped, not 0
+        {"ph": "X", "cat": "Kernel", "name": "k2", "ts": 2.0, "dur": 0, "args": None},
     ]
     doc["newField"] = {"x": [1, 2]}
     prof = summarize_trace(_write(tmp_path / "x-TP-0.trace.json.gz", doc))

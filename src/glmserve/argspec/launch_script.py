@@ -14,6 +14,12 @@ An unquoted expansion is split into words on blanks as bash does with the defaul
 unquoted ``*``, ``?`` or ``[`` (written literally or coming from an unquoted expansion) is
 left as written and marked opaque: bash replaces it by the matching file names on the host
 at run time, which glmserve cannot know.
+
+Brace expansion comes first, as in bash (``braces.py``): ``--cuda-graph-bs {1,2,4}`` is three
+words and ``{1..4}`` four; quoted braces, ``${...}`` and a variable's value are not expanded,
+nor an assignment before the command name. A process substitution ``<(cmd)``/``>(cmd)`` is a
+word bash replaces by a path such as ``/dev/fd/63``: kept as written and marked opaque, as a
+``$(cmd)`` is.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from glmserve.argspec import braces
 from glmserve.argspec.emulator import validate_argv
 from glmserve.argspec.model import ArgSpec, FlagIssue, ValidationReport
 from glmserve.config.spec import PATCHES_ENV
@@ -37,7 +44,7 @@ LAUNCH_MODULES = ("sglang.launch_server",)
 MAX_SCRIPT_BYTES = 1 << 20
 MAX_VAR_CHARS = 64 << 10  # longer assignments are forgotten (their uses stay opaque)
 MAX_WORD_CHARS = 1 << 20
-_REDIRECT_AHEAD = re.compile(r"\d+[<>]")
+_REDIRECT_AHEAD = re.compile(r"\d+[<>](?!\()")  # 2>(cmd) is a word: 2/dev/fd/63
 _REDIRECT = re.compile(r"\d*(&?>>?|<<<|<<-|<<|>&|<&|<)(&?\d+|-)?")
 _ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
@@ -227,11 +234,17 @@ class _Lexer:
                 if words:
                     return words
                 continue
-            if ch in "<>" or self.text.startswith("&>", self.pos) or self._redirect_ahead():
+            if (
+                (ch in "<>" and self._peek(1) != "(")
+                or self.text.startswith("&>", self.pos)
+                or self._redirect_ahead()
+            ):
                 self._redirect()
                 skip_next_word = self._pending_target
                 continue
-            expanded = self._word(assignment_ok=_assignment_position(words))
+            expanded = self._word(
+                assignment_ok=_assignment_position(words), prefix=_prefix_position(words)
+            )
             if skip_next_word:
                 skip_next_word = False
                 if self._heredoc_op:
@@ -278,15 +291,46 @@ class _Lexer:
                 if (line.lstrip("\t") if strip_tabs else line) == delimiter:
                     break
 
-    def _word(self, *, assignment_ok: bool) -> list[Word]:
-        """The words the next shell word expands to (none, one, or several: see _Fields)."""
-        start_line = self.line
-        fields = _Fields(start_line, assignment_ok=assignment_ok)
+    def _word(self, *, assignment_ok: bool, prefix: bool = False) -> list[Word]:
+        """The words the next shell word expands to (none, one, or several: see _Fields),
+        braces first (``braces.expand``), except in an assignment before the command name
+        (``prefix``: bash leaves ``A={a,b}`` as written, but ``export A={a,b}`` expands)."""
+        start, start_line = self.pos, self.line
+        words = self._word_fields(_Fields(start_line, assignment_ok=assignment_ok))
+        raw = self.text[start : self.pos]
+        if "{" not in raw or (words and words[0].array is not None):
+            return words
+        if prefix and _ASSIGN_PREFIX.match(raw):
+            return words
+        try:
+            variants = braces.expand(raw)
+        except ConfigError as exc:
+            raise ConfigError(f"{self.source}:{start_line}: {exc}") from exc
+        if variants is None:
+            return words
+        text, end, end_line = self.text, self.pos, self.line
+        out: list[Word] = []
+        try:
+            for variant in variants:  # each read again as the word bash now sees
+                self.text, self.pos, self.line = variant, 0, start_line
+                out += self._word_fields(_Fields(start_line, assignment_ok=assignment_ok))
+        finally:
+            self.text, self.pos, self.line = text, end, end_line
+        return out
+
+    def _word_fields(self, fields: _Fields) -> list[Word]:
+        """Read one shell word from the text into ``fields`` (see ``_word``)."""
+        start_line = fields.line
         size = 0
         while True:
             ch = self._peek()
             if ch == "(" and fields.array_assignment():
                 return [self._array_assignment(fields, start_line)]
+            if ch in "<>" and self._peek(1) == "(":  # <(cmd): a path known at run time
+                text = self._substitution(2, ")", "<(" if ch == "<" else ">(")
+                fields.literal(text, quoted=True, opaque=True)
+                size += len(text)
+                continue
             if ch == "" or ch in " \t\n" or self._at_operator() or ch in "<>":
                 break
             if ch == "\\":
@@ -430,6 +474,35 @@ class _Lexer:
         if ch == quote:
             self._advance()
 
+    def _substitution(self, skip: int, closer: str, opener: str) -> str:
+        """The source text of ``$(...)``, a backtick command or ``<(...)``/``>(...)``, from
+        its opener (``skip`` characters) to its matching closer; parentheses nest and quoted
+        ones do not count."""
+        start, start_line = self.pos, self.line
+        depth = 0
+        self._advance(skip)
+        while True:
+            ch = self._peek()
+            if ch == "":
+                raise ConfigError(
+                    f"{self.source}:{start_line}: unterminated {opener} (bash stops with "
+                    f"'unexpected EOF while looking for matching `{closer}'')"
+                )
+            if ch == "\\":  # an escaped character, whatever it is
+                self._advance()
+            elif closer == ")" and ch in "'\"":
+                self._skip_quoted_in_substitution(ch)
+                continue
+            elif closer == ")" and ch == "(":
+                depth += 1
+            elif ch == closer:
+                if depth == 0:
+                    self._advance()
+                    break
+                depth -= 1
+            self._advance()
+        return self.text[start : self.pos]
+
     def _values(self, name: str) -> list[str] | None:
         """A script variable's elements (a plain variable is a one-element array)."""
         if name in self.vars:
@@ -453,33 +526,10 @@ class _Lexer:
             if index == "*":
                 return " ".join(values), False
             return (values[int(index)] if int(index) < len(values) else ""), False
-        if self.text.startswith("$(", self.pos) or self._peek() == "`":
-            closer = ")" if self._peek() == "$" else "`"
-            start, start_line = self.pos, self.line
-            depth = 0
-            self._advance(2 if closer == ")" else 1)
-            while True:
-                ch = self._peek()
-                if ch == "":
-                    opener = "$(" if closer == ")" else "`"
-                    raise ConfigError(
-                        f"{self.source}:{start_line}: unterminated {opener} (bash stops with "
-                        f"'unexpected EOF while looking for matching `{closer}'')"
-                    )
-                if ch == "\\":  # an escaped character, whatever it is
-                    self._advance()
-                elif closer == ")" and ch in "'\"":
-                    self._skip_quoted_in_substitution(ch)
-                    continue
-                elif closer == ")" and ch == "(":
-                    depth += 1
-                elif ch == closer:
-                    if depth == 0:
-                        self._advance()
-                        break
-                    depth -= 1
-                self._advance()
-            return self.text[start : self.pos], True
+        if self.text.startswith("$(", self.pos):
+            return self._substitution(2, ")", "$("), True
+        if self._peek() == "`":
+            return self._substitution(1, "`", "`"), True
         if self.text.startswith("${", self.pos):
             end = self.text.find("}", self.pos)
             if end == -1:
@@ -502,6 +552,12 @@ def _assignment_position(words: list[Word]) -> bool:
         if w.text not in _KEYWORDS and not _ASSIGNMENT.match(w.text):
             return False
     return True
+
+
+def _prefix_position(words: list[Word]) -> bool:
+    """Before the command name, where ``NAME=value`` assigns for the command (bash applies
+    no brace expansion there); not after ``export``/``declare``, whose arguments expand."""
+    return all(w.text in _KEYWORDS or _ASSIGNMENT.match(w.text) for w in words)
 
 
 def _python_argv_start(words: list[Word]) -> int | None:

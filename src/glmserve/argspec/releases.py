@@ -282,7 +282,12 @@ def resolve_version(text: str) -> str:
 
 
 def _looks_like_path(text: str) -> bool:
-    return text.endswith((".json", ".json.gz", ".gz")) or "/" in text or Path(text).is_file()
+    if text.endswith((".json", ".json.gz", ".gz")) or "/" in text:
+        return True
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):  # a name too long for the filesystem, an embedded NUL
+        return False
 
 
 def load_release_spec(version: str) -> ArgSpec:

@@ -88,6 +88,11 @@ def convert(type_name: str | None, raw: str) -> tuple[Any, str | None]:
         return check(raw), None
     except _TypeRejected as exc:
         return None, str(exc)
+    except RecursionError:  # json.loads past ~1000 levels: sglang's argparse crashes on it
+        return None, (
+            "JSON nested more than about 1000 levels deep: json.loads raises RecursionError, "
+            "which argparse does not catch (the server would not start)"
+        )
     except (TypeError, ValueError):
         return None, f"invalid {short} value: {raw!r}"
 

@@ -25,7 +25,6 @@ tokenizer a reply cannot be counted exactly, so every request gets ``--output-le
 
 from __future__ import annotations
 
-import json
 import random
 import stat
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from glmserve.errors import ConfigError
+from glmserve.strictjson import loads as strict_loads
 
 Api = Literal["native", "openai", "chat"]
 APIS: tuple[str, ...] = ("native", "openai", "chat")
@@ -147,7 +147,7 @@ def read_dataset_rows(path: str, limit: int = MAX_DATASET_BYTES) -> list[Dataset
     prompts: list[DatasetRow] = []
     if p.suffix == ".json" or stripped.startswith("["):
         try:
-            data = json.loads(text)
+            data = strict_loads(text)
         except ValueError as exc:
             raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
         if not isinstance(data, list):
@@ -161,7 +161,7 @@ def read_dataset_rows(path: str, limit: int = MAX_DATASET_BYTES) -> list[Dataset
             if not line.strip():
                 continue
             try:
-                item = json.loads(line)
+                item = strict_loads(line)
             except ValueError as exc:
                 raise ConfigError(f"{path}:{n}: not valid JSON ({exc})") from exc
             if (row := _prompt_and_reply(item)) is None:

@@ -33,12 +33,27 @@ SetOpt = Annotated[
 SimulateOpt = Annotated[bool, typer.Option("--simulate", help="Launch the simulator, same flags.")]
 
 
+# A release is ``0.5.9``, ``v0.5.9.post1``, ``0.5.10rc0``: a few dozen characters at most.
+MAX_RELEASE_CHARS = 64
+
+
 def _release_given(value: str | None) -> str | None:
     """``--sglang-version ''`` (an unset shell variable) is refused: verbs test the value for
-    truth, so an empty one would silently mean "no release" instead of the one intended."""
+    truth, so an empty one would silently mean "no release" instead of the one intended.
+    A value no release can be (over MAX_RELEASE_CHARS, or with blanks or control characters)
+    is refused here too: a 300-character one reached ``Path.is_file`` and was exit 70
+    ("File name too long")."""
     if value is not None and not value.strip():
         raise typer.BadParameter(
             "empty; name a release such as 0.5.9 (see validate --list-versions)"
+        )
+    if value is not None and (
+        len(value) > MAX_RELEASE_CHARS or any(c.isspace() or not c.isprintable() for c in value)
+    ):
+        shown = value if len(value) <= 40 else f"{value[:40]}... ({len(value)} characters)"
+        raise typer.BadParameter(
+            f"{shown!r} is not a release version; name one such as 0.5.9 "
+            "(see validate --list-versions)"
         )
     return value
 

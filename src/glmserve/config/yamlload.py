@@ -40,13 +40,14 @@ _NUMBER = {
 _OCTAL_1_1 = re.compile(r"^[-+]?0[0-7_]+$")
 
 
-def read_config_text(path: Path, what: str) -> str:
+def read_config_text(path: Path, what: str, missing: str | None = None) -> str:
     """A config file's text: a regular file, at most MAX_BYTES, UTF-8 (a BOM is dropped).
 
     Size is checked before reading, so ``/dev/zero`` or a 10 GiB file cannot exhaust memory;
-    a decoding error names the line of the bad byte.
+    a decoding error names the line of the bad byte. ``missing`` words a path that does not
+    exist (as ``paths.read_capped``'s).
     """
-    raw = read_capped(path, MAX_BYTES, what)
+    raw = read_capped(path, MAX_BYTES, what, missing)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

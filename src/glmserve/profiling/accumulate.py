@@ -21,8 +21,9 @@ from glmserve.profiling.events import (
     RUNTIME_CATEGORIES,
     KernelSpan,
     OpSpan,
+    as_dur,
     as_int,
-    as_num,
+    as_ts,
     category,
 )
 from glmserve.profiling.labels import (
@@ -107,7 +108,7 @@ class TraceAccumulator:
         elif ph == "E":
             self._end(ev)
         elif ph == "s" and str(ev.get("cat", "")).lower() == "ac2g":
-            corr, ts = as_int(ev.get("id")), as_num(ev.get("ts"))
+            corr, ts = as_int(ev.get("id")), as_ts(ev.get("ts"))
             if corr is not None and ts is not None and corr not in self.launch_sites:
                 self.launch_sites[corr] = (ev.get("pid"), ev.get("tid"), ts, "")
 
@@ -126,7 +127,7 @@ class TraceAccumulator:
                 self.skipped += 1
                 return
         begin = stack.pop(idx)
-        ts, end = as_num(begin.get("ts")), as_num(ev.get("ts"))
+        ts, end = as_ts(begin.get("ts")), as_ts(ev.get("ts"))
         if ts is None or end is None:
             self.skipped += 1
             return
@@ -136,9 +137,11 @@ class TraceAccumulator:
         self._complete({**begin, "args": args}, ts, end - ts)
 
     def _complete(self, ev: dict[str, Any], raw_ts: Any, raw_dur: Any) -> None:
-        ts = as_num(raw_ts)
-        dur = as_num(raw_dur) if raw_dur is not None else 0.0
-        if ts is None or dur is None or dur < 0:
+        # A complete event without a usable ts or dur (a string, null, negative, 1e308: see
+        # events.MAX_TS_US) is skipped and counted, never guessed: one such event made every
+        # share NaN. The note in ``finish`` says how many.
+        ts, dur = as_ts(raw_ts), as_dur(raw_dur)
+        if ts is None or dur is None:
             self.skipped += 1
             return
         cat = category(ev.get("cat"))
@@ -223,7 +226,10 @@ class TraceAccumulator:
                 "rank's trace: their times add up, so shares can pass 100%"
             )
         if self.skipped:
-            notes.append(f"{self.skipped} event(s) with missing or unusable ts/dur skipped")
+            notes.append(
+                f"{self.skipped} event(s) with missing or unusable ts/dur skipped (a "
+                "non-number, null, negative or out of range)"
+            )
         if kernels:
             k_stats, ops = self._gpu_stats(win.window_us, kernels)
         else:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from glmserve.errors import TraceFormatError
+from glmserve.paths import require_regular_file
 from glmserve.profiling.accumulate import TraceAccumulator
 from glmserve.profiling.events import as_int
 from glmserve.profiling.findings import find_bottlenecks
@@ -72,8 +73,15 @@ def summarize_trace_ranks(
         raise TraceFormatError(f"{trace.path}: not a Chrome trace: no traceEvents array")
     accs = [a for a in router.by_label.values() if a.label or len(router.by_label) == 1]
     if not accs or not any(a.kernels or a.ops or a.steps for a in accs):
+        skipped = sum(a.skipped for a in router.by_label.values())
+        why = (
+            f" ({skipped} event(s) skipped: ts/dur missing, not a number, negative or out "
+            "of range)"
+            if skipped
+            else ""
+        )
         raise TraceFormatError(
-            f"{trace.path}: no profiler events (GPU kernels or CPU ops) in this trace"
+            f"{trace.path}: no profiler events (GPU kernels or CPU ops) in this trace{why}"
         )
     profiles = []
     for i, acc in enumerate(sorted(accs, key=lambda a: a.label)):
@@ -116,6 +124,8 @@ def analyze_traces(paths: Iterable[str | Path], steps_hint: int | None = None) -
 def analyze_path(target: str | Path, steps_hint: int | None = None) -> TraceAnalysis:
     """Offline analysis of a trace file or a directory of them (``glmserve profile PATH``)."""
     path = Path(target)
+    if not path.is_dir():  # a FIFO or device would hang the reader or never end
+        require_regular_file(path, "trace file", missing="no such trace file or directory")
     files = select_trace_files(find_trace_files(path)) if path.is_dir() else [path]
     if not files:
         raise TraceFormatError(f"{path}: no *.trace.json[.gz] / *.json[.gz] files in it")

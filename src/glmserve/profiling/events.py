@@ -64,6 +64,27 @@ def as_num(v: Any) -> float | None:
     return f if f == f and abs(f) != float("inf") else None
 
 
+# Chrome-trace times are microseconds: kineto's ``ts`` is since the epoch (1.7e15 in 2024) or
+# since boot (5e12), a decode step's ``dur`` milliseconds. A ``ts`` past MAX_TS_US (year ~5100)
+# or a ``dur`` past MAX_DUR_US (a day) is no profiler's: 1e308 overflowed ``ts + dur`` to inf and
+# printed "idle nan%". Such an event is skipped and counted like one with no time at all.
+MAX_TS_US = 1e17
+MAX_DUR_US = 86_400e6
+
+
+def as_ts(v: Any) -> float | None:
+    """An event's ``ts``: a number (or numeric string) within +-MAX_TS_US, else None."""
+    f = as_num(v)
+    return f if f is not None and abs(f) <= MAX_TS_US else None
+
+
+def as_dur(v: Any) -> float | None:
+    """An event's ``dur``: a number (or numeric string) in [0, MAX_DUR_US], else None (a
+    missing, null, negative or absurd duration)."""
+    f = as_num(v)
+    return f if f is not None and 0 <= f <= MAX_DUR_US else None
+
+
 def category(raw: Any) -> str:
     """The event's ``cat`` in kineto's current lower-case spelling."""
     cat = str(raw).lower() if raw is not None else ""

@@ -93,6 +93,7 @@ class Connection(asyncio.Protocol):
         self.slow = False  # set once the kernel refused bytes: the rest goes via the loop
         self.lane = 0
         self.idle_timer: asyncio.TimerHandle | None = None
+        self.response_started = False  # this request's status line is on the wire
 
     # -- asyncio.Protocol --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -192,9 +193,16 @@ class Connection(asyncio.Protocol):
             pos = eol + 2 + size + 2
 
     async def _handle(self, req: HttpRequest) -> None:
+        self.response_started = False
         try:
             resp = await self.dispatch(req, self)
         except Exception as exc:  # a handler bug must not kill the server
+            if self.response_started:  # no second status line: uvicorn closes the connection
+                # (0.35 run_asgi: protocols/http/httptools_impl.py:407-418, h11_impl.py:401-412)
+                if self.transport is not None:
+                    self.transport.close()
+                self.busy = False
+                return
             resp = Response.json({"error": {"message": f"{type(exc).__name__}: {exc}"}}, 500)
         if resp is not None:
             self.send(resp, req)
@@ -247,6 +255,7 @@ class Connection(asyncio.Protocol):
         if self.closed or self.transport is None:
             return
         head = self._head(resp.status, resp.content_type, resp.headers, len(resp.body))
+        self.response_started = True
         self.transport.write(head + (resp.body if req.method != "HEAD" else b""))
         if self.on_response:
             self.on_response(req, resp.status)
@@ -256,6 +265,7 @@ class Connection(asyncio.Protocol):
     ) -> None:
         if self.closed or self.transport is None:
             return
+        self.response_started = True
         self.transport.write(self._head(200, content_type, {}, None))
         if self.on_response:
             self.on_response(req, 200)

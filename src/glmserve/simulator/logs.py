@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+import traceback
 from typing import TextIO
 
 
@@ -45,15 +46,30 @@ def progress_bar(desc: str, done: int, total: int, elapsed: float, unit: str = "
 
 
 class ServerLog:
-    """Writes log lines the way SGLang's processes do: each line flushed at once."""
+    """Writes log lines the way SGLang's processes do: each line flushed at once.
+
+    A line that cannot be written (the log's disk full, a closed pipe) is dropped and the
+    server goes on, as SGLang's logging does: ``logging.StreamHandler.emit`` catches the
+    write's exception and calls ``Handler.handleError``, which tries to print
+    ``--- Logging error ---`` and the traceback to stderr and swallows the OSError of that
+    write too (CPython 3.11 ``Lib/logging/__init__.py``: emit 1109-1118, handleError
+    1028-1059, ``except OSError: pass  # see issue 5971``). Raising here instead turned an
+    access-log line into a 500 head written into an open 200 stream.
+    """
 
     def __init__(self, err: TextIO | None = None, out: TextIO | None = None) -> None:
         self.err = err or sys.stderr
         self.out = out or sys.stdout
 
+    def _emit(self, text: str) -> None:
+        try:
+            self.err.write(text)
+            self.err.flush()
+        except OSError:
+            _handle_error(self.err)
+
     def line(self, msg: str, tp: int | None = None) -> None:
-        self.err.write(format_line(msg, tp) + "\n")
-        self.err.flush()
+        self._emit(format_line(msg, tp) + "\n")
 
     def ranks(self, msg: str, tp_size: int) -> None:
         """The same message from every TP rank (as each scheduler process logs it)."""
@@ -62,12 +78,22 @@ class ServerLog:
 
     def raw(self, text: str) -> None:
         """Unprefixed text (tracebacks continue without a prefix, tqdm bars, NCCL lines)."""
-        self.err.write(text if text.endswith("\n") else text + "\n")
-        self.err.flush()
+        self._emit(text if text.endswith("\n") else text + "\n")
 
     def access(self, client: str, method: str, path: str, status: int) -> None:
         phrase = _PHRASES.get(status, "")
         self.line(f'INFO:     {client} - "{method} {path} HTTP/1.1" {status} {phrase}'.rstrip())
+
+
+def _handle_error(stream: TextIO) -> None:
+    """``logging.Handler.handleError`` with ``raiseExceptions`` on (SGLang's case): report the
+    failed write on the same stream, and give up silently when that fails too."""
+    try:
+        stream.write("--- Logging error ---\n")
+        traceback.print_exc(file=stream)
+        stream.flush()
+    except OSError:
+        pass
 
 
 _PHRASES = {

@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-import yaml
-
 from glmserve.errors import SimUsageError
 from glmserve.simulator import costmodel
 from glmserve.simulator.costmodel import CostModel, ServerShape
@@ -236,17 +234,17 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def load_yaml_overrides(path: str) -> dict[str, Any]:
-    """Cost-model overrides from a YAML mapping (``field: value``); yaml.safe_load only."""
+    """Cost-model overrides from a YAML mapping (``field: value``), read as every hand-written
+    YAML of glmserve is (``config.yamlload``: a regular file of bounded size, SafeLoader,
+    bounded nesting and aliases): a FIFO hung here, and ``[[[[...`` was exit 70."""
+    from glmserve.config.yamlload import load_yaml, read_config_text
+    from glmserve.errors import ConfigError
+
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise SimUsageError(f"--sim-config {path}: {exc.strerror}") from exc
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else path
-        raise SimUsageError(f"--sim-config {where}: invalid YAML") from exc
+        text = read_config_text(Path(path), "cost-model file", missing="no such file")
+        data = load_yaml(text, path, "invalid YAML")[0] or {}
+    except ConfigError as exc:
+        raise SimUsageError(f"--sim-config {exc}") from exc
     if not isinstance(data, dict):
         raise SimUsageError(f"--sim-config {path}: expected a mapping of cost-model fields")
     return data
