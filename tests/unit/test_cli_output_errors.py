@@ -12,12 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import test_bench_client
 
 from glmserve.cli import diagnose_cmd, main
 from glmserve.store import RunStore
-
-fake = test_bench_client.fake  # the scripted SSE server fixture
 
 FULL = "error: cannot write output: No space left on device\n"
 needs_dev_full = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")

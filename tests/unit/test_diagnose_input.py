@@ -11,10 +11,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from tests.unit.test_diagnose_cli import run
-from tests.unit.test_diagnose_corpus import CASES
+from tests.fixtures.diagnose_corpus import CASES
 
 from glmserve import diagnose
+from glmserve.cli import main as run
 from glmserve.diagnose import diagnose_lines
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -63,7 +63,7 @@ def test_run_report_metadata_names_result_ids_and_flag_diff():
 def test_chart_axes_start_at_zero_with_the_same_nice_ticks_in_svg_and_png():
     import re
 
-    from tests.unit.test_report import three_profile_sweep
+    from tests.fixtures.report import three_profile_sweep
 
     from glmserve.report import ReportData, chart_specs, line_chart, nice_axis, series_from_sweep
 
