@@ -30,12 +30,10 @@ from glmserve.errors import BenchInterrupted, BenchmarkGateFailed, ConfigError, 
 
 
 def _items(flag: str, text: str, example: str) -> list[str]:
-    """A comma list's items; an empty one (``1,,2``, ``''``) is refused, not skipped: it is a
-    typo or an unset shell variable, and skipping it would bench something else than asked."""
-    items = [x.strip() for x in text.split(",")]
-    if not text.strip() or any(not x for x in items):
-        raise ConfigError(f"--{flag}: expected a comma list like {example}, got {text!r}")
-    return items
+    """A comma list's items (``glmserve.commalist``: an empty item is refused, not skipped)."""
+    from glmserve.commalist import comma_list
+
+    return comma_list(text, f"--{flag}", example)
 
 
 def _rates(text: str) -> list[float]:

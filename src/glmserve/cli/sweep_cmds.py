@@ -165,12 +165,14 @@ def sweep(
             timeout_s=timeout,
             stall_timeout_s=stall_timeout,
         )
-        group = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else []
+        from glmserve.commalist import comma_list
+
+        group = comma_list(nodes, "--nodes", "a,b") if nodes is not None else []
         if group and host:
             raise ConfigError("give --host or --nodes, not both")
         if nodes is not None and len(group) < 2:
             raise ConfigError(f"--nodes: expected at least 2 host names like a,b, got {nodes!r}")
-        names = [p.strip() for p in profiles.split(",") if p.strip()]
+        names = comma_list(profiles, "--profiles", "flashinfer,trtllm_mla")
         check_plans(names, host, group, opts, simulate)  # before the sweep is created
         sw = start_sweep(names, host, simulate, opts, group)
     say(f"{sw.sweep_id}: {', '.join(sw.profiles)}{' (simulated)' if simulate else ''}")

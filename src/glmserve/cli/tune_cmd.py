@@ -111,9 +111,9 @@ def tune(
             sglang_version=sglang_version,
             host_lost_s=host_lost_after,
         )
-        pool = [h.strip() for h in hosts.split(",") if h.strip()]
-        if not pool:
-            raise ConfigError("--hosts: give at least one host name")
+        from glmserve.commalist import comma_list
+
+        pool = comma_list(hosts, "--hosts", "gpu1,gpu2")
         tu, server = start_tune(
             profile,
             parse_search(search),
