@@ -52,7 +52,8 @@ def report(
     A bench result id (a number, as `glmserve results` lists it) reports that one result,
     a `bench --url` one included. A crashed or incomplete result gets no speedup.
 
-    Example: glmserve report sw-20261130-193000-ab12 --html report.html --png plots/
+    Example:
+      glmserve report sw-20261130-193000-ab12 --html report.html --png plots/
     """
     from glmserve.report import load_report_data, write_html, write_pngs
 
@@ -124,7 +125,8 @@ def sweep(
     node is checked, launched, watched and stopped together, the bench goes through node 0,
     and a crash is recorded with the node it happened on. --host applies to the others.
 
-    Example: glmserve sweep --simulate --profiles flashinfer_gtc,trtllm_mla,cutlass_mla
+    Example:
+      glmserve sweep --simulate --profiles flashinfer_gtc,trtllm_mla,cutlass_mla
     """
     from glmserve.cli.views import print_sweep
     from glmserve.errors import ConfigError, ServerCrashed, SweepInterrupted

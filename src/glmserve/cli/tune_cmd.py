@@ -74,9 +74,11 @@ def tune(
     (first stopping the servers of trials a killed tune left running).
     Exit 0 with a best config, 3 when no trial met the SLOs, 130 on Ctrl-C.
 
-    Example: glmserve tune --simulate --profile trtllm_mla --set sim.gpu-arch=sm100
-    --search server.max-running-requests=8,32 --search server.cuda-graph-max-bs=8,64
-    --slo tpot_p99_ms=60 --hosts la,lb --budget 12
+    Example:
+      glmserve tune --simulate --profile trtllm_mla --set sim.gpu-arch=sm100 \\
+        --search server.max-running-requests=8,32 \\
+        --search server.cuda-graph-max-bs=8,64 \\
+        --slo tpot_p99_ms=60 --hosts la,lb --budget 12
     """
     from glmserve.errors import ConfigError, ServerCrashed
     from glmserve.sweep.state import positive_ints
