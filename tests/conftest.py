@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["tests.fixtures.simulator", "tests.fixtures.sshd"]
+pytest_plugins = [
+    "tests.fixtures.simulator",
+    "tests.fixtures.sshd",
+    "tests.fixtures.sse_server",
+    "tests.fixtures.tokenizer",
+    "tests.fixtures.runs",
+]
 
 
 @pytest.fixture(autouse=True)

@@ -49,7 +49,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-# Exit codes: the user's contract (README "Exit codes"). Keep in sync with the README.
+# Exit codes: the user's contract (docs/exit-codes.md). Keep in sync with that page.
 EXIT_OK = 0
 EXIT_GATE_FAILED = 1
 EXIT_USAGE = 2

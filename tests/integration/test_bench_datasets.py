@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.integration.test_simulator_prompt_tokens import VOCAB, tokenizer_dir  # noqa: F401
+from tests.fixtures.tokenizer import VOCAB
 
 from glmserve.bench.workload import dataset_prompts, lengths, make_prompts, read_dataset
 from glmserve.cli import main
@@ -60,7 +60,7 @@ def test_random_range_ratio_draws_lengths_in_range():
 
 
 def test_sharegpt_with_tokenizer_gives_exact_prompt_tokens(capsys, start_simulator, tmp_path,
-                                                           tokenizer_dir):  # noqa: F811  # fmt: skip
+                                                           tokenizer_dir):  # fmt: skip
     sim = start_simulator("--tokenizer-path", str(tokenizer_dir), *SIM, timeout=90)
     data = tmp_path / "sharegpt.json"
     data.write_text(json.dumps(sharegpt(4, 12)))
@@ -127,7 +127,7 @@ def test_dataset_output_lengths_follow_the_replies_as_bench_serving_does(
     capsys,
     start_simulator,
     tmp_path,
-    tokenizer_dir,  # noqa: F811
+    tokenizer_dir,
 ):
     """bench_serving's ShareGPT default: with a tokenizer and no --output-len each request asks
     for its reply's length in tokens; replies under 2 tokens are skipped. --output-len (or its
@@ -167,7 +167,7 @@ def test_dataset_output_lengths_follow_the_replies_as_bench_serving_does(
 
 
 def test_a_dataset_without_usable_replies_is_a_usage_error(capsys, start_simulator, tmp_path,
-                                                           tokenizer_dir):  # noqa: F811  # fmt: skip
+                                                           tokenizer_dir):  # fmt: skip
     sim = start_simulator(*SIM)
     data = tmp_path / "short.json"
     data.write_text(json.dumps(conversations([1, 0])))
@@ -178,7 +178,7 @@ def test_a_dataset_without_usable_replies_is_a_usage_error(capsys, start_simulat
     assert "give --output-len N" in err
 
 
-def test_dataset_lengths_count_special_tokens_as_bench_serving_does(tmp_path, tokenizer_dir):  # noqa: F811
+def test_dataset_lengths_count_special_tokens_as_bench_serving_does(tmp_path, tokenizer_dir):
     """bench_serving measures prompt and reply with ``tokenizer.encode(text)``: a BOS token
     counts (a reply of n words asks for n + 1 tokens, a 1-word reply is kept), and the prompt
     ids are what the server makes of the text (BOS first)."""

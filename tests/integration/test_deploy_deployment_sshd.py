@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 from tests.fixtures.cli import GLMSERVE
 from tests.fixtures.cli import run_glmserve as cli
+from tests.fixtures.runs import stop_every_run_left
 from tests.fixtures.sshd import SshdServer, start_sshd
 
 from glmserve.remote.hosts import get_host
-from glmserve.remote.process import probe_group, stop_run
+from glmserve.remote.process import probe_group
 from glmserve.remote.transport import SshTransport, free_local_port
 from glmserve.store import RunStore
 
@@ -74,11 +75,7 @@ def group_hosts(two_sshd: list[SshdServer], tmp_path: Path) -> Iterator[list[str
     cfg_dir.mkdir(parents=True, exist_ok=True)
     (cfg_dir / "hosts.yaml").write_text(text)
     yield list(NODES)
-    store = RunStore.open()
-    for run in store.list_runs():  # whatever a failing test left running
-        if run.pgid is not None:
-            stop_run(run.run_id, timeout=5, store=store)
-            assert probe_group(SshTransport(get_host(run.host)), run.pgid).live_pids == []
+    stop_every_run_left(remote_only=True, verify=True)  # whatever a failing test left
     for name in NODES:
         SshTransport(get_host(name)).disconnect()
 

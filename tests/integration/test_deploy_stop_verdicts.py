@@ -23,18 +23,6 @@ from glmserve.store import RunStore
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def stop_left():  # type: ignore[no-untyped-def]
-    """Stop every run a test left behind (each by its recorded, verified process group)."""
-    yield
-    from glmserve.remote.process import stop_run
-
-    with RunStore.open() as store:
-        for run in store.list_runs():
-            if run.pgid is not None and run.ended_at is None:
-                stop_run(run.run_id, timeout=5, store=store)
-
-
 def _wait_for_pid(timeout: float = 60) -> str:
     """The id of the one run being launched, once its server's process is recorded."""
     deadline = time.monotonic() + timeout
@@ -54,7 +42,7 @@ def _status(run_id: str) -> dict:
     return row
 
 
-def test_stop_while_launch_watches_is_stopped_not_a_crash(stop_left):
+def test_stop_while_launch_watches_is_stopped_not_a_crash(stop_left_runs):
     port = free_port()
     launch = subprocess.Popen(
         [*GLMSERVE, "launch", "--profile", "flashinfer", "--simulate", "--json",
@@ -81,7 +69,7 @@ def test_stop_while_launch_watches_is_stopped_not_a_crash(stop_left):
     assert _status(run_id)["state"] == "STOPPED"
 
 
-def test_stopped_stalled_run_stays_stalled(stop_left):
+def test_stopped_stalled_run_stays_stalled(stop_left_runs):
     port = free_port()
     res = run_glmserve(
         "launch", "--profile", "flashinfer", "--simulate", "--json",

@@ -19,19 +19,6 @@ from tests.fixtures.simulator import free_port
 POLL_S = 1.0  # launch's default --poll
 
 
-@pytest.fixture
-def stop_runs():  # type: ignore[no-untyped-def]
-    """Stop every run the test left behind (each by its recorded, verified process group)."""
-    yield
-    from glmserve.remote.process import stop_run
-    from glmserve.store import RunStore
-
-    with RunStore.open() as store:
-        for run in store.list_runs():
-            if run.pgid is not None and run.state != "STOPPED":
-                stop_run(run.run_id, timeout=5, store=store)
-
-
 def _launch(*args: str, timeout: float = 90) -> tuple[int, dict, str]:
     res = run_glmserve(
         "launch", "--profile", "flashinfer", "--simulate", "--json", *args, timeout=timeout
@@ -45,7 +32,7 @@ def _server_log(doc: dict) -> str:
         return fh.read()
 
 
-def test_warmup_hang_is_stalled_within_budget_plus_one_poll(stop_runs):
+def test_warmup_hang_is_stalled_within_budget_plus_one_poll(stop_left_runs):
     """The issue's command: it used to wait forever (every /health poll wrote a log line)."""
     port = free_port()
     t0 = time.monotonic()
@@ -65,7 +52,7 @@ def test_warmup_hang_is_stalled_within_budget_plus_one_poll(stop_runs):
     assert after_hang.count('"GET /health HTTP/1.1" 503') >= 3  # the noise really was there
 
 
-def test_load_hang_uses_the_per_phase_budget_and_names_it(stop_runs):
+def test_load_hang_uses_the_per_phase_budget_and_names_it(stop_left_runs):
     port = free_port()
     rc, doc, err = _launch(
         "--set", f"server.port={port}", "--set", "sim.hang-at=load",
@@ -78,7 +65,7 @@ def test_load_hang_uses_the_per_phase_budget_and_names_it(stop_runs):
     assert "stall budget 3s, --stall-budget load=3" in verdict["hint"]
 
 
-def test_overall_timeout_hint_names_the_deadline_not_a_stall_budget(stop_runs):
+def test_overall_timeout_hint_names_the_deadline_not_a_stall_budget(stop_left_runs):
     port = free_port()
     rc, doc, err = _launch(
         "--set", f"server.port={port}", "--set", "sim.hang-at=warmup", "--timeout", "6",
@@ -123,7 +110,7 @@ def test_unusable_stall_timeout_is_one_line_exit_2_before_anything_starts(value)
         assert store.list_runs() == []
 
 
-def test_launch_without_timeout_gets_the_default_deadline(monkeypatch, stop_runs):
+def test_launch_without_timeout_gets_the_default_deadline(monkeypatch, stop_left_runs):
     """No --timeout and no budget that can fire first: the default deadline ends the watch."""
     from typer.testing import CliRunner
 

@@ -12,25 +12,12 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 from tests.fixtures.cli import run_glmserve
 from tests.fixtures.simulator import FAST, free_port
 
 
-@pytest.fixture
-def stop_runs():  # type: ignore[no-untyped-def]
-    yield
-    from glmserve.remote.process import stop_run
-    from glmserve.store import RunStore
-
-    with RunStore.open() as store:
-        for run in store.list_runs():
-            if run.pgid is not None and run.state != "STOPPED":
-                stop_run(run.run_id, timeout=5, store=store)
-
-
 def test_launch_losing_the_port_to_another_sglang_is_crashed_port_in_use(
-    start_simulator, stop_runs
+    start_simulator, stop_left_runs
 ):
     """The other server binds first (it loads faster); ours loads, fails to bind, warms the
     other one up, logs the ready line and exits 1. Old behaviour: READY (the other server
@@ -63,7 +50,9 @@ def test_launch_losing_the_port_to_another_sglang_is_crashed_port_in_use(
     assert row["state"] != "READY"
 
 
-def test_another_server_answering_health_does_not_make_our_run_ready(start_simulator, stop_runs):
+def test_another_server_answering_health_does_not_make_our_run_ready(
+    start_simulator, stop_left_runs
+):
     """Ours hangs while loading; a server started later on the same port answers /health
     with 200. Old behaviour: READY within one poll."""
     from glmserve.deploy.watch import Watcher, assess_run

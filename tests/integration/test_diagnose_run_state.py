@@ -16,20 +16,7 @@ import pytest
 from tests.fixtures.cli import run_glmserve
 from tests.fixtures.simulator import free_port
 
-from glmserve.store import RunStore
-
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def stop_left():  # type: ignore[no-untyped-def]
-    yield
-    from glmserve.remote.process import stop_run
-
-    with RunStore.open() as store:
-        for run in store.list_runs():
-            if run.pgid is not None and run.ended_at is None:
-                stop_run(run.run_id, timeout=5, store=store)
 
 
 def _launch(*sets: str, wait: bool) -> dict:
@@ -46,7 +33,7 @@ def _diagnose(run_id: str) -> tuple[int, dict]:
     return res.returncode, json.loads(res.stdout) if res.stdout.strip() else {}
 
 
-def test_run_killed_mid_warmup_is_exited_not_still_starting(stop_left):
+def test_run_killed_mid_warmup_is_exited_not_still_starting(stop_left_runs):
     run = _launch("sim.hang-at=warmup", wait=False)
     deadline = time.monotonic() + 60
     while (rc_doc := _diagnose(run["run_id"]))[1].get("state") != "WARMUP":
@@ -63,7 +50,7 @@ def test_run_killed_mid_warmup_is_exited_not_still_starting(stop_left):
     assert run_glmserve("status", run["run_id"], "--json").stdout.count('"EXITED"') == 1
 
 
-def test_dead_worker_after_ready_is_crashed_as_status_says(stop_left):
+def test_dead_worker_after_ready_is_crashed_as_status_says(stop_left_runs):
     run = _launch("sim.worker-death-after=0.5", "sim.speed=4", wait=True)
     deadline = time.monotonic() + 30
     while (rc_doc := _diagnose(run["run_id"]))[0] == 0:
@@ -75,7 +62,7 @@ def test_dead_worker_after_ready_is_crashed_as_status_says(stop_left):
     assert "/health" in doc["root_cause"]
 
 
-def test_stopped_run_is_named_stopped(stop_left):
+def test_stopped_run_is_named_stopped(stop_left_runs):
     run = _launch("sim.hang-at=warmup", wait=False)
     assert run_glmserve("stop", run["run_id"]).returncode == 0
     res = run_glmserve("diagnose", run["run_id"])

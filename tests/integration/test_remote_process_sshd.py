@@ -59,21 +59,7 @@ def _dead(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
 
-@pytest.fixture
-def cleanup_runs():  # type: ignore[no-untyped-def]
-    """Stop every run a test started, then prove none of its processes is left."""
-    yield
-    store = RunStore.open()
-    for run in store.list_runs():
-        if run.pgid is None:
-            continue
-        t = SshTransport(get_host(run.host)) if run.host != "local" else None
-        if t is not None:
-            stop_run(run.run_id, timeout=5, store=store)
-            assert probe_group(t, run.pgid).live_pids == []
-
-
-def test_simulator_launch_reaches_ready_and_stop_leaves_nothing(ssh_host, cleanup_runs):
+def test_simulator_launch_reaches_ready_and_stop_leaves_nothing(ssh_host, stop_left_remote_runs):
     port = free_local_port()
     res = launch(ssh_host, port, "--json")
     assert res.returncode == 0, res.stderr
@@ -122,7 +108,7 @@ CRASH_AT = {"no_kernel_image": ["--set", "sim.crash-at=warmup"]}
 
 
 @pytest.mark.parametrize("kind", sorted(CRASH_KINDS))
-def test_each_crash_kind_gives_its_category_and_exit_3(ssh_host, cleanup_runs, kind):
+def test_each_crash_kind_gives_its_category_and_exit_3(ssh_host, stop_left_remote_runs, kind):
     port = free_local_port()
     extra = CRASH_AT.get(kind, [])
     res = launch(ssh_host, port, "--set", f"sim.crash-kind={kind}", *extra, "--json")
@@ -134,7 +120,7 @@ def test_each_crash_kind_gives_its_category_and_exit_3(ssh_host, cleanup_runs, k
     assert f"CRASHED {CRASH_KINDS[kind]}" in res.stderr
 
 
-def test_port_taken_by_another_process_is_refused(ssh_host, cleanup_runs):
+def test_port_taken_by_another_process_is_refused(ssh_host, stop_left_remote_runs):
     """A port taken by someone else is refused before launching (exit 2, names the port)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -146,7 +132,7 @@ def test_port_taken_by_another_process_is_refused(ssh_host, cleanup_runs):
     assert "Traceback" not in res.stderr
 
 
-def test_hang_is_stalled_exit_4_and_server_keeps_running(ssh_host, cleanup_runs):
+def test_hang_is_stalled_exit_4_and_server_keeps_running(ssh_host, stop_left_remote_runs):
     port = free_local_port()
     res = launch(ssh_host, port, "--set", "sim.hang-at=kv", "--stall-timeout", "1.5")
     assert res.returncode == 4, res.stderr
@@ -161,14 +147,14 @@ def test_hang_is_stalled_exit_4_and_server_keeps_running(ssh_host, cleanup_runs)
     assert RunStore.open().get_run(run.run_id).ended_at is not None
 
 
-def test_timeout_is_exit_4(ssh_host, cleanup_runs):
+def test_timeout_is_exit_4(ssh_host, stop_left_remote_runs):
     port = free_local_port()
     res = launch(ssh_host, port, "--set", "sim.hang-at=load", "--timeout", "1")
     assert res.returncode == 4, res.stderr
     assert "timed out" in res.stderr
 
 
-def test_worker_death_after_ready_is_detected(ssh_host, cleanup_runs):
+def test_worker_death_after_ready_is_detected(ssh_host, stop_left_remote_runs):
     port = free_local_port()
     res = launch(ssh_host, port, "--set", "sim.worker-death-after=0.5")
     assert res.returncode == 0, res.stderr
@@ -183,7 +169,7 @@ def test_worker_death_after_ready_is_detected(ssh_host, cleanup_runs):
     assert "after READY" in rows[0]["root_cause"]
 
 
-def test_replace_stops_the_live_run_first(ssh_host, cleanup_runs):
+def test_replace_stops_the_live_run_first(ssh_host, stop_left_remote_runs):
     port = free_local_port()
     first = launch(ssh_host, port, "--no-wait")
     assert first.returncode == 0, first.stderr
@@ -231,7 +217,7 @@ def test_check_table_no_gpu_row(ssh_host):
     assert sim.returncode == 0, sim.stdout + sim.stderr
 
 
-def test_controlmaster_killed_mid_watch_resumes_at_same_offset(ssh_host, cleanup_runs):
+def test_controlmaster_killed_mid_watch_resumes_at_same_offset(ssh_host, stop_left_remote_runs):
     """Kill the ssh master while the watcher polls: it reconnects and no line is lost/doubled."""
     from glmserve.config import profiles
     from glmserve.deploy.watch import Watcher
@@ -272,7 +258,7 @@ def test_controlmaster_killed_mid_watch_resumes_at_same_offset(ssh_host, cleanup
     assert t.master_alive()
 
 
-def test_ctrl_c_while_waiting_keeps_server_and_says_how(ssh_host, cleanup_runs):
+def test_ctrl_c_while_waiting_keeps_server_and_says_how(ssh_host, stop_left_remote_runs):
     port = free_local_port()
     proc = subprocess.Popen(
         [
@@ -300,7 +286,7 @@ def test_ctrl_c_while_waiting_keeps_server_and_says_how(ssh_host, cleanup_runs):
     assert probe_group(t, run.pgid or 0).live_pids  # the server kept running
 
 
-def test_stop_refuses_a_reused_pid(ssh_host, cleanup_runs):
+def test_stop_refuses_a_reused_pid(ssh_host, stop_left_remote_runs):
     """A recorded start time that no longer matches means the PID is someone else's."""
     port = free_local_port()
     res = launch(ssh_host, port, "--no-wait")
@@ -316,7 +302,7 @@ def test_stop_refuses_a_reused_pid(ssh_host, cleanup_runs):
     store.update_run(run_id, proc_start=real_start, state="STARTING", ended_at=None)
 
 
-def test_concurrent_status_while_watching(ssh_host, cleanup_runs):
+def test_concurrent_status_while_watching(ssh_host, stop_left_remote_runs):
     """Two glmserve processes writing the store at once (watch + status) both succeed."""
     port = free_local_port()
     results: dict[str, subprocess.CompletedProcess[str]] = {}
@@ -331,7 +317,9 @@ def test_concurrent_status_while_watching(ssh_host, cleanup_runs):
     assert results["l"].returncode == 0, results["l"].stderr
 
 
-def test_patched_profile_uploads_runtime_and_status_shows_patch_ranks(ssh_host, cleanup_runs):
+def test_patched_profile_uploads_runtime_and_status_shows_patch_ranks(
+    ssh_host, stop_left_remote_runs
+):
     """flashinfer_gtc lists a runtime patch: runtime/ is uploaded, each rank logs activation."""
     port = free_local_port()
     res = cli(
@@ -433,7 +421,7 @@ def test_unknown_host_key_is_refused_not_accepted(sshd_server, tmp_path):
     assert known.read_text().count("\n") == 1  # nothing was added
 
 
-def test_logs_follow_streams_until_the_server_ends(ssh_host, cleanup_runs):
+def test_logs_follow_streams_until_the_server_ends(ssh_host, stop_left_remote_runs):
     port = free_local_port()
     res = launch(ssh_host, port, "--set", "sim.hang-at=kv", "--no-wait")
     run_id = res.stdout.split()[0]

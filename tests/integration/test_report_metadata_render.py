@@ -5,11 +5,9 @@ compared profiles, and names a result whose settings differ instead of a speedup
 from __future__ import annotations
 
 import copy
-from html.parser import HTMLParser
 
 import pytest
-from tests.integration.test_report_render import CHROMIUM, chromium
-from tests.unit.test_report import three_profile_sweep
+from tests.fixtures.report import CHROMIUM, Tables, chromium, three_profile_sweep
 
 from glmserve.cli import main
 from glmserve.sweep.state import save_sweep
@@ -22,49 +20,6 @@ BASE_ARGV = ["python3", "-u", "-m", "sglang.launch_server", "--model-path", "/m/
 GPUS = ["NVIDIA H200, 143771 MiB, 570.86"] * 8
 SETTINGS = {"mode": "decode", "api": "native", "input_len": 128, "output_len": 256,
             "num_prompts": 5, "warmup": 1, "seed": 0}  # fmt: skip
-
-
-class _Tables(HTMLParser):
-    """Cells of every table by class, and the incomparable list items, from the DOM dump."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.tables: dict[str, list[list[str]]] = {}
-        self.cls: str | None = None
-        self.cell: list[str] | None = None
-        self.section: list[str] = []
-        self.incomparable: list[str] = []
-        self.in_li = False
-
-    def handle_starttag(self, tag, attrs):
-        a = {k: v or "" for k, v in attrs}
-        if tag == "section":
-            self.section.append(a.get("id", ""))
-        if tag == "table":
-            self.cls = a.get("class", "")
-            self.tables[self.cls] = []
-        elif tag == "tr" and self.cls:
-            self.tables[self.cls].append([])
-        elif tag in ("td", "th") and self.cls:
-            self.cell = []
-        elif tag == "li" and a.get("data-series"):
-            self.in_li = True
-            self.incomparable.append("")
-
-    def handle_endtag(self, tag):
-        if tag in ("td", "th") and self.cls and self.cell is not None:
-            self.tables[self.cls][-1].append("".join(self.cell).strip())
-            self.cell = None
-        elif tag == "table":
-            self.cls = None
-        elif tag == "li":
-            self.in_li = False
-
-    def handle_data(self, data):
-        if self.cell is not None:
-            self.cell.append(data)
-        if self.in_li:
-            self.incomparable[-1] += data
 
 
 def _with_meta(bench: list[dict], argv: list[str], speed: float) -> list[dict]:
@@ -90,7 +45,7 @@ def test_rendered_report_shows_metadata_and_flag_diff(tmp_path):
     assert rc == 0
     proc = chromium(tmp_path, "--dump-dom", html.as_uri())
     assert proc.returncode == 0, proc.stderr[-1500:]
-    dom = _Tables()
+    dom = Tables()
     dom.feed(proc.stdout)
     assert "metadata" in dom.section
 

@@ -5,28 +5,13 @@ Needs Debian's ``chromium`` (apt-get install -y chromium); skipped only when it 
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from html.parser import HTMLParser
-from pathlib import Path
 
 import pytest
-from tests.unit.test_report import three_profile_sweep
+from tests.fixtures.report import chromium, three_profile_sweep
 
 from glmserve.cli import main
 from glmserve.sweep.state import OK, save_sweep
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
-
-
-def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [
-        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={tmp_path / 'chromium-profile'}", *args,
-    ]  # fmt: skip
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=90)
 
 
 class _Dom(HTMLParser):

@@ -7,8 +7,7 @@ failed)" instead of 0.99x; the flag diff of flashinfer vs flashinfer_gtc shows t
 from __future__ import annotations
 
 import pytest
-from tests.integration.test_report_metadata_render import _Tables
-from tests.integration.test_report_render import CHROMIUM, chromium
+from tests.fixtures.report import CHROMIUM, Tables, chromium
 
 from glmserve.cli import main
 from glmserve.store import RunRecord, RunStore
@@ -44,12 +43,12 @@ def _run(store: RunStore, run_id: str, profile: str, port: int, patched: bool, s
             "patches": [PATCH] if patched else []}  # fmt: skip
 
 
-def _render(tmp_path, *ids: str) -> _Tables:
+def _render(tmp_path, *ids: str) -> Tables:
     html = tmp_path / "r.html"
     assert main(["report", *ids, "--html", str(html)]) == 0
     proc = chromium(tmp_path, "--dump-dom", html.as_uri())
     assert proc.returncode == 0, proc.stderr[-1500:]
-    dom = _Tables()
+    dom = Tables()
     dom.feed(proc.stdout)
     return dom
 

@@ -8,24 +8,8 @@ from __future__ import annotations
 import random
 
 import httpx
-import pytest
 from tests.fixtures.simulator import FAST
-
-VOCAB = [f"tok{i}" for i in range(500)]
-
-
-@pytest.fixture
-def tokenizer_dir(tmp_path):
-    """A real Hugging Face tokenizer saved to a local directory (word level, no network)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {w: i for i, w in enumerate(["[UNK]", *VOCAB])}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.decoder = decoders.WordPiece()  # joins words with spaces
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(tmp_path)
-    return tmp_path
+from tests.fixtures.tokenizer import VOCAB
 
 
 def _prompt_tokens(url: str, text: str) -> int:

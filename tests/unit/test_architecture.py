@@ -24,6 +24,7 @@ RANKS: dict[str, int] = {
     "paths": 0,
     "sigterm": 0,
     "strictjson": 0,
+    "commalist": 0,  # the one comma-list parser of every option
     "runtime": 0,  # the patch shipped to the GPU host; imports nothing of glmserve
     "statedir": 1,
     "store": 1,

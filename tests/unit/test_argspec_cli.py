@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -141,23 +139,6 @@ def test_list_versions_json_is_a_list_of_version_strings(
     assert isinstance(versions, list) and all(isinstance(v, str) for v in versions)
     _, text, _ = run(capsys, "--list-versions")
     assert versions == text.split()  # the same releases, in the same order
-
-
-@pytest.mark.skipif(shutil.which("glmserve") is None, reason="console script not installed")
-def test_installed_executable() -> None:
-    proc = subprocess.run(
-        ["glmserve", "validate", "--sglang-version", "0.5.8", SEED],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 2
-    assert ":14: error:" in proc.stdout
-    help_proc = subprocess.run(
-        ["glmserve", "validate", "--help"], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert help_proc.returncode == 0 and "Examples" in help_proc.stdout
 
 
 def test_script_exporting_the_patch_is_not_warned(

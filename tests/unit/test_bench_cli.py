@@ -6,27 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-import test_bench_client
-from test_bench_client import FakeServer
+from tests.fixtures.cli import bench_json, run_cli
 
-from glmserve.cli import main
 from glmserve.store import RunStore
-
-fake = test_bench_client.fake  # the scripted SSE server fixture
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    rc = main(list(args))
-    cap = capsys.readouterr()
-    return int(rc or 0), cap.out, cap.err
-
-
-def bench_json(capsys, srv: FakeServer, *extra: str) -> tuple[int, dict, str]:
-    code, out, err = run_cli(
-        capsys, "bench", "--url", srv.url, "--warmup", "0", "--output-len", "8",
-        "--num-prompts", "3", "--json", *extra,
-    )  # fmt: skip
-    return code, (json.loads(out) if out.strip() else {}), err
 
 
 def test_decode_json_has_the_contract_fields_and_is_stored(capsys, fake):

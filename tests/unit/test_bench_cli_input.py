@@ -9,15 +9,12 @@ import math
 import os
 
 import pytest
-import test_bench_client
-from test_bench_cli import bench_json, run_cli
+from tests.fixtures.cli import bench_json, run_cli
 
 from glmserve.bench.results import BenchResult, render_plain
 from glmserve.bench.workload import check_dataset_file, read_dataset
 from glmserve.errors import ConfigError
 from glmserve.store import RunStore
-
-fake = test_bench_client.fake  # the scripted SSE server fixture
 
 URL = "http://127.0.0.1:9"  # nothing listens: before the fixes most of these were exit 5
 

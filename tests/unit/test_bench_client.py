@@ -4,12 +4,10 @@ does not script: HTTP errors, cut streams, stalls, in-stream errors, OpenAI toke
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
 import time
-from collections.abc import Iterator
 
 import pytest
+from tests.fixtures.sse_server import FakeServer
 
 from glmserve.bench.client import make_client, stream_request
 from glmserve.bench.metrics import StreamRecord, stream_metrics
@@ -25,137 +23,6 @@ from glmserve.bench.runner import (
 )
 from glmserve.bench.workload import build_request
 from glmserve.errors import TransportError
-
-
-class FakeServer:
-    """asyncio HTTP/1.1 server on a thread; behaviour chosen by ``self.behaviour``."""
-
-    def __init__(self) -> None:
-        self.behaviour = "ok"
-        self.n_tokens = 8
-        self.per_chunk = 1
-        self.itl = 0.005
-        self.port = 0
-        self.requests = 0
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        server = self.loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
-        self.port = server.sockets[0].getsockname()[1]
-        self.ready.set()
-        self.loop.run_forever()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode().split("\r\n")
-                method, path, _ = lines[0].split(" ", 2)
-                length = 0
-                for h in lines[1:]:
-                    if h.lower().startswith("content-length:"):
-                        length = int(h.split(":", 1)[1])
-                body = json.loads(await reader.readexactly(length)) if length else {}
-                self.requests += 1
-                if path == "/server_info":
-                    payload = {
-                        "version": "0.5.9",
-                        "internal_states": [{"last_gen_throughput": 42.0}],
-                    }
-                    await self._json(writer, 200, payload)
-                elif path.startswith("/metrics"):
-                    await self._json(writer, 404, {})
-                elif method == "POST":
-                    await self._stream(writer, path, body)
-                    return
-                else:
-                    await self._json(writer, 404, {})
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-
-    async def _json(self, writer: asyncio.StreamWriter, status: int, obj: object) -> None:
-        data = json.dumps(obj).encode()
-        writer.write(
-            f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(data)}\r\n\r\n".encode()
-            + data
-        )
-        await writer.drain()
-
-    async def _stream(self, writer: asyncio.StreamWriter, path: str, body: dict) -> None:
-        self.posts = getattr(self, "posts", 0) + 1
-        if self.behaviour == "http500" or (self.behaviour == "http500_once" and self.posts == 1):
-            await self._json(writer, 500, {"error": "boom"})
-            return
-        writer.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
-        )
-        n = self.n_tokens
-        for c in range(self.per_chunk, n + self.per_chunk, self.per_chunk):
-            c = min(c, n)
-            await asyncio.sleep(self.itl * self.per_chunk)
-            if self.behaviour == "cut" and c > n // 2:
-                writer.transport.abort()
-                return
-            if self.behaviour == "stall" and c > n // 2:
-                await asyncio.sleep(30)
-            if self.behaviour == "error" and c > n // 2:
-                writer.write(b'data: {"error": {"message": "out of memory"}}\n\n')
-                await writer.drain()
-                return
-            done = c == n
-            if path == "/generate":
-                obj = {
-                    "text": "x" * c,
-                    "output_ids": list(range(c)),
-                    "meta_info": {
-                        "completion_tokens": c,
-                        "prompt_tokens": 4,
-                        "finish_reason": {"type": "length"} if done else None,
-                    },
-                }
-                writer.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
-            elif path == "/v1/chat/completions":
-                obj = {"choices": [{"index": 0, "delta": {"content": "ab" * self.per_chunk}}]}
-                writer.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
-            else:
-                obj = {"choices": [{"index": 0, "text": "ab" * self.per_chunk}]}
-                writer.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
-            await writer.drain()
-        if path != "/generate":
-            usage = {"choices": [], "usage": {"completion_tokens": n, "prompt_tokens": 4}}
-            writer.write(b"data: " + json.dumps(usage).encode() + b"\n\n")
-        writer.write(b"data: [DONE]\n\n")
-        await writer.drain()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        async def shutdown() -> None:
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            self.loop.stop()
-
-        asyncio.run_coroutine_threadsafe(shutdown(), self.loop)
-        self.thread.join(timeout=5)
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeServer]:
-    srv = FakeServer()
-    srv.thread.start()
-    assert srv.ready.wait(5)
-    yield srv
-    srv.stop()
 
 
 def _one(fake: FakeServer, api: str = "native", stall: float = 5.0) -> StreamRecord:

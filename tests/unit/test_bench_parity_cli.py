@@ -4,7 +4,7 @@ before any server is contacted."""
 from __future__ import annotations
 
 import pytest
-from test_bench_cli import run_cli
+from tests.fixtures.cli import run_cli
 
 URL = "http://127.0.0.1:9"  # nothing listens: a usage error must come first
 

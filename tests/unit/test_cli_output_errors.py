@@ -12,12 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import test_bench_client
 
 from glmserve.cli import diagnose_cmd, main
 from glmserve.store import RunStore
-
-fake = test_bench_client.fake  # the scripted SSE server fixture
 
 FULL = "error: cannot write output: No space left on device\n"
 needs_dev_full = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
@@ -121,6 +118,6 @@ def test_an_oserror_of_a_verb_itself_is_still_an_internal_error(monkeypatch, cap
 def test_exit_74_is_documented():
     from glmserve.errors import EXIT_OUTPUT, OutputError
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    docs = (Path(__file__).parents[2] / "docs" / "exit-codes.md").read_text()
     assert EXIT_OUTPUT == OutputError.exit_code == 74
-    assert "\n| 74 | " in readme
+    assert "\n| 74 | " in docs

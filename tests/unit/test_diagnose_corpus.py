@@ -6,51 +6,10 @@ below them is the log as posted, and expected line numbers count body lines only
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from pathlib import Path
-
 import pytest
+from tests.fixtures.diagnose_corpus import CASES, Case
 
 from glmserve.diagnose import Category, State, diagnose_text
-
-LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
-_EXPECT = re.compile(r"^# expect: state=(\w+) category=(\w+) line=(\w+)\s*$")
-
-
-@dataclass
-class Case:
-    path: Path
-    source: str
-    state: str
-    category: str | None
-    line: int | None
-    body: str
-
-
-def _load(path: Path) -> Case:
-    lines = path.read_bytes().decode("utf-8").split("\n")
-    i = 0
-    source = ""
-    expect: re.Match[str] | None = None
-    while i < len(lines) and lines[i].startswith("#"):
-        if lines[i].startswith("# source:"):
-            source = lines[i][len("# source:") :].strip()
-        expect = _EXPECT.match(lines[i]) or expect
-        i += 1
-    assert expect is not None, f"{path.name}: no '# expect:' header"
-    state, cat, line = expect.groups()
-    return Case(
-        path=path,
-        source=source,
-        state=state,
-        category=None if cat == "none" else cat,
-        line=None if line == "none" else int(line),
-        body="\n".join(lines[i:]),
-    )
-
-
-CASES = [_load(p) for p in sorted(LOGS.glob("*.log"))]
 
 
 def test_corpus_is_big_enough_and_cites_sources() -> None:

@@ -11,10 +11,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from tests.unit.test_diagnose_cli import run
-from tests.unit.test_diagnose_corpus import CASES
+from tests.fixtures.diagnose_corpus import CASES
 
 from glmserve import diagnose
+from glmserve.cli import main as run
 from glmserve.diagnose import diagnose_lines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,10 +72,10 @@ def test_an_excerpt_without_prefix_is_still_a_log(tmp_path: Path) -> None:
     assert run(["diagnose", str(f)]) == 3
 
 
-def test_help_and_readme_document_exit_code_6(capsys) -> None:
+def test_help_and_docs_document_exit_code_6(capsys) -> None:
     run(["diagnose", "--help"])
     assert "6  the file or stdin holds no SGLang log line" in capsys.readouterr().out
-    assert "| 6 |" in (ROOT / "README.md").read_text()
+    assert "| 6 |" in (ROOT / "docs" / "exit-codes.md").read_text()
 
 
 # -- streaming ---------------------------------------------------------------------------------

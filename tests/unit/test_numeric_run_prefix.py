@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 
-from test_bench_cli import run_cli
-from test_results_cli import _level_with
+from tests.fixtures.bench_levels import level_with
+from tests.fixtures.cli import run_cli
 
 from glmserve.bench.results import BenchResult
 from glmserve.store import RunRecord, RunStore
 
 
 def _run_with_result(run_id: str) -> int:
-    res = BenchResult(mode="concurrency", complete=True, levels=[_level_with(1, 3, 0)])
+    res = BenchResult(mode="concurrency", complete=True, levels=[level_with(1, 3, 0)])
     with RunStore.open() as store:
         store.add_run(RunRecord(run_id=run_id, host="local", profile="p", port=1, run_dir="/x"))
         return store.add_bench_result(run_id, res.to_dict())

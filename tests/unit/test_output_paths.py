@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_bench_cli import run_cli
+from tests.fixtures.cli import run_cli
 
 from glmserve.errors import ConfigError
 from glmserve.paths import check_output_dir, check_output_file

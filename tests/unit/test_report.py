@@ -6,6 +6,7 @@ import re
 from html.parser import HTMLParser
 
 import pytest
+from tests.fixtures.report import bench_pair, three_profile_sweep
 
 from glmserve.report import (
     ReportData,
@@ -15,69 +16,7 @@ from glmserve.report import (
     series_from_run,
     write_pngs,
 )
-from glmserve.sweep.state import CRASHED, OK, Sweep, SweepEntry, save_sweep
-
-
-def level(c: int, tok_s: float, ttft: float, itl: float) -> dict:
-    pct = lambda v: {"p50": v, "p90": v * 1.5, "p99": v * 2.0, "mean": v}  # noqa: E731
-    return {
-        "concurrency": c,
-        "output_tok_s": tok_s * c * 0.9,
-        "ttft_ms": pct(ttft),
-        "itl_ms": pct(itl),
-        "e2e_ms": pct(ttft + 255 * itl),
-        "decode_tok_s": pct(1000 / itl),
-    }
-
-
-def bench_pair(tok_s: float, levels=(1, 4, 16)) -> list[dict]:
-    itl = 1000.0 / tok_s
-    dec = {
-        "version": 1,
-        "mode": "decode",
-        "complete": True,
-        "levels": [level(1, tok_s, 80, itl)],
-        "decode_tok_s": tok_s,
-        "ttft_ms": 80.0,
-    }
-    conc = {
-        "version": 1,
-        "mode": "concurrency",
-        "complete": True,
-        "levels": [level(c, tok_s, 80 * c, itl) for c in levels],
-    }
-    return [dec, conc]
-
-
-def three_profile_sweep() -> Sweep:
-    sw = Sweep(
-        sweep_id="sw-test-0001",
-        profiles=["flashinfer_gtc", "trtllm_mla", "cutlass_mla"],
-        simulate=True,
-        bench=["decode", "concurrency"],
-        status="done",
-    )
-    sw.entries = [
-        SweepEntry("flashinfer_gtc", OK, run_id="r1", bench=bench_pair(13.8)),
-        SweepEntry(
-            "trtllm_mla",
-            CRASHED,
-            run_id="r2",
-            diagnosis={
-                "category": "UNSUPPORTED_ARCH",
-                "root_cause": "RuntimeError: no kernel image for SM120",
-                "hint": "trtllm_mla kernels are built for SM100 only",
-            },
-        ),
-        SweepEntry(
-            "cutlass_mla",
-            OK,
-            run_id="r3",
-            bench=bench_pair(41.0),
-            trace={"findings": [{"message": "GEMM kernels take 55% of decode"}]},
-        ),
-    ]
-    return sw
+from glmserve.sweep.state import OK, save_sweep
 
 
 class _Counter(HTMLParser):

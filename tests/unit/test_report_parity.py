@@ -63,7 +63,7 @@ def test_run_report_metadata_names_result_ids_and_flag_diff():
 def test_chart_axes_start_at_zero_with_the_same_nice_ticks_in_svg_and_png():
     import re
 
-    from tests.unit.test_report import three_profile_sweep
+    from tests.fixtures.report import three_profile_sweep
 
     from glmserve.report import ReportData, chart_specs, line_chart, nice_axis, series_from_sweep
 
@@ -76,7 +76,8 @@ def test_chart_axes_start_at_zero_with_the_same_nice_ticks_in_svg_and_png():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from glmserve.report import _svg_for, png_figure
+    from glmserve.report import png_figure
+    from glmserve.report.svg import _svg_for
 
     for spec in chart_specs(ReportData("t", ["x"], series_from_sweep(three_profile_sweep()))):
         fig = png_figure(spec, plt)

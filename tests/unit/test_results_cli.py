@@ -7,15 +7,13 @@ import csv
 import io
 import json
 
-import test_bench_client
 from rich.console import Console
-from test_bench_cli import bench_json, run_cli
+from tests.fixtures.bench_levels import level_with
+from tests.fixtures.cli import bench_json, run_cli
 
 from glmserve.bench.metrics import StreamRecord
 from glmserve.bench.results import BenchResult, summarize_level
 from glmserve.cli.views import render_table
-
-fake = test_bench_client.fake
 
 
 def test_labels_at_bench_time_filter_list_show_and_export(capsys, fake, tmp_path):
@@ -117,18 +115,6 @@ def test_compare_flags_concurrency_sets_and_output_lengths():
     assert real["incomparable"] == [{"field": "simulated", "baseline": True, "value": False}]
 
 
-def _level_with(c: int, ok: int, failed: int, percentiles: list[float] | None = None) -> dict:
-    from types import SimpleNamespace
-
-    recs = [StreamRecord(dispatch=0.0, send=0.01 * i, chunk_times=[0.1 * (j + 1) + 0.01 * i
-                                                                   for j in range(9)],
-                         chunk_tokens=list(range(1, 10)), completion_tokens=9, end=0.9 + 0.01 * i)
-            for i in range(ok)]  # fmt: skip
-    recs += [StreamRecord(dispatch=0.0, send=0.0, error="HTTP 500") for _ in range(failed)]
-    settings = SimpleNamespace(percentiles=percentiles) if percentiles else None
-    return summarize_level(recs, c, 1, {}, None, settings=settings)
-
-
 def _text(res: BenchResult, width: int, wide: bool = False) -> str:
     console = Console(width=width, record=True, file=io.StringIO())
     console.print(render_table(res, wide=wide, width=width))
@@ -136,7 +122,7 @@ def _text(res: BenchResult, width: int, wide: bool = False) -> str:
 
 
 def test_80_column_table_keeps_ok_err_when_requests_failed():
-    lvs = [_level_with(c, 12, 4) for c in (1, 64, 2048)]
+    lvs = [level_with(c, 12, 4) for c in (1, 64, 2048)]
     for lv in lvs:  # a loaded server: latencies of seconds fill the first columns
         lv["ttft_ms"] = {k: 12345.6 for k in lv["ttft_ms"]}
         lv["tpot_ms"] = {k: 123.45 for k in lv["tpot_ms"]}
@@ -148,7 +134,7 @@ def test_80_column_table_keeps_ok_err_when_requests_failed():
 
 
 def test_wide_shows_every_figure_untruncated_even_at_80_columns():
-    res = BenchResult(mode="concurrency", complete=True, levels=[_level_with(8, 16, 0)])
+    res = BenchResult(mode="concurrency", complete=True, levels=[level_with(8, 16, 0)])
     text = _text(res, 80, wide=True)
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
     figures = ("input tok/s", "total tok/s", "output tok/s full", "max conc seen", "TTFT ms p95",
@@ -163,7 +149,7 @@ def test_custom_percentiles_are_shown_and_exported(capsys):
     from glmserve.cli.results_cmds import export_text
     from glmserve.store import RunStore
 
-    lv = _level_with(8, 16, 0, percentiles=[50, 99.9])
+    lv = level_with(8, 16, 0, percentiles=[50, 99.9])
     res = BenchResult(mode="concurrency", complete=True, levels=[lv])
     narrow = _text(res, 120)
     assert "TTFT ms p50/99.9" in narrow and "/-" not in narrow

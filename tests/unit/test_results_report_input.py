@@ -5,10 +5,7 @@ exit 70): one line naming the flag, exit 2."""
 from __future__ import annotations
 
 import pytest
-import test_bench_client
-from test_bench_cli import bench_json, run_cli
-
-fake = test_bench_client.fake  # the scripted SSE server fixture
+from tests.fixtures.cli import bench_json, run_cli
 
 
 def _one_line_usage_error(code: int, err: str, flag: str) -> None:

@@ -4,7 +4,7 @@ confusing message) and `status ''` (an unset "$RUN") is refused, not read as "al
 from __future__ import annotations
 
 import pytest
-from test_bench_cli import run_cli
+from tests.fixtures.cli import run_cli
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "5000"])

@@ -7,7 +7,7 @@ import json
 import math
 
 import pytest
-from test_bench_cli import run_cli
+from tests.fixtures.cli import run_cli
 
 from glmserve.errors import RunNotFound
 from glmserve.store import RunStore

@@ -230,7 +230,7 @@ def test_report_cli_counts_a_tune_and_does_not_call_it_empty(tmp_path, capsys):
     ("args", "needle"),
     [
         (["--search", "mem-fraction-static=0.9"], "--search 'mem-fraction-static=0.9'"),
-        (["--search", "server.max-running-requests=8,,32"], "an empty value"),
+        (["--search", "server.max-running-requests=8,,32"], "an empty item in '8,,32'"),
         (["--search", "server.max-running-requests=8", "--slo", "p99=1"], "--slo 'p99=1'"),
         (["--search", "server.max-running-requests=8", "--budget", "ten"], "--budget 'ten'"),
         (["--search", "server.max-running-requests=8", "--hosts", "nosuch"], "nosuch"),

@@ -4,8 +4,8 @@ never writes control characters to the terminal (``\\x1b[2J`` cleared it)."""
 
 from __future__ import annotations
 
-from test_bench_cli import run_cli
-from test_results_cli import _level_with
+from tests.fixtures.bench_levels import level_with
+from tests.fixtures.cli import run_cli
 
 from glmserve.bench.results import BenchResult
 from glmserve.store import RunStore
@@ -14,7 +14,7 @@ HOSTILE = {"mk": "[/bad]", "style": "[bold red]RED[/]", "esc": "\x1b[2Jgone"}
 
 
 def _store(stopped: str | None = None) -> int:
-    lv = _level_with(1, 3, 0)
+    lv = level_with(1, 3, 0)
     res = BenchResult(mode="concurrency", complete=stopped is None, stopped=stopped, levels=[lv])
     with RunStore.open() as store:
         return store.add_bench_result(None, res.to_dict(), {"labels": HOSTILE})

@@ -55,6 +55,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from glmserve.commalist import comma_list
+
 PERCENTILES: tuple[float, ...] = (50, 90, 95, 99)
 PER_REQUEST_KEYS = ("send_ms", "ttft_ms", "tpot_ms", "e2e_ms", "itl_ms", "input_tokens",
                     "output_tokens", "error")  # fmt: skip
@@ -199,12 +201,11 @@ def summarize(
     return out
 
 
-def parse_percentiles(text: str) -> tuple[float, ...]:
-    """``"50,90,95,99"`` -> (50.0, 90.0, 95.0, 99.0); ValueError names the bad item."""
+def parse_percentiles(text: str, flag: str = "--percentiles") -> tuple[float, ...]:
+    """``"50,90,95,99"`` -> (50.0, 90.0, 95.0, 99.0); ValueError names the bad item (an empty
+    item is ``glmserve.commalist``'s ConfigError naming ``flag``)."""
     out = []
-    for item in text.split(","):
-        if not item.strip():  # "50,,99": a typo, refused as --concurrency's empty items are
-            raise ValueError("an empty item in the list")
+    for item in comma_list(text, flag, "50,90,99"):  # "50,,99": a typo, refused
         p = float(item)
         if not 0 < p <= 100:  # 100 is the maximum (bench_serving reports a max ITL)
             raise ValueError(f"percentile {item.strip()} is not within (0, 100]")
@@ -214,13 +215,11 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
     return tuple(sorted(set(out)))
 
 
-def parse_slo(text: str) -> dict[str, float]:
+def parse_slo(text: str, flag: str = "--slo") -> dict[str, float]:
     """``"ttft_ms=200,tpot_ms=50"`` -> {"ttft_ms": 200.0, "tpot_ms": 50.0}; ValueError says why
     (a non-finite or non-positive bound, a key given twice)."""
     out: dict[str, float] = {}
-    for item in text.split(","):
-        if not item.strip():
-            raise ValueError("an empty item in the list")
+    for item in comma_list(text, flag, "ttft_ms=200,tpot_ms=50"):
         key, sep, val = item.partition("=")
         key = key.strip()
         if not sep or key not in SLO_KEYS:

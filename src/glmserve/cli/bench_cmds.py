@@ -30,12 +30,10 @@ from glmserve.errors import BenchInterrupted, BenchmarkGateFailed, ConfigError, 
 
 
 def _items(flag: str, text: str, example: str) -> list[str]:
-    """A comma list's items; an empty one (``1,,2``, ``''``) is refused, not skipped: it is a
-    typo or an unset shell variable, and skipping it would bench something else than asked."""
-    items = [x.strip() for x in text.split(",")]
-    if not text.strip() or any(not x for x in items):
-        raise ConfigError(f"--{flag}: expected a comma list like {example}, got {text!r}")
-    return items
+    """A comma list's items (``glmserve.commalist``: an empty item is refused, not skipped)."""
+    from glmserve.commalist import comma_list
+
+    return comma_list(text, f"--{flag}", example)
 
 
 def _rates(text: str) -> list[float]:
@@ -283,17 +281,16 @@ def bench(
     """Measure decode tok/s (one stream) or throughput under concurrency; store the result.
 
     Examples:
-
-      glmserve bench r-20260130-1 --min-decode-tok-s 12
-
-      glmserve bench --url http://127.0.0.1:30000 --mode concurrency --concurrency 1,16,64 --json
-
-      glmserve bench RUN --request-rate 20 --num-prompts 200 --slo ttft_ms=200,tpot_ms=50
-
-      glmserve bench RUN --rate-sweep 5 --max-concurrency 256 --label team=infra
+      glmserve bench 3fa2c1d0 --min-decode-tok-s 12
+      glmserve bench --url http://127.0.0.1:30000 --mode concurrency \\
+        --concurrency 1,16,64 --json
+      glmserve bench 3fa2c1d0 --request-rate 20 --num-prompts 200 \\
+        --slo ttft_ms=200,tpot_ms=50
+      glmserve bench 3fa2c1d0 --rate-sweep 5 --max-concurrency 256 \\
+        --label team=infra
 
     Open loop (--request-rate, --rate-sweep) offers requests on a Poisson/gamma schedule
-    instead of keeping --concurrency in flight; see README "Benchmark metric definitions".
+    instead of keeping --concurrency in flight; see the docs' "Bench and metric definitions".
 
     A multi-node group (its g... id or any node's run id) is benched through node 0, the only
     node serving HTTP; the result is stored against node 0's run and lists every node.
@@ -436,10 +433,8 @@ def compare(
     a level whose concurrency was never in flight (fewer prompts than streams).
 
     Examples:
-
       glmserve compare --last 3
-
-      glmserve compare r-base r-trtllm --baseline r-base --json
+      glmserve compare 3fa2c1d0 7c41e9b2 --baseline 3fa2c1d0 --json
     """
     from glmserve.bench.compare import compare_notes, compare_results, load_entries
 

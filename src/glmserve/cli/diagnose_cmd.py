@@ -59,7 +59,7 @@ Exit codes:
 Examples:
   glmserve diagnose server.log
   glmserve diagnose server.log --json | jq .category
-  ssh gpu1 cat /srv/runs/r42/server.log | glmserve diagnose -
+  ssh gpu1 cat /root/glmserve/runs/3fa2c1d0/server.log | glmserve diagnose -
 """
 
 

@@ -190,7 +190,7 @@ def logs(
     all until every node's server has ended. A server.log that is gone from its host (deleted)
     exits 2, naming the file.
 
-    Example: glmserve logs 3f2a -f -n 50
+    Example: glmserve logs 3fa2c1d0 -f -n 50
     Example (a group): glmserve logs g1a2b3c4 -n 20 -f
     """
     from glmserve.cli import views
@@ -228,7 +228,7 @@ def stop(
     """Stop a run: TERM its process group, wait, KILL, verify nothing is left. Never by name;
     the PID's start time is checked first so a reused PID is never signalled.
 
-    Example: glmserve stop 3f2a
+    Example: glmserve stop 3fa2c1d0
     """
     from glmserve.cli import views
     from glmserve.deploy.deployment import Deployment

@@ -78,7 +78,7 @@ StallBudgetOpt = Annotated[
     list[str],
     typer.Option(
         "--stall-budget",
-        help="Start-up: PHASE=SECONDS without log progress = STALLED (repeatable; README).",
+        help="Start-up: PHASE=SECONDS without log progress = STALLED (repeatable; see docs).",
     ),
 ]
 PollOpt = Annotated[

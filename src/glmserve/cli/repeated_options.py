@@ -23,7 +23,14 @@ _KEEP_ALL = {"store": "append", "store_const": "append_const"}
 
 
 class RootGroup(_typer_core.TyperGroup):
-    """The app's root group: refuses a repeated option before click parses anything."""
+    """The app's root group: refuses a repeated option before click parses anything, and
+    tidies how every command's help reads (``cli.helptext``) once, when typer builds it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from glmserve.cli.helptext import tidy_command
+
+        tidy_command(self)
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         if not ctx.resilient_parsing:

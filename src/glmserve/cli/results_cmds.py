@@ -36,10 +36,11 @@ results_app = typer.Typer(
     "list shows (`results --label team=infra export`). `--json` before `show` is show's "
     "--json. `show ID` takes no filters and `export` writes --format, not --json: those are "
     "refused (exit 2), never ignored.\n\n"
-    "Examples:\n\n"
-    "  glmserve results --label team=infra --last 10\n\n"
-    "  glmserve results show 12\n\n"
-    "  glmserve results --profile flashinfer_gtc export --format csv --output results.csv",
+    "Examples:\n"
+    "  glmserve results --label team=infra --last 10\n"
+    "  glmserve results show 12\n"
+    "  glmserve results --profile flashinfer_gtc export --format csv \\\n"
+    "    --output results.csv",
     no_args_is_help=False,
     invoke_without_command=True,
 )

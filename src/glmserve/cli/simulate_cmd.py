@@ -9,8 +9,10 @@ from glmserve.cli._app import app
 _SHORT = (
     "Run the SGLang 0.5.9 simulator: same argv, logs, HTTP/SSE and faults as "
     "sglang.launch_server, timed by a documented cost model. `glmserve simulate --help` "
-    "prints its options and cost model. Example: glmserve simulate --model-path glm-5 "
-    "--tp-size 8 --attention-backend flashinfer --port 30000 --sim-speed 10"
+    "prints its options and cost model.\n\n"
+    "Example:\n"
+    "  glmserve simulate --model-path glm-5 --tp-size 8 \\\n"
+    "    --attention-backend flashinfer --port 30000 --sim-speed 10"
 )
 
 

@@ -52,7 +52,8 @@ def report(
     A bench result id (a number, as `glmserve results` lists it) reports that one result,
     a `bench --url` one included. A crashed or incomplete result gets no speedup.
 
-    Example: glmserve report sw-20261130-193000-ab12 --html report.html --png plots/
+    Example:
+      glmserve report sw-20261130-193000-ab12 --html report.html --png plots/
     """
     from glmserve.report import load_report_data, write_html, write_pngs
 
@@ -124,7 +125,8 @@ def sweep(
     node is checked, launched, watched and stopped together, the bench goes through node 0,
     and a crash is recorded with the node it happened on. --host applies to the others.
 
-    Example: glmserve sweep --simulate --profiles flashinfer_gtc,trtllm_mla,cutlass_mla
+    Example:
+      glmserve sweep --simulate --profiles flashinfer_gtc,trtllm_mla,cutlass_mla
     """
     from glmserve.cli.views import print_sweep
     from glmserve.errors import ConfigError, ServerCrashed, SweepInterrupted
@@ -165,12 +167,14 @@ def sweep(
             timeout_s=timeout,
             stall_timeout_s=stall_timeout,
         )
-        group = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else []
+        from glmserve.commalist import comma_list
+
+        group = comma_list(nodes, "--nodes", "a,b") if nodes is not None else []
         if group and host:
             raise ConfigError("give --host or --nodes, not both")
         if nodes is not None and len(group) < 2:
             raise ConfigError(f"--nodes: expected at least 2 host names like a,b, got {nodes!r}")
-        names = [p.strip() for p in profiles.split(",") if p.strip()]
+        names = comma_list(profiles, "--profiles", "flashinfer,trtllm_mla")
         check_plans(names, host, group, opts, simulate)  # before the sweep is created
         sw = start_sweep(names, host, simulate, opts, group)
     say(f"{sw.sweep_id}: {', '.join(sw.profiles)}{' (simulated)' if simulate else ''}")

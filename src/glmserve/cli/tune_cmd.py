@@ -74,9 +74,11 @@ def tune(
     (first stopping the servers of trials a killed tune left running).
     Exit 0 with a best config, 3 when no trial met the SLOs, 130 on Ctrl-C.
 
-    Example: glmserve tune --simulate --profile trtllm_mla --set sim.gpu-arch=sm100
-    --search server.max-running-requests=8,32 --search server.cuda-graph-max-bs=8,64
-    --slo tpot_p99_ms=60 --hosts la,lb --budget 12
+    Example:
+      glmserve tune --simulate --profile trtllm_mla --set sim.gpu-arch=sm100 \\
+        --search server.max-running-requests=8,32 \\
+        --search server.cuda-graph-max-bs=8,64 \\
+        --slo tpot_p99_ms=60 --hosts la,lb --budget 12
     """
     from glmserve.errors import ConfigError, ServerCrashed
     from glmserve.sweep.state import positive_ints
@@ -111,9 +113,9 @@ def tune(
             sglang_version=sglang_version,
             host_lost_s=host_lost_after,
         )
-        pool = [h.strip() for h in hosts.split(",") if h.strip()]
-        if not pool:
-            raise ConfigError("--hosts: give at least one host name")
+        from glmserve.commalist import comma_list
+
+        pool = comma_list(hosts, "--hosts", "gpu1,gpu2")
         tu, server = start_tune(
             profile,
             parse_search(search),

@@ -46,14 +46,18 @@ Exit codes:
 \b
 Examples:
   glmserve validate --sglang-version 0.5.9 run_tp8_trtllm_mla.sh
-  glmserve validate --sglang-version 0.5.23 run.sh --json | jq '.findings[].message'
-  glmserve validate --sglang-version 0.5.8 -- --model m --nsa-decode-backend trtllm
-  glmserve validate --spec host-argspec.json -- --model m --attention-backend trtllm_mla
+  glmserve validate --sglang-version 0.5.23 run.sh --json \\
+    | jq '.findings[].message'
+  glmserve validate --sglang-version 0.5.8 -- \\
+    --model m --nsa-decode-backend trtllm
+  glmserve validate --spec host-argspec.json -- \\
+    --model m --attention-backend trtllm_mla
 
 \b
 Migrating a script to another release:
   glmserve validate --fix --sglang-version 0.5.23 run_tp8_trtllm_mla.sh
   glmserve validate --fix --diff --sglang-version 0.5.23 run_tp8_trtllm_mla.sh
+
 --fix rewrites SCRIPT in place for that release: renamed flags take its names, deprecated
 flags their documented successors (glmserve/argspec/data/translations.json), nothing else
 changes. It refuses (exit 2, writing nothing) when a choice the release dropped is used, or when the

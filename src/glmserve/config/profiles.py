@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from glmserve.commalist import comma_list
 from glmserve.config.spec import PATCHES_ENV, ArgOrigin, LaunchSpec
 from glmserve.config.yamlload import load_yaml, read_config_text
 from glmserve.errors import ConfigError, YamlSyntaxError
@@ -351,7 +352,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     except YamlSyntaxError:
         value = raw  # not YAML (e.g. an unbalanced quote): the text itself
     if parts[0] == "patches" and isinstance(value, str):
-        value = [v for v in value.split(",") if v]
+        value = comma_list(value, f"--set {key.strip()}") if value.strip() else []
     return parts, value
 
 

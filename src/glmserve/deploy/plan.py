@@ -70,10 +70,9 @@ def parse_nodes(text: str | None) -> list[str] | None:
     """``--nodes a,b`` as host names; None when the option was not given."""
     if text is None:
         return None
-    group = [n.strip() for n in text.split(",") if n.strip()]
-    if not group:
-        raise ConfigError(f"--nodes: expected host names like a,b, got {text!r}")
-    return group
+    from glmserve.commalist import comma_list
+
+    return comma_list(text, "--nodes", "a,b")
 
 
 def plan(

@@ -228,10 +228,11 @@ class SweepOptions:
 def positive_ints(text: str, flag: str) -> list[int]:
     """``"1,4,16"`` -> ``[1, 4, 16]``: concurrency levels of a sweep or a tune (ConfigError
     naming ``flag`` for anything else)."""
-    if any(not x.strip() for x in text.split(",")):  # "1,,2": a typo, not two levels
-        raise ConfigError(f"{flag}: an empty item in {text!r}")
+    from glmserve.commalist import comma_list
+
+    items = comma_list(text, flag, "1,4,16")  # "1,,2": a typo, not two levels
     try:
-        vals = [int(x) for x in text.split(",")]
+        vals = [int(x) for x in items]
     except ValueError as exc:
         raise ConfigError(f"{flag}: expected comma-separated integers, got {text!r}") from exc
     if not vals or any(v <= 0 for v in vals):

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from glmserve.commalist import comma_list
 from glmserve.errors import ConfigError
 
 OBJECTIVES = ("output_tok_s", "goodput", "decode_tok_s")
@@ -62,11 +63,9 @@ def parse_search(items: list[str]) -> list[tuple[str, list[str]]]:
                 f"--search {item!r}: server.{name} names the server or where it runs, not a "
                 f"setting to tune (not searched: {', '.join(UNTUNABLE)})"
             )
-        values = [v.strip() for v in raw.split(",")]
-        if not any(values):
+        if not raw.strip():
             raise ConfigError(f"--search {item!r}: give at least one value")
-        if not all(values):  # "8,,32": a typo, not a value dropped in silence
-            raise ConfigError(f"--search {item!r}: an empty value")
+        values = comma_list(raw, f"--search {item!r}")  # "8,,32": a typo, refused
         if len(set(values)) != len(values):
             raise ConfigError(f"--search {item!r}: a value is listed twice")
         if any(name == k for k, _ in out):
@@ -82,8 +81,8 @@ def parse_slo(text: str | None) -> dict[str, float]:
     if not text:
         return {}
     out: dict[str, float] = {}
-    for part in text.split(","):
-        key, sep, raw = part.strip().partition("=")
+    for part in comma_list(text, "--slo", "ttft_p99_ms=2000,tpot_p99_ms=50"):
+        key, sep, raw = part.partition("=")
         if not sep or key not in SLO_KEYS:
             raise ConfigError(
                 f"--slo {part.strip()!r}: expected KEY=MS with KEY one of {', '.join(SLO_KEYS)}"
