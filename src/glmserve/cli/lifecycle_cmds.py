@@ -239,7 +239,13 @@ def stop(
         raise ConfigError(
             f"--timeout: expected 0 to {MAX_STOP_TIMEOUT_S:g} seconds, got {timeout:g}"
         )
-    store = RunStore.open()
+    # A read-only home (or a full disk) must not keep a server running: read the store, stop
+    # anyway, and say the stop goes unrecorded.
+    store = RunStore.open(read_only_ok=True)
+    if store.read_only:
+        views.say(
+            f"warning: {store.path} is read-only; stopping anyway, unrecorded: {store.read_only}"
+        )
     if all_runs == bool(run_id):
         raise ConfigError("give a RUN id or --all (not both)")
     if all_runs:  # every run is tried; the table says what happened to each
