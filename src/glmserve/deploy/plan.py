@@ -103,7 +103,8 @@ def plan(
     if not group and (not host or host_is_default):
         spec = profiles.load_profile(profile, list(overrides), sglang_version)
         group = list(spec.nodes)
-    head = get_host(group[0] if group else host)
+    # A host named by the profile's own `nodes:` is not one the user named (see get_host).
+    head = get_host(group[0] if group else host, explicit=bool(nodes) or not group)
     if spec is None:
         spec = profiles.load_profile(profile, list(overrides), sglang_version)
     if not group and spec.nodes:
@@ -115,20 +116,23 @@ def plan(
         spec = profiles.simulate(spec, python=None if head.is_local else head.python)
     if group:
         spec = replace(spec, nodes=group)
-    return plan_spec(spec, head, address)
+    return plan_spec(spec, head, address, nodes_named=bool(nodes))
 
 
 def plan_spec(
     spec: LaunchSpec,
     host: HostConfig | None = None,
     address: Callable[[HostConfig], str] | None = None,
+    *,
+    nodes_named: bool = False,
 ) -> Plan:
     """The plan of a loaded spec: its ``nodes`` as a group (node 0's ``address`` is the
-    rendezvous), else one node on ``host`` (default local)."""
+    rendezvous), else one node on ``host`` (default local). ``nodes_named``: the user gave
+    them (``--nodes``), rather than the profile's ``nodes:``."""
     from glmserve.remote.process import host_adjusted_spec
 
     if spec.nodes:
-        hosts = [get_host(n) for n in spec.nodes]
+        hosts = [get_host(n, explicit=nodes_named) for n in spec.nodes]
         if len(hosts) < 2:
             node_specs(spec, [])  # the one-line ConfigError for a group of fewer than 2
         head_addr = (address or node_address)(hosts[0])

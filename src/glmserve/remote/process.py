@@ -73,7 +73,7 @@ def new_run_id(store: RunStore) -> str:
 
 
 def transport_for_run(run: RunRecord) -> Transport:
-    return transport_for(get_host(run.host))
+    return transport_for(get_host(run.host, quiet=True))
 
 
 # -- process probing -------------------------------------------------------------------------

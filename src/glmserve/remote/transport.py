@@ -247,7 +247,9 @@ class SshTransport(Transport):
         (GLMSERVE_HOME may hold spaces, quotes or '%'), and it fits the socket-path limit.
         The hash covers every field that changes the connection, and the home, so two hosts
         or two homes never share a master."""
-        fields = self.host.model_dump(exclude={"source", "workdir", "python", "venv", "address"})
+        fields = self.host.model_dump(
+            exclude={"source", "workdir", "python", "venv", "address", "project_local_code"}
+        )
         key = json.dumps([str(glmserve_home()), fields], sort_keys=True, default=str)
         digest = hashlib.sha256(key.encode()).hexdigest()[:20]
         uid = os.getuid()
