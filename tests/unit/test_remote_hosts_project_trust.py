@@ -96,7 +96,7 @@ def test_a_file_cannot_mark_its_own_entry_trusted(project):
         configs / "hosts.yaml",
         f"hosts:\n  box:\n    python: {evil}\n    project_local_code: false\n",
     )
-    with pytest.raises(ConfigError, match="hosts.box"):
+    with pytest.raises(ConfigError, match=r"hosts\.box"):
         get_host("box")
 
 
