@@ -25,7 +25,7 @@ from glmserve.cli.options import (
     SimulateOpt,
     StallBudgetOpt,
 )
-from glmserve.errors import ConfigError, Interrupted, TransportError
+from glmserve.errors import ConfigError, Interrupted, ProcessUnverified, TransportError
 
 
 # -- check -------------------------------------------------------------------------------------
@@ -153,8 +153,11 @@ def status(
     rows = status_rows(RunStore.open(), run_id, all_runs)
     if json_out:
         emit_json(rows)
-        return
-    views.print_status(rows)
+    else:
+        views.print_status(rows)
+    unverified = [r for r in rows if r.get("unverified")]
+    if unverified:  # neither alive nor gone is known: never a plain exit 0
+        raise ProcessUnverified(str(unverified[0]["error"]))
 
 
 @app.command()

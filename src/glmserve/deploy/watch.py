@@ -45,7 +45,9 @@ from glmserve.remote.process import (
     health_status,
     parse_probe,
     probe_script,
+    require_verified,
     run_ownership,
+    stat_loop,
     verify_ownership,
 )
 from glmserve.remote.transport import READ_CHUNK, Transport, log_read_script, parse_log_read
@@ -103,10 +105,9 @@ def port_owner_script(pgid: int, port: int) -> str:
         "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null "
         f'| awk \'$4 == "0A" && $2 ~ /:{hexport}$/ {{printf " %s", $10}}\''
     )
-    members = (
-        r"cat /proc/[0-9]*/stat 2>/dev/null | sed -E 's/^([0-9]+) \(.*\) /\1 /' "
-        f"| awk -v g={int(pgid)} '$4 == g {{print $1}}'"
-    )
+    # Split after the last ')' of each stat: a newline in some process's name cannot forge
+    # a member (only verified members' fds count anyway, see parse_port_view).
+    members = stat_loop(f'[ "$3" = {int(pgid)} ] && echo "$p"', end=False)
     fds = (
         'ls -l /proc/$p/fd 2>/dev/null | awk -v p=$p -v l="$l " '
         "'match($0, /socket:\\[[0-9]+\\]/) "
@@ -310,6 +311,7 @@ class Watcher:
         head, _, rest = out.partition(marker)
         port_text, _, rest = rest.partition(marker)
         own = verify_ownership(self.run, parse_probe(head.decode("utf-8", "replace")))
+        require_verified(self.run, own)  # unverified: no verdict at all (ProcessUnverified)
         self.port = parse_port_view(port_text.decode("utf-8", "replace"), own.pids)
         data, new = parse_log_read(rest, self.offset, cmd)
         got = self._consume(data, new)
