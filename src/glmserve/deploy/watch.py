@@ -11,7 +11,10 @@ in its own session).
 
 Progress, for stall detection, is a log line that shows the server moving on
 (:func:`glmserve.diagnose.is_progress_line`) or a new phase; HTTP access lines never count,
-since our own ``/health`` polls make a hung server write one per poll. Each phase has its own
+since our own ``/health`` polls make a hung server write one per poll, and neither does a line
+that only repeats an earlier one apart from its timestamp and rank prefix, nor retry/wait
+chatter (:func:`is_chatter`): a rank stuck in distributed init logs torch's TCPStore retry
+warning every second for ever, which must not hold off STALLED. Each phase has its own
 stall budget (:func:`glmserve.diagnose.stall_budget`) and the whole start-up an overall
 deadline (``DEFAULT_DEADLINE_S`` unless ``--timeout``). READY is only ever this run's: its
 process group alive, and the port's listener held by that group wherever ``/proc`` shows it,
@@ -23,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -181,6 +185,68 @@ def port_view(t: Transport, run: RunRecord, pids: list[int]) -> PortView:
     return parse_port_view(res.stdout, pids) if res.ok else PortView("unknown")
 
 
+# -- what is not progress --------------------------------------------------------------------
+# Retry and wait chatter: a process repeating that it is still trying, whatever its counters
+# say. Texts as written by:
+# - torch c10d socket.cpp (strings of libtorch_cpu 2.13: "The client socket has failed to
+#   connect to {} {}.", "... cannot be initialized to connect to ...", "... to any network
+#   address of ..."); as logged, e.g. "[W427 01:04:16.149509694 socket.cpp:752] [c10d] The
+#   client socket has failed to connect to [::ffff:198.18.0.1]:3254 (errno: 110 - Connection
+#   timed out)." (gensyn-ai/rl-swarm#197; hpcaitech/Open-Sora#667; pytorch/PiPPy#158);
+# - torch distributed_c10d.py _store_based_barrier: "Waiting in store based barrier to
+#   initialize process group for %s seconds rank: ...";
+# - NCCL src/misc/socket.cc: "%s: connect to %s returned %s, retrying (%d/%ld) after sleep for
+#   %u msec" and "Call to accept returned %s, retrying" (older: "Call to connect returned %s,
+#   retrying"; retried on ECONNREFUSED/ETIMEDOUT, NVIDIA/nccl#1515).
+_CHATTER = re.compile(
+    r"\[c10d\] The client socket (?:has failed to connect|cannot be initialized to connect)"
+    r"|Waiting in store based barrier to initialize process group"
+    r"|\breturned [^,]*, retrying\b"
+    r"|\bCall to (?:connect|accept) returned\b",
+    re.IGNORECASE,
+)
+# A line's time and rank decorations: SGLang's "[2026-12-01 08:23:26 TP3] " (also DP/EP/PP
+# tags), torch's glog "[rank3]:[W1204 21:30:00.123456789 socket.cpp:752] ", NCCL's
+# "host:pid:tid [3] NCCL INFO", a "(pid=123)" Ray prefix; and any time stamp left in the text.
+_STAMPS = re.compile(
+    r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?"
+    r"|\b[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?"
+    r"|\b\d\d:\d\d:\d\d(?:[.,]\d+)?"
+    r"|\b(?:TP|DP|EP|PP|CP|rank)\d+\b"
+    r"|^\S+:\d+:\d+ \[\d+\]"
+    r"|\(pid=\d+(?:, ip=[^)]*)?\)",
+    re.IGNORECASE,
+)
+_LOG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*")  # SGLang's
+_MAX_SEEN = 100_000  # distinct lines remembered; past that the memory starts over
+
+
+def is_chatter(line: str) -> bool:
+    """A retry/wait line (see ``_CHATTER``): never progress, however its counters change."""
+    return bool(_CHATTER.search(line))
+
+
+def line_key(line: str) -> str:
+    """``line`` without its time stamps and rank tags: two lines with one key say the same."""
+    return " ".join(_STAMPS.sub("", line).split())
+
+
+class NewLines:
+    """Remembers lines by :func:`line_key`: a line is new once."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+
+    def new(self, line: str) -> bool:
+        key = hash(line_key(line))
+        if key in self.seen:
+            return False
+        if len(self.seen) >= _MAX_SEEN:
+            self.seen.clear()
+        self.seen.add(key)
+        return True
+
+
 @dataclass
 class WatchTick:
     """What a progress display shows after each poll."""
@@ -265,6 +331,10 @@ class Watcher:
         self.lines = LineSplitter()
         self.offset = 0
         self.last_line = ""
+        self.new_lines = NewLines()
+        # The last line that was progress by our rules (diagnose's own last_progress also
+        # counts repeats and chatter): (line number, text), for the stall hints.
+        self.progress_at: tuple[int, str] | None = None
         self.port = PortView("unknown")
         self.reconnects = 0
         self.offsets_after_reconnect: list[int] = []  # for tests: where each resume started
@@ -340,7 +410,11 @@ class Watcher:
         if line.strip():
             self.last_line = line.strip()
         changed = self.diag.feed(line)
-        progress = changed is not None or is_progress_line(line)
+        progress = changed is not None or (
+            is_progress_line(line) and not is_chatter(line) and self.new_lines.new(line)
+        )
+        if progress:
+            self.progress_at = (self.diag.lines_seen, line.strip()[:300])
         if changed is not None:
             self.store.add_event(
                 self.run.run_id,
@@ -372,10 +446,22 @@ class Watcher:
             return False
         return health_ok(self.base_url, timeout=min(1.0, self.poll_s))
 
+    def _with_progress(self, d: Diagnosis) -> Diagnosis:
+        """``d`` naming the last line that was progress by the watcher's rules (diagnose's
+        own wording when it names the same line)."""
+        if self.progress_at is None:
+            return dataclasses.replace(d, last_progress_line=None, last_progress=None)
+        line, text = self.progress_at
+        if d.last_progress_line == line:
+            return d
+        text = _LOG_PREFIX.sub("", text, count=1)
+        return dataclasses.replace(d, last_progress_line=line, last_progress=text)
+
     def _timed_out(self, d: Diagnosis, quiet_s: float) -> Diagnosis:
         """The verdict at the overall deadline; the hint names that deadline (the budget that
         fired), then how long the log has been quiet against the phase's stall budget."""
         assert self.timeout_s is not None
+        d = self._with_progress(d)
         budget, source = stall_budget(d.phase, self.stall_timeout_s, self.stall_budgets)
         td = d.stalled(quiet_s, budget, source)
         origin = (
@@ -508,14 +594,15 @@ class Watcher:
                 return self._finish(gone.state.value, gone, started)
             # Judged as of this poll's start: the poll then proved the log still quiet, and a
             # slow round trip does not inflate the silence it reports.
+            # Never negative: progress read during this poll is later than its start.
             now = tick_start
+            quiet = max(0.0, now - last_progress)
             budget, source = stall_budget(d.phase, self.stall_timeout_s, self.stall_budgets)
-            if math.isfinite(budget) and now - last_progress >= budget:
-                return self._finish(
-                    "STALLED", d.stalled(now - last_progress, budget, source), started
-                )
+            if math.isfinite(budget) and quiet >= budget:
+                stalled = self._with_progress(d).stalled(quiet, budget, source)
+                return self._finish("STALLED", stalled, started)
             if self.timeout_s is not None and now - started >= self.timeout_s:
-                return self._finish("TIMEOUT", self._timed_out(d, now - last_progress), started)
+                return self._finish("TIMEOUT", self._timed_out(d, quiet), started)
             if self.port.state == "foreign":
                 note = (
                     f"port {self.run.port} is held by a process outside this run; "
