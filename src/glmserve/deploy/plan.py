@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 from glmserve.config.spec import LaunchSpec
 from glmserve.errors import ConfigError
+from glmserve.remote.address import check_bind
 from glmserve.remote.hosts import HostConfig, get_host
 
 DIST_PORT_OFFSET = 1000  # default dist-init port: the server's --port + this
@@ -139,11 +140,20 @@ def plan_spec(
         specs = node_specs(spec, [head_addr, *[""] * (len(hosts) - 1)])
     else:
         hosts, specs = [host or get_host(None)], [spec]
+    check_bind(spec.argv, _origin(spec, "--host"))  # every probe goes where it binds
     nodes = tuple(
         Node(i, h, host_adjusted_spec(s, h))
         for i, (h, s) in enumerate(zip(hosts, specs, strict=True))
     )
     return Plan(spec, nodes)
+
+
+def _origin(spec: LaunchSpec, flag: str) -> str:
+    """Where ``flag`` was set (file:line (key)), for errors about its value."""
+    o = spec.origins.get(flag)
+    if o is None:
+        return f"profile {spec.profile}"
+    return (f"{o.file}:{o.line}" if o.line else o.file) + f" ({o.key})"
 
 
 # -- per-node launch specs (pure) ----------------------------------------------------------------

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import ipaddress
 import math
 import re
 import threading
@@ -43,6 +44,7 @@ from glmserve.diagnose import (
     stall_phase,
 )
 from glmserve.errors import ConfigError, RemoteCommandError, Result, TransportError
+from glmserve.remote.address import run_probe_host
 from glmserve.remote.process import (
     Ownership,
     health_ok,
@@ -109,6 +111,13 @@ def port_owner_script(pgid: int, port: int) -> str:
         "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null "
         f'| awk \'$4 == "0A" && $2 ~ /:{hexport}$/ {{printf " %s", $10}}\''
     )
+    # The same listeners as INODE@ADDRESS (hex, as /proc/net/tcp writes it): which of them a
+    # probe of the bound address reaches (see parse_port_view).
+    where = (
+        "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null "
+        f'| awk \'$4 == "0A" && $2 ~ /:{hexport}$/ '
+        '{split($2, a, ":"); printf " %s@%s", $10, a[1]}\''
+    )
     # Split after the last ')' of each stat: a newline in some process's name cannot forge
     # a member (only verified members' fds count anyway, see parse_port_view).
     members = stat_loop(f'[ "$3" = {int(pgid)} ] && echo "$p"', end=False)
@@ -119,7 +128,7 @@ def port_owner_script(pgid: int, port: int) -> str:
     )
     return (
         "if [ -r /proc/net/tcp ]; then "
-        f'l=$({listen}); echo "listen:$l"; '
+        f'l=$({listen}); echo "listen:$({where})"; '
         f"for p in $({members}); do {fds}; done; "
         "else echo 'listen: ?'; fi"
     )
@@ -152,8 +161,32 @@ def port_taken(d: Diagnosis, port: int) -> Diagnosis:
     )
 
 
-def parse_port_view(text: str, pids: list[int]) -> PortView:
-    """Read :func:`port_owner_script` output; only ``pids`` (verified ours) count as ours."""
+def _reached(hexaddr: str, host: str | None) -> bool:
+    """Would a connection to ``host`` reach a listener on ``hexaddr`` (a /proc/net/tcp local
+    address)? A wildcard listener answers its whole family (and ``::`` IPv4 too); a name
+    cannot be told apart here, so every listener counts. The kernel writes the address in
+    host byte order per 32-bit word: both byte orders are tried."""
+    if host is None or not hexaddr:
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+        raw = bytes.fromhex(hexaddr)
+    except ValueError:
+        return True
+    if not any(raw):
+        return len(raw) == 16 or ip.version == 4
+    words = [raw[i : i + 4] for i in range(0, len(raw), 4)]
+    forms = {raw, b"".join(w[::-1] for w in words)}
+    want = {ip.packed}
+    if ip.version == 4:
+        want.add(ipaddress.IPv6Address(f"::ffff:{ip}").packed)  # a v6 socket's mapped form
+    return bool(forms & want)
+
+
+def parse_port_view(text: str, pids: list[int], host: str | None = None) -> PortView:
+    """Read :func:`port_owner_script` output; only ``pids`` (verified ours) count as ours,
+    and only listeners a probe of ``host`` (the address the run binds) reaches count at all:
+    another server on the same port at another address answers none of our probes."""
     listeners: list[int] = []
     held: dict[int, int] = {}
     seen = False
@@ -163,7 +196,11 @@ def parse_port_view(text: str, pids: list[int]) -> PortView:
             seen = True
             if rest.strip() == "?":
                 return PortView("unknown")
-            listeners = [int(x) for x in rest.split() if x.isdigit()]
+            listeners = []
+            for tok in rest.split():
+                inode, _, hexaddr = tok.partition("@")
+                if inode.isdigit() and _reached(hexaddr, host):
+                    listeners.append(int(inode))
         parts = line.split()
         fd = len(parts) == 3 and parts[0] == "fd" and parts[1].isdigit() and parts[2].isdigit()
         if fd and int(parts[1]) in pids:
@@ -182,7 +219,8 @@ def port_view(t: Transport, run: RunRecord, pids: list[int]) -> PortView:
     if run.pgid is None:
         return PortView("unknown")
     res = t.run(port_owner_script(run.pgid, run.port), timeout=30)
-    return parse_port_view(res.stdout, pids) if res.ok else PortView("unknown")
+    host = run_probe_host(run.spec)
+    return parse_port_view(res.stdout, pids, host) if res.ok else PortView("unknown")
 
 
 # -- what is not progress --------------------------------------------------------------------
@@ -382,7 +420,9 @@ class Watcher:
         port_text, _, rest = rest.partition(marker)
         own = verify_ownership(self.run, parse_probe(head.decode("utf-8", "replace")))
         require_verified(self.run, own)  # unverified: no verdict at all (ProcessUnverified)
-        self.port = parse_port_view(port_text.decode("utf-8", "replace"), own.pids)
+        self.port = parse_port_view(
+            port_text.decode("utf-8", "replace"), own.pids, run_probe_host(self.run.spec)
+        )
         data, new = parse_log_read(rest, self.offset, cmd)
         got = self._consume(data, new)
         if len(data) >= self.chunk and self.diag.diagnosis.state is not State.CRASHED:
@@ -432,11 +472,11 @@ class Watcher:
         self.base_url = None
         if not self.health:
             return
+        where = run_probe_host(self.run.spec)  # the address the server binds
         try:
-            local = self._fwd.enter_context(self.t.forward(self.run.port))
+            self.base_url = self._fwd.enter_context(self.t.endpoint(self.run.port, where))
         except TransportError:
             return  # log-based verdicts still work; retried after the next reconnect
-        self.base_url = f"http://127.0.0.1:{local}"
 
     def _health_ours(self) -> bool:
         """``/health`` is 200 and the port's listener is provably this run's. Whoever holds
@@ -653,13 +693,13 @@ def _run_health(t: Transport, run: RunRecord, was_ready: bool) -> tuple[bool | N
     port cannot be reached. A READY server that answers slowly gets one more look."""
     with contextlib.ExitStack() as stack:
         try:
-            local = stack.enter_context(t.forward(run.port))
+            base = stack.enter_context(t.endpoint(run.port, run_probe_host(run.spec)))
         except TransportError:
             return None, None
-        code = health_status(f"http://127.0.0.1:{local}", timeout=2.0)
+        code = health_status(base, timeout=2.0)
         if code != 200 and was_ready:  # one more look: a busy server may be slow
             time.sleep(1.0)
-            code = health_status(f"http://127.0.0.1:{local}", timeout=2.0)
+            code = health_status(base, timeout=2.0)
         return code == 200, code
 
 

@@ -33,6 +33,7 @@ from glmserve.errors import (
     StopFailed,
     StoreError,
 )
+from glmserve.remote.address import bind_host, probe_host, run_probe_host
 from glmserve.remote.hosts import HostConfig, get_host
 from glmserve.remote.transport import READ_CHUNK, Transport, shell_path, transport_for
 from glmserve.store import RunRecord, RunStore
@@ -45,14 +46,15 @@ def stat_loop(body: str, end: bool = True) -> str:
     NUL in its name (``prctl(PR_SET_NAME)``, ``/proc/self/comm``), ')' and newlines included,
     so a name is never split on: ``cat /proc/*/stat | sed | awk`` read a newline in a name
     as a forged process. A stat without a ')' or with too few fields prints ``? PID``; the
-    loop ends with ``end N`` (stats read; unless ``end`` is False), so a cut-off probe is seen
-    as one. Builtins only
-    (no fork per process); a process gone meanwhile is skipped."""
+    loop ends with ``end N`` (stats read), so a cut-off probe is seen as one; with ``end``
+    False (a list of PIDs for another loop) neither ``?`` nor ``end`` lines are written.
+    Builtins only (no fork per process); a process gone meanwhile is skipped."""
+    unread = 'echo "? $p";' if end else ""
     return (
         "n=0; { for f in /proc/[0-9]*/stat; do s=; IFS= read -r -d '' s < \"$f\"; "
         '[ -n "$s" ] || continue; n=$((n + 1)); p=${f#/proc/}; p=${p%/stat}; '
-        'case $s in *")"*) ;; *) echo "? $p"; continue;; esac; '
-        'set -- ${s##*)}; if [ "$#" -lt 20 ]; then echo "? $p"; continue; fi; '
+        f'case $s in *")"*) ;; *) {unread} continue;; esac; '
+        f'set -- ${{s##*)}}; if [ "$#" -lt 20 ]; then {unread} continue; fi; '
         f"{body}; done; }} 2>/dev/null" + ('; echo "end $n"' if end else "")
     )
 
@@ -243,9 +245,11 @@ def signal_script(run: RunRecord, own: Ownership, sig: str) -> str:
     return "; ".join([*parts, "true"])
 
 
-def port_in_use(t: Transport, port: int) -> bool:
-    """True when something accepts TCP connections on ``127.0.0.1:port`` of the host."""
-    cmd = f"timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{int(port)}' 2>/dev/null"
+def port_in_use(t: Transport, port: int, host: str = "127.0.0.1") -> bool:
+    """True when something accepts TCP connections on ``host:port`` of the host (``host``:
+    where the server will bind, see :mod:`glmserve.remote.address`)."""
+    addr = shlex.quote(f"exec 3<>/dev/tcp/{host}/{int(port)}")
+    cmd = f"timeout 3 bash -c {addr} 2>/dev/null"
     return t.run(cmd, timeout=15).rc == 0
 
 
@@ -442,7 +446,7 @@ def launch_run(
             )
         say(f"stopping run {old.run_id} on {host.name}:{port} (--replace)")
         stop_run(old.run_id, store=store)
-    if port_in_use(t, port):
+    if port_in_use(t, port, probe_host(bind_host(spec.argv))):
         raise ConfigError(
             f"port {port} on {host.name} is already in use by a process glmserve did not start; "
             "free it or pick another (--set server.port=N)"
@@ -764,8 +768,8 @@ def open_endpoint(run_id: str) -> Iterator[str]:
     """Base URL reaching the run's HTTP server from here; an ssh ``-L`` forward when remote."""
     with RunStore.open() as store:
         run = store.get_run(run_id)
-    with transport_for_run(run).forward(run.port) as local_port:
-        yield f"http://127.0.0.1:{local_port}"
+    with transport_for_run(run).endpoint(run.port, run_probe_host(run.spec)) as base:
+        yield base
 
 
 def health_status(base_url: str, timeout: float = 1.0) -> int | None:
