@@ -102,18 +102,14 @@ def check_stall_timeout(seconds: float | None, flag: str = "--stall-timeout") ->
 
 # -- who holds the port ----------------------------------------------------------------------
 def port_owner_script(pgid: int, port: int) -> str:
-    """Shell printing ``listen: INODE ...`` (the TCP sockets listening on ``port``; ``listen:
-    ?`` when /proc/net/tcp cannot be read), then ``fd PID INODE`` for each of those sockets
-    that a member of process group ``pgid`` holds open. Our own processes' fds are readable,
-    so a listener missing from them belongs to someone else."""
+    """Shell printing ``listen: INODE@ADDR ...`` (the TCP sockets listening on ``port``, each
+    with its local address in /proc/net/tcp's hex, so a probe's address can pick the ones it
+    reaches; ``listen: ?`` when /proc/net/tcp cannot be read), then ``fd PID INODE`` for each
+    of those sockets that a member of process group ``pgid`` holds open. Our own processes'
+    fds are readable, so a listener missing from them belongs to someone else. The socket
+    table is read once: the fds are matched against the very list printed."""
     hexport = f"{int(port):04X}"
     listen = (
-        "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null "
-        f'| awk \'$4 == "0A" && $2 ~ /:{hexport}$/ {{printf " %s", $10}}\''
-    )
-    # The same listeners as INODE@ADDRESS (hex, as /proc/net/tcp writes it): which of them a
-    # probe of the bound address reaches (see parse_port_view).
-    where = (
         "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null "
         f'| awk \'$4 == "0A" && $2 ~ /:{hexport}$/ '
         '{split($2, a, ":"); printf " %s@%s", $10, a[1]}\''
@@ -122,13 +118,13 @@ def port_owner_script(pgid: int, port: int) -> str:
     # a member (only verified members' fds count anyway, see parse_port_view).
     members = stat_loop(f'[ "$3" = {int(pgid)} ] && echo "$p"', end=False)
     fds = (
-        'ls -l /proc/$p/fd 2>/dev/null | awk -v p=$p -v l="$l " '
+        'ls -l /proc/$p/fd 2>/dev/null | awk -v p=$p -v l="$l" '
         "'match($0, /socket:\\[[0-9]+\\]/) "
-        '{ i = substr($0, RSTART + 8, RLENGTH - 9); if (index(l, " " i " ")) print "fd", p, i }\''
+        '{ i = substr($0, RSTART + 8, RLENGTH - 9); if (index(l, " " i "@")) print "fd", p, i }\''
     )
     return (
         "if [ -r /proc/net/tcp ]; then "
-        f'l=$({listen}); echo "listen:$({where})"; '
+        f'l=$({listen}); echo "listen:$l"; '
         f"for p in $({members}); do {fds}; done; "
         "else echo 'listen: ?'; fi"
     )
