@@ -25,6 +25,8 @@ boundary with ``raise X(...) from exc`` so callers only ever see this tree::
     ├── TransportError                 5  ssh/connection/HTTP reachability failures
     │   ├── RemoteCommandError         5  a remote command exited non-zero (carries Result)
     │   ├── ServerIdentityError        5  the port answers, but not with the run's server
+    │   ├── ProcessUnverified          5  a run's process group could not be verified (the
+    │   │                                 /proc probe was cut off or unreadable): not judged
     │   ├── NoRequestSucceeded         5  the server answered, but no bench request succeeded
     │   └── ServerStreamError             an error event inside one response stream (recorded
     │                                     as that request's error, never shown by the CLI)
@@ -158,6 +160,11 @@ class StopFailed(GlmserveError):
 
 class ServerIdentityError(TransportError):
     """The server answering on the run's port is not the run's server (exit 5)."""
+
+
+class ProcessUnverified(TransportError):
+    """A run's process group could not be verified on its host: the run is reported as
+    unverified (exit 5), never as stopped or exited."""
 
 
 class RunNotServing(ConfigError):

@@ -251,8 +251,12 @@ class RunStore:
         self.read_only = read_only
 
     @classmethod
-    def open(cls, path: str | Path | None = None) -> RunStore:
-        """Open (creating and migrating as needed) the store; default ``$GLMSERVE_HOME``."""
+    def open(cls, path: str | Path | None = None, *, read_only_ok: bool = False) -> RunStore:
+        """Open (creating and migrating as needed) the store; default ``$GLMSERVE_HOME``.
+
+        ``read_only_ok``: a store that exists but cannot be written (a read-only
+        ``$GLMSERVE_HOME``, not only a full disk) is opened for reading, so ``stop`` can still
+        find and stop a run: refusing would leave the server running (``read_only`` says why)."""
         p = Path(path) if path is not None else glmserve_home() / "runs.sqlite"
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
@@ -279,6 +283,8 @@ class RunStore:
             if _no_room(exc) and p.is_file():
                 return cls._open_read_only(p, str(exc))
             why = (_cannot_write(exc) and _unwritable(p)) or str(exc)
+            if read_only_ok and _cannot_write(exc) and p.is_file():
+                return cls._open_read_only(p, why)
             raise StoreError(f"{p}: cannot open run store: {why}") from exc
         return store
 

@@ -356,3 +356,20 @@ def test_ready_line_before_the_bind_waits_for_our_listener(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+# --- issue 20 #4: only listeners a probe of the bound address reaches count --------------------
+def test_parse_port_view_counts_only_listeners_at_the_bound_address():
+    from glmserve.deploy.watch import parse_port_view
+
+    # ours on 127.0.0.2 (inode 77), a stranger on 127.0.0.1 (inode 88), as /proc/net/tcp
+    # writes them on a little-endian host
+    text = "listen: 77@0200007F 88@0100007F\nfd 10 77\n"
+    assert parse_port_view(text, [10], "127.0.0.2").state == "ours"
+    assert parse_port_view(text, [10], "127.0.0.1").state == "foreign"
+    assert parse_port_view(text, [10]).state == "foreign"  # no address known: all count
+    wild = "listen: 77@0200007F 99@00000000\nfd 10 77\n"  # a wildcard stranger answers too
+    assert parse_port_view(wild, [10], "127.0.0.2").state == "foreign"
+    v6 = "listen: 5@00000000000000000000000001000000\nfd 10 5\n"  # ::1
+    assert parse_port_view(v6, [10], "::1").state == "ours"
+    assert parse_port_view(v6, [10], "127.0.0.1").state == "free"

@@ -25,7 +25,7 @@ from glmserve.cli.options import (
     SimulateOpt,
     StallBudgetOpt,
 )
-from glmserve.errors import ConfigError, Interrupted, TransportError
+from glmserve.errors import ConfigError, Interrupted, ProcessUnverified, TransportError
 
 
 # -- check -------------------------------------------------------------------------------------
@@ -153,8 +153,11 @@ def status(
     rows = status_rows(RunStore.open(), run_id, all_runs)
     if json_out:
         emit_json(rows)
-        return
-    views.print_status(rows)
+    else:
+        views.print_status(rows)
+    unverified = [r for r in rows if r.get("unverified")]
+    if unverified:  # neither alive nor gone is known: never a plain exit 0
+        raise ProcessUnverified(str(unverified[0]["error"]))
 
 
 @app.command()
@@ -239,7 +242,13 @@ def stop(
         raise ConfigError(
             f"--timeout: expected 0 to {MAX_STOP_TIMEOUT_S:g} seconds, got {timeout:g}"
         )
-    store = RunStore.open()
+    # A read-only home (or a full disk) must not keep a server running: read the store, stop
+    # anyway, and say the stop goes unrecorded.
+    store = RunStore.open(read_only_ok=True)
+    if store.read_only:
+        views.say(
+            f"warning: {store.path} is read-only; stopping anyway, unrecorded: {store.read_only}"
+        )
     if all_runs == bool(run_id):
         raise ConfigError("give a RUN id or --all (not both)")
     if all_runs:  # every run is tried; the table says what happened to each

@@ -469,7 +469,7 @@ def status_rows(store: RunStore, ident: str | None, all_runs: bool) -> list[dict
     run not asked for by id, or one still being launched, as the store has it."""
     from glmserve.deploy.identity import identity_problems
     from glmserve.deploy.watch import assess_run
-    from glmserve.errors import TransportError
+    from glmserve.errors import ProcessUnverified, TransportError
     from glmserve.remote.process import launch_in_progress
 
     if ident:
@@ -488,6 +488,7 @@ def status_rows(store: RunStore, ident: str | None, all_runs: bool) -> list[dict
             row = _stored_row(r)
             row["state"] = f"{r.state}?"
             row["error"] = str(exc)
+            row["unverified"] = isinstance(exc, ProcessUnverified)  # `status` exits 5
             rows.append(row)
         if "group_id" in r.meta:
             rows[-1]["group_id"] = r.meta["group_id"]

@@ -42,6 +42,7 @@ from glmserve.errors import (
     ServerNotReady,
     TransportError,
 )
+from glmserve.remote.address import run_probe_host
 from glmserve.remote.transport import Transport
 from glmserve.store import RunRecord, RunStore
 
@@ -258,8 +259,7 @@ def identity_problems(run: RunRecord, assessed: dict[str, Any]) -> list[str]:
         return []  # nodes > 0 of a group serve no API (node 0 does)
     t = transport_for_run(run)
     try:
-        with t.forward(run.port) as local_port:
-            base = f"http://127.0.0.1:{local_port}"
+        with t.endpoint(run.port, run_probe_host(run.spec)) as base:
             return check_identity(run, base, t, list(assessed["alive_pids"])).problems
     except TransportError as exc:
         return [f"identity not checked: {exc}"]
@@ -273,8 +273,7 @@ def serving_endpoint(run_id: str) -> Iterator[tuple[str, RunRecord, Identity]]:
     with RunStore.open() as store:
         run = store.get_run(run_id)
     t = transport_for_run(run)
-    with t.forward(run.port) as local_port:
-        base = f"http://127.0.0.1:{local_port}"
+    with t.endpoint(run.port, run_probe_host(run.spec)) as base:  # the address it binds
         ident = verify_serving(run, base, t)
         yield base, run, ident
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 from glmserve.config.spec import LaunchSpec
 from glmserve.errors import ConfigError
+from glmserve.remote.address import check_bind
 from glmserve.remote.hosts import HostConfig, get_host
 
 DIST_PORT_OFFSET = 1000  # default dist-init port: the server's --port + this
@@ -102,7 +103,8 @@ def plan(
     if not group and (not host or host_is_default):
         spec = profiles.load_profile(profile, list(overrides), sglang_version)
         group = list(spec.nodes)
-    head = get_host(group[0] if group else host)
+    # A host named by the profile's own `nodes:` is not one the user named (see get_host).
+    head = get_host(group[0] if group else host, explicit=bool(nodes) or not group)
     if spec is None:
         spec = profiles.load_profile(profile, list(overrides), sglang_version)
     if not group and spec.nodes:
@@ -114,31 +116,43 @@ def plan(
         spec = profiles.simulate(spec, python=None if head.is_local else head.python)
     if group:
         spec = replace(spec, nodes=group)
-    return plan_spec(spec, head, address)
+    return plan_spec(spec, head, address, nodes_named=bool(nodes))
 
 
 def plan_spec(
     spec: LaunchSpec,
     host: HostConfig | None = None,
     address: Callable[[HostConfig], str] | None = None,
+    *,
+    nodes_named: bool = False,
 ) -> Plan:
     """The plan of a loaded spec: its ``nodes`` as a group (node 0's ``address`` is the
-    rendezvous), else one node on ``host`` (default local)."""
+    rendezvous), else one node on ``host`` (default local). ``nodes_named``: the user gave
+    them (``--nodes``), rather than the profile's ``nodes:``."""
     from glmserve.remote.process import host_adjusted_spec
 
     if spec.nodes:
-        hosts = [get_host(n) for n in spec.nodes]
+        hosts = [get_host(n, explicit=nodes_named) for n in spec.nodes]
         if len(hosts) < 2:
             node_specs(spec, [])  # the one-line ConfigError for a group of fewer than 2
         head_addr = (address or node_address)(hosts[0])
         specs = node_specs(spec, [head_addr, *[""] * (len(hosts) - 1)])
     else:
         hosts, specs = [host or get_host(None)], [spec]
+    check_bind(spec.argv, _origin(spec, "--host"))  # every probe goes where it binds
     nodes = tuple(
         Node(i, h, host_adjusted_spec(s, h))
         for i, (h, s) in enumerate(zip(hosts, specs, strict=True))
     )
     return Plan(spec, nodes)
+
+
+def _origin(spec: LaunchSpec, flag: str) -> str:
+    """Where ``flag`` was set (file:line (key)), for errors about its value."""
+    o = spec.origins.get(flag)
+    if o is None:
+        return f"profile {spec.profile}"
+    return (f"{o.file}:{o.line}" if o.line else o.file) + f" ({o.key})"
 
 
 # -- per-node launch specs (pure) ----------------------------------------------------------------

@@ -228,6 +228,7 @@ def check_port(
     name: str = "port",
 ) -> CheckRow:
     """``port`` (default the server's ``--port``) free on the host: no live run, no listener."""
+    from glmserve.remote.address import run_probe_host
     from glmserve.remote.process import find_alive_runs, port_in_use
 
     port = spec.port if port is None else port
@@ -238,7 +239,7 @@ def check_port(
             "fail",
             f"{port}: glmserve run {alive[0].run_id} is alive there (launch --replace)",
         )
-    if port_in_use(t, port):
+    if port_in_use(t, port, run_probe_host({"argv": spec.argv})):  # where the server will bind
         return CheckRow(name, "fail", f"{port} is in use by another process")
     return CheckRow(name, "ok", f"{port} free")
 

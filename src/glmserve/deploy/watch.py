@@ -11,7 +11,10 @@ in its own session).
 
 Progress, for stall detection, is a log line that shows the server moving on
 (:func:`glmserve.diagnose.is_progress_line`) or a new phase; HTTP access lines never count,
-since our own ``/health`` polls make a hung server write one per poll. Each phase has its own
+since our own ``/health`` polls make a hung server write one per poll, and neither does a line
+that only repeats an earlier one apart from its timestamp and rank prefix, nor retry/wait
+chatter (:func:`is_chatter`): a rank stuck in distributed init logs torch's TCPStore retry
+warning every second for ever, which must not hold off STALLED. Each phase has its own
 stall budget (:func:`glmserve.diagnose.stall_budget`) and the whole start-up an overall
 deadline (``DEFAULT_DEADLINE_S`` unless ``--timeout``). READY is only ever this run's: its
 process group alive, and the port's listener held by that group wherever ``/proc`` shows it,
@@ -22,7 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import ipaddress
 import math
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -39,13 +44,16 @@ from glmserve.diagnose import (
     stall_phase,
 )
 from glmserve.errors import ConfigError, RemoteCommandError, Result, TransportError
+from glmserve.remote.address import run_probe_host
 from glmserve.remote.process import (
     Ownership,
     health_ok,
     health_status,
     parse_probe,
     probe_script,
+    require_verified,
     run_ownership,
+    stat_loop,
     verify_ownership,
 )
 from glmserve.remote.transport import READ_CHUNK, Transport, log_read_script, parse_log_read
@@ -94,23 +102,25 @@ def check_stall_timeout(seconds: float | None, flag: str = "--stall-timeout") ->
 
 # -- who holds the port ----------------------------------------------------------------------
 def port_owner_script(pgid: int, port: int) -> str:
-    """Shell printing ``listen: INODE ...`` (the TCP sockets listening on ``port``; ``listen:
-    ?`` when /proc/net/tcp cannot be read), then ``fd PID INODE`` for each of those sockets
-    that a member of process group ``pgid`` holds open. Our own processes' fds are readable,
-    so a listener missing from them belongs to someone else."""
+    """Shell printing ``listen: INODE@ADDR ...`` (the TCP sockets listening on ``port``, each
+    with its local address in /proc/net/tcp's hex, so a probe's address can pick the ones it
+    reaches; ``listen: ?`` when /proc/net/tcp cannot be read), then ``fd PID INODE`` for each
+    of those sockets that a member of process group ``pgid`` holds open. Our own processes'
+    fds are readable, so a listener missing from them belongs to someone else. The socket
+    table is read once: the fds are matched against the very list printed."""
     hexport = f"{int(port):04X}"
     listen = (
         "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null "
-        f'| awk \'$4 == "0A" && $2 ~ /:{hexport}$/ {{printf " %s", $10}}\''
+        f'| awk \'$4 == "0A" && $2 ~ /:{hexport}$/ '
+        '{split($2, a, ":"); printf " %s@%s", $10, a[1]}\''
     )
-    members = (
-        r"cat /proc/[0-9]*/stat 2>/dev/null | sed -E 's/^([0-9]+) \(.*\) /\1 /' "
-        f"| awk -v g={int(pgid)} '$4 == g {{print $1}}'"
-    )
+    # Split after the last ')' of each stat: a newline in some process's name cannot forge
+    # a member (only verified members' fds count anyway, see parse_port_view).
+    members = stat_loop(f'[ "$3" = {int(pgid)} ] && echo "$p"', end=False)
     fds = (
-        'ls -l /proc/$p/fd 2>/dev/null | awk -v p=$p -v l="$l " '
+        'ls -l /proc/$p/fd 2>/dev/null | awk -v p=$p -v l="$l" '
         "'match($0, /socket:\\[[0-9]+\\]/) "
-        '{ i = substr($0, RSTART + 8, RLENGTH - 9); if (index(l, " " i " ")) print "fd", p, i }\''
+        '{ i = substr($0, RSTART + 8, RLENGTH - 9); if (index(l, " " i "@")) print "fd", p, i }\''
     )
     return (
         "if [ -r /proc/net/tcp ]; then "
@@ -147,8 +157,32 @@ def port_taken(d: Diagnosis, port: int) -> Diagnosis:
     )
 
 
-def parse_port_view(text: str, pids: list[int]) -> PortView:
-    """Read :func:`port_owner_script` output; only ``pids`` (verified ours) count as ours."""
+def _reached(hexaddr: str, host: str | None) -> bool:
+    """Would a connection to ``host`` reach a listener on ``hexaddr`` (a /proc/net/tcp local
+    address)? A wildcard listener answers its whole family (and ``::`` IPv4 too); a name
+    cannot be told apart here, so every listener counts. The kernel writes the address in
+    host byte order per 32-bit word: both byte orders are tried."""
+    if host is None or not hexaddr:
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+        raw = bytes.fromhex(hexaddr)
+    except ValueError:
+        return True
+    if not any(raw):
+        return len(raw) == 16 or ip.version == 4
+    words = [raw[i : i + 4] for i in range(0, len(raw), 4)]
+    forms = {raw, b"".join(w[::-1] for w in words)}
+    want = {ip.packed}
+    if ip.version == 4:
+        want.add(ipaddress.IPv6Address(f"::ffff:{ip}").packed)  # a v6 socket's mapped form
+    return bool(forms & want)
+
+
+def parse_port_view(text: str, pids: list[int], host: str | None = None) -> PortView:
+    """Read :func:`port_owner_script` output; only ``pids`` (verified ours) count as ours,
+    and only listeners a probe of ``host`` (the address the run binds) reaches count at all:
+    another server on the same port at another address answers none of our probes."""
     listeners: list[int] = []
     held: dict[int, int] = {}
     seen = False
@@ -158,7 +192,11 @@ def parse_port_view(text: str, pids: list[int]) -> PortView:
             seen = True
             if rest.strip() == "?":
                 return PortView("unknown")
-            listeners = [int(x) for x in rest.split() if x.isdigit()]
+            listeners = []
+            for tok in rest.split():
+                inode, _, hexaddr = tok.partition("@")
+                if inode.isdigit() and _reached(hexaddr, host):
+                    listeners.append(int(inode))
         parts = line.split()
         fd = len(parts) == 3 and parts[0] == "fd" and parts[1].isdigit() and parts[2].isdigit()
         if fd and int(parts[1]) in pids:
@@ -177,7 +215,70 @@ def port_view(t: Transport, run: RunRecord, pids: list[int]) -> PortView:
     if run.pgid is None:
         return PortView("unknown")
     res = t.run(port_owner_script(run.pgid, run.port), timeout=30)
-    return parse_port_view(res.stdout, pids) if res.ok else PortView("unknown")
+    host = run_probe_host(run.spec)
+    return parse_port_view(res.stdout, pids, host) if res.ok else PortView("unknown")
+
+
+# -- what is not progress --------------------------------------------------------------------
+# Retry and wait chatter: a process repeating that it is still trying, whatever its counters
+# say. Texts as written by:
+# - torch c10d socket.cpp (strings of libtorch_cpu 2.13: "The client socket has failed to
+#   connect to {} {}.", "... cannot be initialized to connect to ...", "... to any network
+#   address of ..."); as logged, e.g. "[W427 01:04:16.149509694 socket.cpp:752] [c10d] The
+#   client socket has failed to connect to [::ffff:198.18.0.1]:3254 (errno: 110 - Connection
+#   timed out)." (gensyn-ai/rl-swarm#197; hpcaitech/Open-Sora#667; pytorch/PiPPy#158);
+# - torch distributed_c10d.py _store_based_barrier: "Waiting in store based barrier to
+#   initialize process group for %s seconds rank: ...";
+# - NCCL src/misc/socket.cc: "%s: connect to %s returned %s, retrying (%d/%ld) after sleep for
+#   %u msec" and "Call to accept returned %s, retrying" (older: "Call to connect returned %s,
+#   retrying"; retried on ECONNREFUSED/ETIMEDOUT, NVIDIA/nccl#1515).
+_CHATTER = re.compile(
+    r"\[c10d\] The client socket (?:has failed to connect|cannot be initialized to connect)"
+    r"|Waiting in store based barrier to initialize process group"
+    r"|\breturned [^,]*, retrying\b"
+    r"|\bCall to (?:connect|accept) returned\b",
+    re.IGNORECASE,
+)
+# A line's time and rank decorations: SGLang's "[2026-12-01 08:23:26 TP3] " (also DP/EP/PP
+# tags), torch's glog "[rank3]:[W1204 21:30:00.123456789 socket.cpp:752] ", NCCL's
+# "host:pid:tid [3] NCCL INFO", a "(pid=123)" Ray prefix; and any time stamp left in the text.
+_STAMPS = re.compile(
+    r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?"
+    r"|\b[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?"
+    r"|\b\d\d:\d\d:\d\d(?:[.,]\d+)?"
+    r"|\b(?:TP|DP|EP|PP|CP|rank)\d+\b"
+    r"|^\S+:\d+:\d+ \[\d+\]"
+    r"|\(pid=\d+(?:, ip=[^)]*)?\)",
+    re.IGNORECASE,
+)
+_LOG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*")  # SGLang's
+_MAX_SEEN = 100_000  # distinct lines remembered; past that the memory starts over
+
+
+def is_chatter(line: str) -> bool:
+    """A retry/wait line (see ``_CHATTER``): never progress, however its counters change."""
+    return bool(_CHATTER.search(line))
+
+
+def line_key(line: str) -> str:
+    """``line`` without its time stamps and rank tags: two lines with one key say the same."""
+    return " ".join(_STAMPS.sub("", line).split())
+
+
+class NewLines:
+    """Remembers lines by :func:`line_key`: a line is new once."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+
+    def new(self, line: str) -> bool:
+        key = hash(line_key(line))
+        if key in self.seen:
+            return False
+        if len(self.seen) >= _MAX_SEEN:
+            self.seen.clear()
+        self.seen.add(key)
+        return True
 
 
 @dataclass
@@ -264,6 +365,10 @@ class Watcher:
         self.lines = LineSplitter()
         self.offset = 0
         self.last_line = ""
+        self.new_lines = NewLines()
+        # The last line that was progress by our rules (diagnose's own last_progress also
+        # counts repeats and chatter): (line number, text), for the stall hints.
+        self.progress_at: tuple[int, str] | None = None
         self.port = PortView("unknown")
         self.reconnects = 0
         self.offsets_after_reconnect: list[int] = []  # for tests: where each resume started
@@ -310,7 +415,10 @@ class Watcher:
         head, _, rest = out.partition(marker)
         port_text, _, rest = rest.partition(marker)
         own = verify_ownership(self.run, parse_probe(head.decode("utf-8", "replace")))
-        self.port = parse_port_view(port_text.decode("utf-8", "replace"), own.pids)
+        require_verified(self.run, own)  # unverified: no verdict at all (ProcessUnverified)
+        self.port = parse_port_view(
+            port_text.decode("utf-8", "replace"), own.pids, run_probe_host(self.run.spec)
+        )
         data, new = parse_log_read(rest, self.offset, cmd)
         got = self._consume(data, new)
         if len(data) >= self.chunk and self.diag.diagnosis.state is not State.CRASHED:
@@ -338,7 +446,11 @@ class Watcher:
         if line.strip():
             self.last_line = line.strip()
         changed = self.diag.feed(line)
-        progress = changed is not None or is_progress_line(line)
+        progress = changed is not None or (
+            is_progress_line(line) and not is_chatter(line) and self.new_lines.new(line)
+        )
+        if progress:
+            self.progress_at = (self.diag.lines_seen, line.strip()[:300])
         if changed is not None:
             self.store.add_event(
                 self.run.run_id,
@@ -356,11 +468,11 @@ class Watcher:
         self.base_url = None
         if not self.health:
             return
+        where = run_probe_host(self.run.spec)  # the address the server binds
         try:
-            local = self._fwd.enter_context(self.t.forward(self.run.port))
+            self.base_url = self._fwd.enter_context(self.t.endpoint(self.run.port, where))
         except TransportError:
             return  # log-based verdicts still work; retried after the next reconnect
-        self.base_url = f"http://127.0.0.1:{local}"
 
     def _health_ours(self) -> bool:
         """``/health`` is 200 and the port's listener is provably this run's. Whoever holds
@@ -370,10 +482,22 @@ class Watcher:
             return False
         return health_ok(self.base_url, timeout=min(1.0, self.poll_s))
 
+    def _with_progress(self, d: Diagnosis) -> Diagnosis:
+        """``d`` naming the last line that was progress by the watcher's rules (diagnose's
+        own wording when it names the same line)."""
+        if self.progress_at is None:
+            return dataclasses.replace(d, last_progress_line=None, last_progress=None)
+        line, text = self.progress_at
+        if d.last_progress_line == line:
+            return d
+        text = _LOG_PREFIX.sub("", text, count=1)
+        return dataclasses.replace(d, last_progress_line=line, last_progress=text)
+
     def _timed_out(self, d: Diagnosis, quiet_s: float) -> Diagnosis:
         """The verdict at the overall deadline; the hint names that deadline (the budget that
         fired), then how long the log has been quiet against the phase's stall budget."""
         assert self.timeout_s is not None
+        d = self._with_progress(d)
         budget, source = stall_budget(d.phase, self.stall_timeout_s, self.stall_budgets)
         td = d.stalled(quiet_s, budget, source)
         origin = (
@@ -506,14 +630,15 @@ class Watcher:
                 return self._finish(gone.state.value, gone, started)
             # Judged as of this poll's start: the poll then proved the log still quiet, and a
             # slow round trip does not inflate the silence it reports.
+            # Never negative: progress read during this poll is later than its start.
             now = tick_start
+            quiet = max(0.0, now - last_progress)
             budget, source = stall_budget(d.phase, self.stall_timeout_s, self.stall_budgets)
-            if math.isfinite(budget) and now - last_progress >= budget:
-                return self._finish(
-                    "STALLED", d.stalled(now - last_progress, budget, source), started
-                )
+            if math.isfinite(budget) and quiet >= budget:
+                stalled = self._with_progress(d).stalled(quiet, budget, source)
+                return self._finish("STALLED", stalled, started)
             if self.timeout_s is not None and now - started >= self.timeout_s:
-                return self._finish("TIMEOUT", self._timed_out(d, now - last_progress), started)
+                return self._finish("TIMEOUT", self._timed_out(d, quiet), started)
             if self.port.state == "foreign":
                 note = (
                     f"port {self.run.port} is held by a process outside this run; "
@@ -564,13 +689,13 @@ def _run_health(t: Transport, run: RunRecord, was_ready: bool) -> tuple[bool | N
     port cannot be reached. A READY server that answers slowly gets one more look."""
     with contextlib.ExitStack() as stack:
         try:
-            local = stack.enter_context(t.forward(run.port))
+            base = stack.enter_context(t.endpoint(run.port, run_probe_host(run.spec)))
         except TransportError:
             return None, None
-        code = health_status(f"http://127.0.0.1:{local}", timeout=2.0)
+        code = health_status(base, timeout=2.0)
         if code != 200 and was_ready:  # one more look: a busy server may be slow
             time.sleep(1.0)
-            code = health_status(f"http://127.0.0.1:{local}", timeout=2.0)
+            code = health_status(base, timeout=2.0)
         return code == 200, code
 
 

@@ -9,7 +9,11 @@ an entry is checked only when its host is used, so one typo does not block every
 Trust: the project file is read from ``./configs`` (a checked-out repo), so no hosts file may
 make ssh run or load anything locally or weaken host-key checking (``ssh_options`` is an
 allow-list, names and paths are plain words), and only the user's own file (or the
-``--ssh-config`` flag) may name an ssh config file, relative to the user's config dir.
+``--ssh-config`` flag) may name an ssh config file, relative to the user's config dir. The
+project file may not redefine the built-in ``local`` host (its entry is ignored) nor any host of
+the user's file (the user's wins), and a project entry for this machine that names a python,
+venv or workdir (code the repo would make us run here) is used only when named with ``--host``
+(``explicit``), and then announced with the file it comes from.
 
 File format::
 
@@ -31,6 +35,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -213,6 +218,9 @@ class HostConfig(BaseModel):
         None, description="address other nodes reach it at (multi-node); default ssh HostName"
     )
     source: str | None = None  # file:line the entry came from (for messages)
+    # Set by the loader, never by a file: a project-file entry for this machine that names a
+    # python/venv/workdir (see the module doc). A file setting it is refused (a duplicate key).
+    project_local_code: bool = False
 
     @field_validator("target")
     @classmethod
@@ -402,6 +410,18 @@ def _read_file(path: Path, trusted: bool) -> list[_Entry]:
     return out
 
 
+_LOCAL_CODE_FIELDS = ("python", "venv", "workdir")
+
+
+def _runs_local_code(e: _Entry) -> bool:
+    """An untrusted entry for this machine (no ``target``) naming what runs here."""
+    return (
+        not e.trusted
+        and e.fields.get("target") is None
+        and any(e.fields.get(k) is not None for k in _LOCAL_CODE_FIELDS)
+    )
+
+
 def _build(e: _Entry) -> HostConfig:
     """Validate one entry into a HostConfig; ConfigError naming file:line and the key."""
     if e.problem:
@@ -410,7 +430,12 @@ def _build(e: _Entry) -> HostConfig:
     if fields.get("ssh_config") is not None:
         fields["ssh_config"] = _trusted_ssh_config(e, fields["ssh_config"])
     try:
-        host = HostConfig(name=e.name, source=f"{e.path}:{e.line}", **fields)
+        host = HostConfig(
+            name=e.name,
+            source=f"{e.path}:{e.line}",
+            project_local_code=_runs_local_code(e),
+            **fields,
+        )
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
@@ -457,11 +482,13 @@ def _strs(entry: dict[Any, Any]) -> dict[str, Any]:
 
 
 def _entries() -> dict[str, _Entry]:
-    """Every entry by name, the user's file winning over the project's."""
+    """Every entry by name, the user's file winning over the project's; the project file's
+    ``local`` is ignored (it may not redefine this machine's built-in host)."""
     user = user_hosts_file()
     out: dict[str, _Entry] = {}
     for f in host_files():
-        out.update((e.name, e) for e in _read_file(f, trusted=f == user))
+        trusted = f == user
+        out.update((e.name, e) for e in _read_file(f, trusted) if trusted or e.name != LOCAL)
     return out
 
 
@@ -473,14 +500,42 @@ def load_hosts() -> dict[str, HostConfig]:
     return hosts
 
 
-def get_host(name: str | None) -> HostConfig:
+_announced: set[str] = set()
+
+
+def announce(host: HostConfig) -> None:
+    """Say once per process, on stderr, that ``host`` runs what a project file names."""
+    if not host.project_local_code or host.source in _announced:
+        return
+    _announced.add(host.source or "")
+    what = ", ".join(
+        f"{k} {getattr(host, k)}" for k in _LOCAL_CODE_FIELDS if k in host.model_fields_set
+    )
+    sys.stderr.write(f"note: host {host.name} comes from the project file {host.source} ({what})\n")
+
+
+def get_host(name: str | None, *, explicit: bool = True, quiet: bool = False) -> HostConfig:
     """The host called ``name`` (default ``local``), checking only that entry; ConfigError
     listing known hosts if absent (or the bad name in a hosts file, which may be the one
-    meant)."""
+    meant).
+
+    ``explicit``: the user named it (``--host``/``--nodes``, a recorded run). Only then is
+    a project entry that runs a local python/venv/workdir used (and announced, unless
+    ``quiet``); a name from a profile's ``nodes:`` (``explicit=False``) is refused, naming the
+    file."""
     name = name or LOCAL
     entries = _entries()
     if name in entries:
-        return _build(entries[name])
+        host = _build(entries[name])
+        if host.project_local_code and not explicit:
+            raise ConfigError(
+                f"{host.source}: host {name} comes from the project file and names a python, "
+                f"venv or workdir on this machine; it is used only when you name it: "
+                f"--host {name}"
+            )
+        if not quiet:
+            announce(host)
+        return host
     if name == LOCAL:
         return HostConfig(name=LOCAL, source="<built-in>")
     bad = [e.problem for e in entries.values() if e.bad_name and e.problem]

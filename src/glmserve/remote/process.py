@@ -25,13 +25,50 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from glmserve.config.spec import LaunchSpec
-from glmserve.errors import ConfigError, GlmserveError, PortClaimed, StopFailed, StoreError
+from glmserve.errors import (
+    ConfigError,
+    GlmserveError,
+    PortClaimed,
+    ProcessUnverified,
+    StopFailed,
+    StoreError,
+)
+from glmserve.remote.address import bind_host, probe_host, run_probe_host
 from glmserve.remote.hosts import HostConfig, get_host
 from glmserve.remote.transport import READ_CHUNK, Transport, shell_path, transport_for
 from glmserve.store import RunRecord, RunStore
 
-# After ``sed`` drops "pid (comm) " from /proc/<pid>/stat: $1 state, $3 pgrp, $20 starttime.
-_STAT_FIELDS = r"sed -E 's/^([0-9]+) \(.*\) /\1 /'"
+
+def stat_loop(body: str, end: bool = True) -> str:
+    """Bash running ``body`` once per ``/proc/<pid>/stat`` with ``$p`` the PID (from the file
+    name) and ``$1 $2 ...`` the fields after the LAST ``)``: ``$1`` state, ``$3`` process
+    group, ``${20}`` start time (fields 3, 5, 22 of proc(5)). A process may put anything but
+    NUL in its name (``prctl(PR_SET_NAME)``, ``/proc/self/comm``), ')' and newlines included,
+    so a name is never split on: ``cat /proc/*/stat | sed | awk`` read a newline in a name
+    as a forged process. A stat without a ')' or with too few fields prints ``? PID``; the
+    loop ends with ``end N`` (stats read), so a cut-off probe is seen as one; with ``end``
+    False (a list of PIDs for another loop) neither ``?`` nor ``end`` lines are written.
+    Builtins only (no fork per process); a process gone meanwhile is skipped."""
+    unread = 'echo "? $p";' if end else ""
+    return (
+        "n=0; { for f in /proc/[0-9]*/stat; do s=; IFS= read -r -d '' s < \"$f\"; "
+        '[ -n "$s" ] || continue; n=$((n + 1)); p=${f#/proc/}; p=${p%/stat}; '
+        f'case $s in *")"*) ;; *) {unread} continue;; esac; '
+        f'set -- ${{s##*)}}; if [ "$#" -lt 20 ]; then {unread} continue; fi; '
+        f"{body}; done; }} 2>/dev/null" + ('; echo "end $n"' if end else "")
+    )
+
+
+def stat_check(pid: int, pgrp: int | None, start: int) -> str:
+    """Bash test: ``/proc/<pid>/stat`` read now shows process group ``pgrp`` (any, if None)
+    and start time ``start``, its fields taken after the last ')' as in :func:`stat_loop`."""
+    want = f'[ "${{20}}" = "{int(start)}" ]'
+    if pgrp is not None:
+        want = f'[ "$3" = "{int(pgrp)}" ] && {want}'
+    return (
+        f"{{ s=; IFS= read -r -d '' s < /proc/{int(pid)}/stat; }} 2>/dev/null; "
+        f'case $s in *")"*) set -- ${{s##*)}}; [ "$#" -ge 20 ] && {want};; *) false;; esac'
+    )
 
 
 @dataclass
@@ -42,6 +79,8 @@ class GroupProbe:
     members: list[tuple[int, str, int]] = field(default_factory=list)  # (pid, state, starttime)
     # The recorded PID when it is not in the probed group: pid -> (state, pgrp, starttime).
     outside: dict[int, tuple[str, int, int]] = field(default_factory=dict)
+    # Why the probe proves nothing ("" when it is whole): cut off, or a stat it could not read.
+    problem: str = ""
 
     @property
     def live_pids(self) -> list[int]:
@@ -56,10 +95,25 @@ class Ownership:
     reason: str = ""  # why nothing (or not everything) is ours, for messages
     group: bool = False  # the recorded process leads the group: signalling the group is safe
     starts: dict[int, int] = field(default_factory=dict)  # pid -> start time, re-checked at kill
+    # False: the probe could not be read whole, so no member is known either way; callers
+    # must say "unverified", never "gone" (see :func:`require_verified`).
+    verified: bool = True
 
     @property
     def alive(self) -> bool:
         return bool(self.pids)
+
+
+def require_verified(run: RunRecord, own: Ownership) -> Ownership:
+    """``own``, or ProcessUnverified when the probe proved nothing: a run whose group cannot
+    be verified is neither stopped nor exited."""
+    if not own.verified:
+        raise ProcessUnverified(
+            f"run {run.run_id} on {run.host}: its process group {run.pgid} could not be "
+            f"verified ({own.reason}); it is reported neither stopped nor exited: try again, "
+            f"or look with `ps -o pid,pgid,lstart,comm -g {run.pgid}` on the host"
+        )
+    return own
 
 
 def new_run_id(store: RunStore) -> str:
@@ -73,19 +127,18 @@ def new_run_id(store: RunStore) -> str:
 
 
 def transport_for_run(run: RunRecord) -> Transport:
-    return transport_for(get_host(run.host))
+    return transport_for(get_host(run.host, quiet=True))
 
 
 # -- process probing -------------------------------------------------------------------------
 def probe_script(pgid: int, pid: int | None = None) -> str:
     """Shell printing the boot id, ``g <pgid>``, then ``pid state pgrp starttime`` of each
     member of ``pgid`` and of the recorded process ``pid`` (wherever its group is)."""
-    want = f"$4 == g || $1 == {int(pid)}" if pid is not None else "$4 == g"
-    return (
-        f"cat /proc/sys/kernel/random/boot_id; echo g {int(pgid)}; "
-        f"cat /proc/[0-9]*/stat 2>/dev/null | {_STAT_FIELDS} "
-        f"| awk -v g={int(pgid)} '{want} {{print $1, $2, $4, $21}}'"
-    )
+    want = f'[ "$3" = {int(pgid)} ]'
+    if pid is not None:
+        want += f' || [ "$p" = {int(pid)} ]'
+    body = f'if {want}; then echo "$p $1 $3 ${{20}}"; fi'
+    return f"cat /proc/sys/kernel/random/boot_id; echo g {int(pgid)}; " + stat_loop(body)
 
 
 def probe_group(t: Transport, pgid: int, pid: int | None = None) -> GroupProbe:
@@ -95,13 +148,20 @@ def probe_group(t: Transport, pgid: int, pid: int | None = None) -> GroupProbe:
 
 
 def parse_probe(text: str) -> GroupProbe:
-    """Parse :func:`probe_script` output (also the older three-column form)."""
+    """Parse :func:`probe_script` output. Whole only with its ``end N`` line and no ``?``
+    line (a stat not understood: its process might be a member); else ``problem`` says why."""
     lines = text.splitlines()
     probe = GroupProbe(boot_id=lines[0].strip() if lines else "")
     pgid: int | None = None
+    ended = False
+    unread: list[str] = []
     for ln in lines[1:]:
         parts = ln.split()
-        if len(parts) == 2 and parts[0] == "g" and parts[1].isdigit():
+        if len(parts) == 2 and parts[0] == "end" and parts[1].isdigit():
+            ended = int(parts[1]) > 0  # no stat at all read: /proc is not what we think
+        elif len(parts) == 2 and parts[0] == "?":
+            unread.append(parts[1])
+        elif len(parts) == 2 and parts[0] == "g" and parts[1].isdigit():
             pgid = int(parts[1])
         elif len(parts) == 3 and parts[0].isdigit() and parts[2].isdigit():
             probe.members.append((int(parts[0]), parts[1], int(parts[2])))
@@ -111,6 +171,10 @@ def parse_probe(text: str) -> GroupProbe:
                 probe.members.append((pid, state, start))
             else:
                 probe.outside[pid] = (state, pgrp, start)
+    if not probe.boot_id or pgid is None or not ended:
+        probe.problem = "the /proc probe came back cut off or empty"
+    elif unread:
+        probe.problem = f"/proc/{unread[0]}/stat could not be parsed"
     return probe
 
 
@@ -126,6 +190,8 @@ def verify_ownership(run: RunRecord, probe: GroupProbe) -> Ownership:
     """
     if run.pgid is None or run.proc_start is None:
         return Ownership([], "run has no recorded process")
+    if probe.problem:
+        return Ownership([], probe.problem, verified=False)
     if run.boot_id and probe.boot_id and probe.boot_id != run.boot_id:
         return Ownership([], "host rebooted since launch")
     start = int(run.proc_start)
@@ -156,9 +222,10 @@ def _lone_process(run: RunRecord, probe: GroupProbe, start: int) -> Ownership:
 
 
 def run_ownership(t: Transport, run: RunRecord) -> Ownership:
+    """The run's live, verified processes; ProcessUnverified when the probe proves nothing."""
     if run.pgid is None:
         return Ownership([], "never started")
-    return verify_ownership(run, probe_group(t, run.pgid, run.pid))
+    return require_verified(run, verify_ownership(run, probe_group(t, run.pgid, run.pid)))
 
 
 def signal_script(run: RunRecord, own: Ownership, sig: str) -> str:
@@ -166,25 +233,23 @@ def signal_script(run: RunRecord, own: Ownership, sig: str) -> str:
     before each signal: the group only while its leader is still the recorded process (same
     PID, group and start time), otherwise each verified PID alone (same start time)."""
 
-    def check(pid: int, fields: str, want: str) -> str:
-        now = f"$({_STAT_FIELDS} /proc/{int(pid)}/stat 2>/dev/null | cut -d' ' -f{fields})"
-        return f'[ "{now}" = "{want}" ]'
-
     if own.group and run.pgid is not None and run.pgid == run.pid:
         g = int(run.pgid)
-        leader = check(g, "1,4,21", f"{g} {g} {int(run.proc_start or 0)}")
-        return f"{leader} && kill -{sig} -- -{g}; true"
+        leader = stat_check(g, g, int(run.proc_start or 0))
+        return f"{{ {leader}; }} && kill -{sig} -- -{g}; true"
     parts = []
     for pid in own.pids:
         if pid in own.starts:
-            same = check(pid, "1,21", f"{int(pid)} {int(own.starts[pid])}")
+            same = stat_check(pid, None, int(own.starts[pid]))
             parts.append(f"{{ {same} && kill -{sig} {int(pid)}; }}")
     return "; ".join([*parts, "true"])
 
 
-def port_in_use(t: Transport, port: int) -> bool:
-    """True when something accepts TCP connections on ``127.0.0.1:port`` of the host."""
-    cmd = f"timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{int(port)}' 2>/dev/null"
+def port_in_use(t: Transport, port: int, host: str = "127.0.0.1") -> bool:
+    """True when something accepts TCP connections on ``host:port`` of the host (``host``:
+    where the server will bind, see :mod:`glmserve.remote.address`)."""
+    addr = shlex.quote(f"exec 3<>/dev/tcp/{host}/{int(port)}")
+    cmd = f"timeout 3 bash -c {addr} 2>/dev/null"
     return t.run(cmd, timeout=15).rc == 0
 
 
@@ -381,7 +446,7 @@ def launch_run(
             )
         say(f"stopping run {old.run_id} on {host.name}:{port} (--replace)")
         stop_run(old.run_id, store=store)
-    if port_in_use(t, port):
+    if port_in_use(t, port, probe_host(bind_host(spec.argv))):
         raise ConfigError(
             f"port {port} on {host.name} is already in use by a process glmserve did not start; "
             "free it or pick another (--set server.port=N)"
@@ -587,9 +652,12 @@ def stop_run(run_id: str, timeout: float = 15.0, store: RunStore | None = None) 
     run = _await_launch(store, store.get_run(run_id))
     # Said before the first signal: a watcher (a `launch` still waiting on this run) or a
     # `status` that finds the processes gone meanwhile must not call it a crash or an exit.
+    t = transport_for_run(run)
+    if run.pgid is not None:
+        run_ownership(t, run)  # unverifiable: ProcessUnverified, before any STOPPING is said
     with contextlib.suppress(StoreError):
         store.add_event(run.run_id, "STOPPING", None, {"by_pid": os.getpid()})
-    report = stop_process(transport_for_run(run), run, timeout)
+    report = stop_process(t, run, timeout)
     with contextlib.suppress(StoreError):
         run = store.get_run(run.run_id)  # a verdict reached meanwhile (CRASHED, STALLED) holds
     fields: dict[str, Any] = {"ended_at": run.ended_at or time.time()}
@@ -700,8 +768,8 @@ def open_endpoint(run_id: str) -> Iterator[str]:
     """Base URL reaching the run's HTTP server from here; an ssh ``-L`` forward when remote."""
     with RunStore.open() as store:
         run = store.get_run(run_id)
-    with transport_for_run(run).forward(run.port) as local_port:
-        yield f"http://127.0.0.1:{local_port}"
+    with transport_for_run(run).endpoint(run.port, run_probe_host(run.spec)) as base:
+        yield base
 
 
 def health_status(base_url: str, timeout: float = 1.0) -> int | None:

@@ -174,8 +174,17 @@ class Transport(ABC):
         return parse_log_read(out, offset, cmd)
 
     @abstractmethod
-    def forward(self, remote_port: int) -> contextlib.AbstractContextManager[int]:
-        """Context manager: a local port reaching ``127.0.0.1:remote_port`` on the host."""
+    def forward(
+        self, remote_port: int, remote_host: str = "127.0.0.1"
+    ) -> contextlib.AbstractContextManager[int]:
+        """Context manager: a local port reaching ``remote_host:remote_port`` on the host."""
+
+    @abstractmethod
+    def endpoint(
+        self, remote_port: int, remote_host: str = "127.0.0.1"
+    ) -> contextlib.AbstractContextManager[str]:
+        """Context manager: a base URL (``http://H:P``) reaching ``remote_host:remote_port``
+        as the host sees it: the address itself here, an ssh forward to it remotely."""
 
 
 class LocalTransport(Transport):
@@ -226,8 +235,14 @@ class LocalTransport(Transport):
             raise TransportError(f"cannot write {p}: {exc}") from exc
 
     @contextlib.contextmanager
-    def forward(self, remote_port: int) -> Iterator[int]:
-        yield remote_port
+    def forward(self, remote_port: int, remote_host: str = "127.0.0.1") -> Iterator[int]:
+        yield remote_port  # connect to remote_host itself: see endpoint()
+
+    @contextlib.contextmanager
+    def endpoint(self, remote_port: int, remote_host: str = "127.0.0.1") -> Iterator[str]:
+        from glmserve.remote.address import url_host
+
+        yield f"http://{url_host(remote_host)}:{int(remote_port)}"
 
 
 class SshTransport(Transport):
@@ -247,7 +262,9 @@ class SshTransport(Transport):
         (GLMSERVE_HOME may hold spaces, quotes or '%'), and it fits the socket-path limit.
         The hash covers every field that changes the connection, and the home, so two hosts
         or two homes never share a master."""
-        fields = self.host.model_dump(exclude={"source", "workdir", "python", "venv", "address"})
+        fields = self.host.model_dump(
+            exclude={"source", "workdir", "python", "venv", "address", "project_local_code"}
+        )
         key = json.dumps([str(glmserve_home()), fields], sort_keys=True, default=str)
         digest = hashlib.sha256(key.encode()).hexdigest()[:20]
         uid = os.getuid()
@@ -411,11 +428,21 @@ class SshTransport(Transport):
         raise AssertionError("unreachable")
 
     @contextlib.contextmanager
-    def forward(self, remote_port: int) -> Iterator[int]:
-        """``-L`` forward added to the master (``ssh -O forward``), cancelled on exit."""
+    def endpoint(self, remote_port: int, remote_host: str = "127.0.0.1") -> Iterator[str]:
+        with self.forward(remote_port, remote_host) as local:
+            yield f"http://127.0.0.1:{local}"
+
+    @contextlib.contextmanager
+    def forward(self, remote_port: int, remote_host: str = "127.0.0.1") -> Iterator[int]:
+        """``-L`` forward added to the master (``ssh -O forward``), cancelled on exit; its
+        destination ``remote_host`` is resolved and reached by the host's sshd."""
+        from glmserve.remote.address import url_host
+
         self.connect()
         local = free_local_port()
-        spec = f"127.0.0.1:{local}:127.0.0.1:{int(remote_port)}"
+        if not re.match(r"^[A-Za-z0-9_.:%\[\]-]+$", remote_host):  # ssh re-parses the spec
+            raise TransportError(f"not an address to forward to: {remote_host!r}")
+        spec = f"127.0.0.1:{local}:{url_host(remote_host)}:{int(remote_port)}"
         p = subprocess.run(
             [*self.ssh_base(), "-O", "forward", "-L", spec, self.target],
             capture_output=True,
