@@ -71,8 +71,7 @@ if triton is not None:
         return a + b
 
     @triton.jit
-    def _split_geometry(seq_len, MAX_SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr,
-                        BLOCK_N: tl.constexpr):
+    def _split_geometry(seq_len, MAX_SPLITS, MIN_CHUNK, BLOCK_N: tl.constexpr):
         """(number of splits, tokens per split) for one request, from its length."""
         n_splits = tl.minimum(_cdiv(seq_len, MIN_CHUNK), MAX_SPLITS)
         n_splits = tl.maximum(n_splits, 1)
@@ -81,15 +80,17 @@ if triton is not None:
         n_splits = tl.maximum(_cdiv(seq_len, chunk), 1)
         return n_splits, chunk
 
-    @triton.jit(do_not_specialize=["num_heads"])
+    # Sizes that vary with the batch are not specialised, so one compiled kernel serves
+    # every batch size and split budget.
+    @triton.jit(do_not_specialize=["num_heads", "MAX_SPLITS", "MIN_CHUNK"])
     def _mla_fp8_stage1(
         QN, QR, KV, kv_indptr, kv_indices, kv_lens, k_scale_ptr,
         MidO, MidLse, Out,
         sm_scale_log2, k_scale_val,
         stride_qnb, stride_qnh, stride_qrb, stride_qrh, stride_kv,
         stride_mb, stride_mh, stride_ms, stride_ob, stride_oh,
-        num_heads,
-        MAX_SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, PAGE_SIZE: tl.constexpr,
+        num_heads, MAX_SPLITS, MIN_CHUNK,
+        PAGE_SIZE: tl.constexpr,
         HAS_LENS: tl.constexpr, SCALE_PTR: tl.constexpr,
         BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
         DL: tl.constexpr, DR: tl.constexpr, DOT_T: tl.constexpr,
@@ -98,7 +99,7 @@ if triton is not None:
         hb = tl.program_id(1)
         s = tl.program_id(2)
         start = tl.load(kv_indptr + b)
-        if HAS_LENS:
+        if HAS_LENS:  # noqa: SIM108 - a constexpr branch, kept as Triton statements
             seq_len = tl.load(kv_lens + b)
         else:
             seq_len = tl.load(kv_indptr + b + 1) - start
@@ -110,7 +111,7 @@ if triton is not None:
         hmask = heads < num_heads
         offs_l = tl.arange(0, DL)
         offs_r = tl.arange(0, DR)
-        if SCALE_PTR:
+        if SCALE_PTR:  # noqa: SIM108
             kscale = tl.load(k_scale_ptr).to(tl.float32)
         else:
             kscale = k_scale_val
@@ -159,12 +160,12 @@ if triton is not None:
                 lse = m_i + tl.log2(l_i)
                 tl.store(MidLse + (b * num_heads + heads) * MAX_SPLITS + s, lse, mask=hmask)
 
-    @triton.jit(do_not_specialize=["num_heads"])
+    @triton.jit(do_not_specialize=["num_heads", "MAX_SPLITS", "MIN_CHUNK"])
     def _mla_fp8_stage2(
         MidO, MidLse, Out, kv_indptr, kv_lens,
         stride_mb, stride_mh, stride_ms, stride_ob, stride_oh,
-        num_heads,
-        MAX_SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, HAS_LENS: tl.constexpr,
+        num_heads, MAX_SPLITS, MIN_CHUNK,
+        HAS_LENS: tl.constexpr,
         BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DL: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
@@ -173,7 +174,7 @@ if triton is not None:
             seq_len = tl.load(kv_lens + b)
         else:
             seq_len = tl.load(kv_indptr + b + 1) - tl.load(kv_indptr + b)
-        n_splits, chunk = _split_geometry(seq_len, MAX_SPLITS, MIN_CHUNK, BLOCK_N)
+        n_splits, _ = _split_geometry(seq_len, MAX_SPLITS, MIN_CHUNK, BLOCK_N)
         if n_splits > 1:
             heads = hb * BLOCK_H + tl.arange(0, BLOCK_H)
             hmask = heads < num_heads
@@ -282,7 +283,8 @@ class Workspace:
 
     def get(self, batch: int, heads: int, splits: int, device: torch.device):
         need = batch * heads * splits
-        if self.mid_o is None or self.mid_o.numel() < need * D_LATENT or self.mid_o.device != device:
+        mid = self.mid_o
+        if mid is None or mid.numel() < need * D_LATENT or mid.device != device:
             self.mid_o = torch.empty(need * D_LATENT, dtype=torch.float32, device=device)
             self.mid_lse = torch.empty(need, dtype=torch.float32, device=device)
         mid_o = self.mid_o[: need * D_LATENT].view(batch, heads, splits, D_LATENT)
@@ -349,8 +351,8 @@ def mla_fp8_decode(
         sm_scale * LOG2E, scale_val,
         qn.stride(0), qn.stride(1), qr.stride(0), qr.stride(1), pool2.stride(0),
         mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), out.stride(0), out.stride(1),
-        heads,
-        MAX_SPLITS=cfg.max_splits, MIN_CHUNK=cfg.min_chunk, PAGE_SIZE=page_size,
+        heads, cfg.max_splits, cfg.min_chunk,
+        PAGE_SIZE=page_size,
         HAS_LENS=kv_lens is not None, SCALE_PTR=scale_ptr is not None,
         BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n, DL=D_LATENT, DR=D_ROPE,
         DOT_T=tl.float32 if _interpreting() else tl.bfloat16,
@@ -360,8 +362,8 @@ def mla_fp8_decode(
         _mla_fp8_stage2[(batch, triton.cdiv(heads, cfg.merge_block_h))](
             mid_o, mid_lse, out, kv_indptr, lens,
             mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), out.stride(0), out.stride(1),
-            heads,
-            MAX_SPLITS=cfg.max_splits, MIN_CHUNK=cfg.min_chunk, HAS_LENS=kv_lens is not None,
+            heads, cfg.max_splits, cfg.min_chunk,
+            HAS_LENS=kv_lens is not None,
             BLOCK_H=cfg.merge_block_h, BLOCK_N=cfg.block_n, DL=D_LATENT,
             num_warps=cfg.merge_warps,
         )  # fmt: skip
