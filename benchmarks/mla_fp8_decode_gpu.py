@@ -301,8 +301,6 @@ def env_info(args) -> dict:
             ["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem",
              "--format=csv,noheader"], capture_output=True, text=True, timeout=20,
         ).stdout.strip()  # fmt: skip
-    except Exception:
-        pass
     return info
 
 
