@@ -268,13 +268,13 @@ def run_shape(args, timer, pool, flat_pool, heads, b, ctx, sg, fi, sweep) -> dic
 def sweep_configs(heads: int, b: int) -> list[dict]:
     base = mk.default_config(b, heads, torch.device("cuda"))
     out = []
-    for bn in (32, 64):
+    for bn in (16, 32, 64):
         for warps in (4, 8):
-            for stages in (1, 2, 3):
-                out.append({"block_n": bn, "num_warps": warps, "num_stages": stages})
-    for f in (0.5, 2, 4):
-        out.append({"max_splits": max(1, min(128, int(base.max_splits * f)))})
-    for mc in (64, 128, 512):
+            for prefetch in (True, False):
+                out.append({"block_n": bn, "num_warps": warps, "prefetch": prefetch})
+    for f in (0.25, 0.5, 2, 4):
+        out.append({"max_splits": max(1, min(256, int(base.max_splits * f)))})
+    for mc in (32, 64, 256, 512):
         out.append({"min_chunk": mc})
     return out
 

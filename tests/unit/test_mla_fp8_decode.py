@@ -88,9 +88,12 @@ def _poisoned(batch: int, heads: int) -> torch.Tensor:
 
 SMALL = {"max_splits": 1, "min_chunk": 16, "block_n": 16}
 SPLIT = {"max_splits": 4, "min_chunk": 16, "block_n": 16}
+NO_PREFETCH = {**SPLIT, "prefetch": False}
 
 
-@pytest.mark.parametrize("cfg", [SMALL, SPLIT], ids=["one-split", "split-k"])
+@pytest.mark.parametrize(
+    "cfg", [SMALL, SPLIT, NO_PREFETCH], ids=["one-split", "split-k", "no-prefetch"]
+)
 @pytest.mark.parametrize("heads", [8, 20])
 def test_ragged_empty_single_token_page1(mk, cfg, heads):
     """Ragged lengths with an empty and a single-token request; every output written."""
@@ -140,7 +143,9 @@ def test_page64_token_indices_like_sglang(mk):
     assert mk.max_rel_err(out, ref) < TOL
 
 
-@pytest.mark.parametrize("cfg", [SMALL, SPLIT], ids=["one-split", "split-k"])
+@pytest.mark.parametrize(
+    "cfg", [SMALL, SPLIT, NO_PREFETCH], ids=["one-split", "split-k", "no-prefetch"]
+)
 def test_page64_page_table(mk, cfg):
     """page_size 64: kv_indices are page ids (indptr counts pages), kv_lens the tokens."""
     page, lens = 64, [65, 1, 0, 200, 64]

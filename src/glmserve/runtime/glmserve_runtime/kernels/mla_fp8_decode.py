@@ -71,6 +71,42 @@ if triton is not None:
         return a + b
 
     @triton.jit
+    def _slots(kv_indices, start, toks, tmask, PAGE_SIZE: tl.constexpr):
+        """Pool rows of tokens ``toks`` of a request (token slots, or page table)."""
+        if PAGE_SIZE == 1:
+            rows = tl.load(kv_indices + start + toks, mask=tmask, other=0)
+        else:
+            page = tl.load(kv_indices + start + toks // PAGE_SIZE, mask=tmask, other=0)
+            rows = page * PAGE_SIZE + toks % PAGE_SIZE
+        return rows
+
+    @triton.jit
+    def _load_rows(KV, rows, tmask, stride_kv, offs_l, offs_r, DL: tl.constexpr):
+        """The FP8 latent [BLOCK_N, 512] and rope [BLOCK_N, 64] tiles of ``rows``."""
+        row_ptr = KV + rows.to(tl.int64)[:, None] * stride_kv
+        kl = tl.load(row_ptr + offs_l[None, :], mask=tmask[:, None], other=0.0)
+        kr = tl.load(row_ptr + DL + offs_r[None, :], mask=tmask[:, None], other=0.0)
+        return kl, kr
+
+    @triton.jit
+    def _attend(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale, DOT_T: tl.constexpr):
+        """One tile of online softmax: FP8 -> BF16 in registers, scores and P x V in fp32
+        (P rounded to BF16 for the tensor-core product, never to FP8)."""
+        kl = kl.to(DOT_T)
+        kr = kr.to(DOT_T)
+        qk = tl.dot(qn, tl.trans(kl))
+        qk = tl.dot(qr, tl.trans(kr), acc=qk)
+        qk = qk * qk_scale
+        qk = tl.where(tmask[None, :], qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.reduce(qk, 1, _fmax))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.reduce(p, 1, _fadd)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(tl.bfloat16).to(DOT_T), kl, acc=acc)
+        return acc, m_new, l_i
+
+    @triton.jit
     def _split_geometry(seq_len, MAX_SPLITS, MIN_CHUNK, BLOCK_N: tl.constexpr):
         """(number of splits, tokens per split) for one request, from its length."""
         n_splits = tl.minimum(_cdiv(seq_len, MIN_CHUNK), MAX_SPLITS)
@@ -93,7 +129,7 @@ if triton is not None:
         PAGE_SIZE: tl.constexpr,
         HAS_LENS: tl.constexpr, SCALE_PTR: tl.constexpr,
         BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-        DL: tl.constexpr, DR: tl.constexpr, DOT_T: tl.constexpr,
+        DL: tl.constexpr, DR: tl.constexpr, DOT_T: tl.constexpr, PREFETCH: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         hb = tl.program_id(1)
@@ -125,30 +161,36 @@ if triton is not None:
             m_i = tl.full([BLOCK_H], 0.0, tl.float32) - float("inf")
             l_i = tl.full([BLOCK_H], 0.0, tl.float32)
             acc = tl.full([BLOCK_H, DL], 0.0, tl.float32)
-            for n0 in range(lo, hi, BLOCK_N):
-                toks = n0 + tl.arange(0, BLOCK_N)
+            ar = tl.arange(0, BLOCK_N)
+            if PREFETCH:
+                # Software pipelining by hand: slots two tiles ahead and rows one tile ahead
+                # are loaded before the current tile's math, so each program keeps a tile
+                # of FP8 rows in flight while it computes (the gather's two dependent
+                # loads would otherwise stall every iteration).
+                toks = lo + ar
                 tmask = toks < hi
-                if PAGE_SIZE == 1:
-                    rows = tl.load(kv_indices + start + toks, mask=tmask, other=0)
-                else:
-                    page = tl.load(kv_indices + start + toks // PAGE_SIZE, mask=tmask, other=0)
-                    rows = page * PAGE_SIZE + toks % PAGE_SIZE
-                row_ptr = KV + rows.to(tl.int64)[:, None] * stride_kv
-                kl = tl.load(row_ptr + offs_l[None, :], mask=tmask[:, None], other=0.0)
-                kr = tl.load(row_ptr + DL + offs_r[None, :], mask=tmask[:, None], other=0.0)
-                kl = kl.to(DOT_T)
-                kr = kr.to(DOT_T)
-                qk = tl.dot(qn, tl.trans(kl))
-                qk = tl.dot(qr, tl.trans(kr), acc=qk)
-                qk = qk * qk_scale
-                qk = tl.where(tmask[None, :], qk, float("-inf"))
-                m_new = tl.maximum(m_i, tl.reduce(qk, 1, _fmax))
-                alpha = tl.exp2(m_i - m_new)
-                p = tl.exp2(qk - m_new[:, None])
-                l_i = l_i * alpha + tl.reduce(p, 1, _fadd)
-                acc = acc * alpha[:, None]
-                acc = tl.dot(p.to(tl.bfloat16).to(DOT_T), kl, acc=acc)
-                m_i = m_new
+                rows = _slots(kv_indices, start, toks, tmask, PAGE_SIZE)
+                ntoks = toks + BLOCK_N
+                nmask = ntoks < hi
+                nrows = _slots(kv_indices, start, ntoks, nmask, PAGE_SIZE)
+                kl, kr = _load_rows(KV, rows, tmask, stride_kv, offs_l, offs_r, DL)
+                for n0 in range(lo, hi, BLOCK_N):
+                    ftoks = n0 + 2 * BLOCK_N + ar
+                    fmask = ftoks < hi
+                    frows = _slots(kv_indices, start, ftoks, fmask, PAGE_SIZE)
+                    nkl, nkr = _load_rows(KV, nrows, nmask, stride_kv, offs_l, offs_r, DL)
+                    acc, m_i, l_i = _attend(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale,
+                                            DOT_T)  # fmt: skip
+                    kl, kr, tmask = nkl, nkr, nmask
+                    nrows, nmask = frows, fmask
+            else:
+                for n0 in range(lo, hi, BLOCK_N):
+                    toks = n0 + ar
+                    tmask = toks < hi
+                    rows = _slots(kv_indices, start, toks, tmask, PAGE_SIZE)
+                    kl, kr = _load_rows(KV, rows, tmask, stride_kv, offs_l, offs_r, DL)
+                    acc, m_i, l_i = _attend(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale,
+                                            DOT_T)  # fmt: skip
             # an empty request (l_i == 0, acc == 0) gives zeros rather than 0/0
             acc = acc * tl.where(l_i > 0, kscale / l_i, 0.0)[:, None]
             if n_splits == 1:
@@ -218,9 +260,10 @@ class Config:
     num_warps: int = 4
     num_stages: int = 2
     max_splits: int = 32
-    min_chunk: int = 256
+    min_chunk: int = 128
     merge_block_h: int = 4
     merge_warps: int = 4
+    prefetch: bool = True
 
 
 def num_sms(device: torch.device) -> int:
@@ -233,18 +276,27 @@ def default_config(batch: int, heads: int, device: torch.device) -> Config:
     """Geometry by batch size and heads (host-only inputs, so a CUDA graph captured for one
     batch size replays with any lengths).
 
-    ``max_splits`` aims at about ``WAVES`` programs per SM over the batch, rounded to a
-    power of two: few splits when the batch alone fills the GPU (the merge pass and the
-    fp32 partials then cost nothing), many at batch 1 so that a long context still spreads
-    over every SM.
+    Tiles: chosen from the ahead-of-time sm_90/sm_120 builds
+    (``benchmarks/mla_fp8_decode_compile.py``; no GPU time was available to tune them):
+    the largest KV tile that compiles with no register spills on both targets and under
+    sm_120's ~99 KB of shared memory (32 rows, 8 warps; 64 rows spills on sm_90), so that
+    each program keeps as many FP8 bytes in flight as possible while it computes (the row
+    loads are prefetched one tile ahead). 16 heads a program up
+    to 16 heads (tensor-core tiles are 16 rows: 8 heads pad to 16), 32 above.
+
+    ``max_splits`` aims at about two programs per SM over the batch, rounded down to a
+    power of two (at most 128): few splits when the batch alone fills the GPU (the merge
+    pass and the fp32 partials then cost nothing), many at batch 1 so that a long context
+    still spreads over every SM. Per request the count shrinks on the device so that each
+    split has at least ``min_chunk`` tokens.
     """
-    block_h = 16 if heads <= 16 else 32
-    warps = 4 if block_h <= 16 else 8
+    block_h, block_n, warps = (16 if heads <= 16 else 32), 32, 8
     head_blocks = -(-heads // block_h)
     target = 2 * num_sms(device)
-    splits = max(1, min(64, target // max(1, batch * head_blocks)))
+    splits = max(1, min(128, target // max(1, batch * head_blocks)))
     splits = 1 << (splits.bit_length() - 1)  # power of two, rounded down
-    return Config(block_h=block_h, num_warps=warps, max_splits=splits)
+    return Config(block_h=block_h, block_n=block_n, num_warps=warps, max_splits=splits,
+                  min_chunk=128)  # fmt: skip
 
 
 def _scale_arg(k_scale: float | torch.Tensor | None) -> tuple[float, torch.Tensor | None]:
@@ -355,7 +407,7 @@ def mla_fp8_decode(
         PAGE_SIZE=page_size,
         HAS_LENS=kv_lens is not None, SCALE_PTR=scale_ptr is not None,
         BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n, DL=D_LATENT, DR=D_ROPE,
-        DOT_T=tl.float32 if _interpreting() else tl.bfloat16,
+        DOT_T=tl.float32 if _interpreting() else tl.bfloat16, PREFETCH=cfg.prefetch,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     if cfg.max_splits > 1:
