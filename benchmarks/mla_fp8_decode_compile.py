@@ -29,7 +29,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from glmserve.runtime.glmserve_runtime.kernels import mla_fp8_decode as mk  # noqa: E402
+from glmserve.runtime.glmserve_runtime.kernels import mla_fp8_decode as mk
 
 BIN = Path(triton.__file__).parent / "backends/nvidia/bin"
 STAGE1_PTRS = {"QN": "*bf16", "QR": "*bf16", "KV": "*fp8e4nv", "kv_indptr": "*i32",

@@ -206,7 +206,7 @@ def test_default_config_grid_depends_only_on_batch_and_heads(mk):
     a = mk.default_config(1, 8, torch.device("cpu"))
     b = mk.default_config(256, 8, torch.device("cpu"))
     assert a.max_splits >= b.max_splits
-    assert 1 <= b.max_splits <= a.max_splits <= 64
+    assert 1 <= b.max_splits <= a.max_splits <= 128
     for heads in (8, 16, 32, 64, 128):
         cfg = mk.default_config(8, heads, torch.device("cpu"))
         assert cfg.block_h in (16, 32)
