@@ -326,22 +326,45 @@ def _check(q: torch.Tensor, q_rope: torch.Tensor | None, pool2: torch.Tensor) ->
 
 
 class Workspace:
-    """fp32 partial outputs and log-sum-exps for stage 2, kept across calls (and across
-    CUDA-graph replays: the buffers never move once allocated for a shape)."""
+    """fp32 partial outputs and log-sum-exps for stage 2, kept across calls.
+
+    ``reserve`` sizes it once for every batch up to a maximum (what a CUDA-graph-captured
+    server needs: a buffer that moved after a graph was captured would leave the graph
+    writing freed memory); after that ``fits`` says whether a call needs more and ``get``
+    never reallocates.
+    """
 
     def __init__(self) -> None:
         self.mid_o: torch.Tensor | None = None
         self.mid_lse: torch.Tensor | None = None
+        self.fixed = False
+
+    def reserve(self, max_batch: int, heads: int, device: torch.device) -> None:
+        need = max(_need(b, heads, device) for b in range(1, max(1, max_batch) + 1))
+        self.mid_o = torch.empty(need * D_LATENT, dtype=torch.float32, device=device)
+        self.mid_lse = torch.empty(need, dtype=torch.float32, device=device)
+        self.fixed = True
+
+    def fits(self, batch: int, heads: int, splits: int) -> bool:
+        return self.mid_lse is not None and self.mid_lse.numel() >= batch * heads * splits
 
     def get(self, batch: int, heads: int, splits: int, device: torch.device):
         need = batch * heads * splits
         mid = self.mid_o
         if mid is None or mid.numel() < need * D_LATENT or mid.device != device:
+            if self.fixed:
+                raise RuntimeError(
+                    f"mla_fp8_decode: workspace reserved for fewer rows than {need}"
+                )
             self.mid_o = torch.empty(need * D_LATENT, dtype=torch.float32, device=device)
             self.mid_lse = torch.empty(need, dtype=torch.float32, device=device)
         mid_o = self.mid_o[: need * D_LATENT].view(batch, heads, splits, D_LATENT)
         mid_lse = self.mid_lse[:need].view(batch, heads, splits)
         return mid_o, mid_lse
+
+
+def _need(batch: int, heads: int, device: torch.device) -> int:
+    return batch * heads * default_config(batch, heads, device).max_splits
 
 
 _DEFAULT_WS = Workspace()
