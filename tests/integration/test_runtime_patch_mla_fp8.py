@@ -285,5 +285,43 @@ def test_a_modified_backend_file_is_refused(tmp_path):
         patch.apply(fake)
 
 
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_each_tested_release_file_calls_decode_as_the_dispatch_expects(version):
+    """Static check of each release's own file (pip-downloaded wheel, cached): its hash is
+    the table's, ``__init__`` sets ``self.decode_attention_fwd``, and every call of it in
+    ``forward_decode`` passes 11 arguments by position (13 with 0.5.23's k/v scales) and
+    only keywords the dispatch checks or knows to be launch-only."""
+    import ast
+    import hashlib
+
+    from tests.fixtures.sglang_releases import sglang_source
+
+    from glmserve.runtime.glmserve_runtime.patches import mla_fp8_decode as patch
+
+    path = sglang_source(version) / "sglang/srt/layers/attention/triton_backend.py"
+    assert version in patch.TESTED_SOURCES[hashlib.sha256(path.read_bytes()).hexdigest()]
+    tree = ast.parse(path.read_text())
+    cls = next(
+        n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TritonAttnBackend"
+    )
+    methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+    sets = [
+        n for n in ast.walk(methods["__init__"])
+        if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "self.decode_attention_fwd"
+    ]  # fmt: skip
+    assert len(sets) == 1
+    assert ast.unparse(sets[0].value) == "torch.compiler.disable(decode_attention_fwd)"
+    calls = [
+        n for n in ast.walk(methods["forward_decode"])
+        if isinstance(n, ast.Call) and ast.unparse(n.func) == "self.decode_attention_fwd"
+    ]  # fmt: skip
+    assert calls
+    positional = 11 + (2 if patch._SCALES_BY_POSITION[version] else 0)
+    for call in calls:
+        assert len(call.args) == positional, ast.unparse(call)
+        kws = {k.arg for k in call.keywords}
+        assert kws <= patch.CHECKED_KWARGS | patch.IGNORED_KWARGS, kws
+
+
 if __name__ == "__main__":
     _main(sys.argv[1], sys.argv[2])

@@ -55,6 +55,14 @@ TESTED_SOURCES: dict[str, tuple[str, ...]] = {
 SUPPORTED_VERSIONS: tuple[str, ...] = tuple(v for vs in TESTED_SOURCES.values() for v in vs)
 # Arguments of decode_attention_fwd after sm_scale that 0.5.23 passes by position.
 _SCALES_BY_POSITION = {"0.5.9": False, "0.5.23": True}
+# Keyword arguments forward_decode passes in the tested releases: the first group changes
+# what is computed and is checked by Dispatch (anything set sends the call to SGLang's own
+# kernel); the second only picks SGLang's launch strategy and is irrelevant to this kernel.
+# tests/integration/test_runtime_patch_mla_fp8.py reads each tested file's calls against it.
+CHECKED_KWARGS = frozenset({"logit_cap", "sinks", "xai_temperature_len", "score_mod",
+                            "aux_tensors", "page_size"})  # fmt: skip
+IGNORED_KWARGS = frozenset({"has_mla", "use_pdl", "enable_lean", "lean_Mp", "lean_Lp",
+                            "lean_Op", "lean_locks", "uneven_batch"})  # fmt: skip
 
 
 def unsupported_version_reason(version: str) -> str:
@@ -129,6 +137,9 @@ class Dispatch:
         xai = kwargs.get("xai_temperature_len")
         if xai is not None and xai > 0:
             return "xai temperature"
+        unknown = set(kwargs) - CHECKED_KWARGS - IGNORED_KWARGS
+        if unknown:
+            return f"unknown arguments {sorted(unknown)}"
         if kwargs.get("score_mod") is not None:
             return "score_mod"
         if int(kwargs.get("page_size") or 1) != 1:
