@@ -46,8 +46,8 @@ OPS = re.compile(
 )
 
 
-def _source(fn, ptrs, div16, scalars, const):
-    sig = dict(ptrs)
+def _source(fn, ptrs, div16, scalars, const, idx_ty="*i32"):
+    sig = {k: (idx_ty if k in ("kv_indptr", "kv_indices") else v) for k, v in ptrs.items()}
     sig.update({n: "i32" for n in div16})
     sig.update(scalars)
     sig.update({k: "constexpr" for k in const})
@@ -56,19 +56,19 @@ def _source(fn, ptrs, div16, scalars, const):
     return ASTSource(fn, sig, constexprs=const, attrs=attrs)
 
 
-def build(cap: int, cfg: mk.Config, page: int = 1):
+def build(cap: int, cfg: mk.Config, page: int = 1, idx_ty: str = "*i32"):
     const1 = dict(PAGE_SIZE=page, HAS_LENS=page > 1, SCALE_PTR=False, BLOCK_H=cfg.block_h,
                   PREFETCH=cfg.prefetch,
                   BLOCK_N=cfg.block_n, DL=mk.D_LATENT, DR=mk.D_ROPE, DOT_T=tl.bfloat16)  # fmt: skip
     scal1 = {"sm_scale_log2": "fp32", "k_scale_val": "fp32", "num_heads": "i32",
              "MAX_SPLITS": "i32", "MIN_CHUNK": "i32"}  # fmt: skip
-    src1 = _source(mk._mla_fp8_stage1, STAGE1_PTRS, STAGE1_DIV16, scal1, const1)
+    src1 = _source(mk._mla_fp8_stage1, STAGE1_PTRS, STAGE1_DIV16, scal1, const1, idx_ty)
     opts1 = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     k1 = triton.compile(src1, target=GPUTarget("cuda", cap, 32), options=opts1)
     const2 = dict(HAS_LENS=False, BLOCK_H=cfg.merge_block_h, BLOCK_N=cfg.block_n,
                   DL=mk.D_LATENT)  # fmt: skip
     scal2 = {"num_heads": "i32", "MAX_SPLITS": "i32", "MIN_CHUNK": "i32"}
-    src2 = _source(mk._mla_fp8_stage2, STAGE2_PTRS, STAGE2_DIV16, scal2, const2)
+    src2 = _source(mk._mla_fp8_stage2, STAGE2_PTRS, STAGE2_DIV16, scal2, const2, idx_ty)
     k2 = triton.compile(src2, target=GPUTarget("cuda", cap, 32),
                         options={"num_warps": cfg.merge_warps})  # fmt: skip
     return k1, k2
@@ -106,10 +106,11 @@ def main() -> None:
                 if key in seen:
                     continue
                 seen.add(key)
-                for page in (1, 64):
-                    k1, k2 = build(cap, cfg, page)
+                # int32 token slots (FlashInfer backend), int64 (triton backend), page table
+                for page, idx_ty in ((1, "*i32"), (1, "*i64"), (64, "*i32")):
+                    k1, k2 = build(cap, cfg, page, idx_ty)
                     for stage, k in (("stage1", k1), ("stage2", k2)):
-                        if stage == "stage2" and page > 1:
+                        if stage == "stage2" and (page > 1 or idx_ty != "*i32"):
                             continue
                         info = inspect_cubin(k)
                         fits = info["shared_dynamic"] <= mk.SM120_SMEM_LIMIT
@@ -117,7 +118,8 @@ def main() -> None:
                                                           for o in info["ops"])  # fmt: skip
                         ok &= fits
                         top = ", ".join(f"{o} x{n}" for o, n in list(info["ops"].items())[:9])
-                        print(f"sm_{cap} {stage} page={page} heads={heads} block_h="
+                        print(f"sm_{cap} {stage} page={page} idx={idx_ty[1:]} heads={heads} "
+                              f"block_h="
                               f"{cfg.block_h} block_n={cfg.block_n} warps={cfg.num_warps} "
                               f"stages={cfg.num_stages}: regs={info['regs']} "
                               f"stack={info['stack']} local={info['local']} "

@@ -111,7 +111,8 @@ def _drive(mode: str, out_path: str) -> None:
     result["patched"] = dispatch is not None
 
     # A decode batch: SGLang's token-level kv_indptr / kv_indices (random distinct slots).
-    slots = torch.randperm(POOL_ROWS - 1, generator=gen)[: sum(SEQ_LENS)].to(torch.int32) + 1
+    # int64 slots, as 0.5.9's init_forward_metadata allocates them for decode
+    slots = torch.randperm(POOL_ROWS - 1, generator=gen)[: sum(SEQ_LENS)].to(torch.int64) + 1
     kv_indptr = torch.zeros(len(SEQ_LENS) + 1, dtype=torch.int32)
     kv_indptr[1:] = torch.tensor(SEQ_LENS).cumsum(0)
     splits = server_args.triton_attention_num_kv_splits

@@ -112,6 +112,17 @@ def test_ragged_empty_single_token_page1(mk, cfg, heads):
     assert torch.equal(out[2], row.expand(heads, 512))
 
 
+def test_int64_indices_and_indptr(mk):
+    """SGLang's triton backend builds int64 kv_indices (flashinfer's are int32)."""
+    lens = [40, 3]
+    pool = _pool(100, 31)
+    q = _q(2, 8, 32)
+    indptr, idx = _token_batch(lens, 100, 33)
+    out = mk.mla_fp8_decode(q, pool, indptr.long(), idx.long(), SCALE, config=SPLIT)
+    ref = mk.reference(q, pool, indptr, idx, SCALE)
+    assert mk.max_rel_err(out, ref) < TOL
+
+
 def test_repeated_indices(mk):
     """The same slot many times in one request (and across requests) counts each time."""
     lens = [50, 33]
