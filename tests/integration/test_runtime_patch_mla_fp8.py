@@ -156,8 +156,87 @@ def _drive(mode: str, out_path: str) -> None:
     torch.save(result, out_path)
 
 
+def _drive_0523(out_path: str) -> None:
+    """SGLang 0.5.23 (the newest release; its wheel source first on sys.path): the hook
+    patches its real module; its real ``forward_decode`` runs over an FP8 pool. Its
+    constructor needs SGLang's runtime context, so the backend is made with ``__new__``
+    and the attributes ``forward_decode`` reads; the patch's ``install`` (what the patched
+    ``__init__`` runs after the release's own) wraps it."""
+    import importlib
+    import importlib.util
+    from types import SimpleNamespace
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location(
+        "_sg_releases", Path(__file__).resolve().parent / "test_runtime_patch_releases.py"
+    )
+    helper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helper)  # type: ignore[union-attr]
+    helper._stub_torchvision()
+    helper._tolerate_duplicate_config_registration()
+    _stub_sgl_kernel_if_missing()
+    mod = importlib.import_module(TARGET)
+    from glmserve_runtime.kernels import mla_fp8_decode as mk
+    from glmserve_runtime.patches import mla_fp8_decode as patch
+
+    cls = mod.TritonAttnBackend
+    result: dict = {"pid": os.getpid(), "patched": bool(getattr(cls, "_glmserve_patched", 0))}
+    gen = torch.Generator().manual_seed(5)
+    raw = (torch.randn((POOL_ROWS, 1, 576), generator=gen) * 0.7).to(torch.float8_e4m3fn)
+    calls: list = []
+    backend = cls.__new__(cls)
+    backend.num_head, backend.device = HEADS, "cpu"
+    backend.decode_attention_fwd = lambda *a, **k: calls.append((a, k))
+    runner = SimpleNamespace(
+        kv_cache_dtype=torch.float8_e4m3fn, req_to_token_pool=SimpleNamespace(size=8),
+        model_config=SimpleNamespace(kv_lora_rank=512, qk_rope_head_dim=64),
+    )  # fmt: skip
+    dispatch = patch.install(backend, runner, "0.5.23")
+    for name, value in dict(
+        use_mla=True, is_draft_runner=False, enable_deterministic=False,
+        enable_lean_attention=False, dcp_size=1, max_kv_splits=8, page_size=1, use_pdl=False,
+        swa_v_head_dim=None,
+        token_to_kv_pool=SimpleNamespace(get_key_buffer=lambda i: raw,
+                                         get_value_buffer=lambda i: raw[..., :512]),
+    ).items():  # fmt: skip
+        setattr(backend, name, value)
+    slots = torch.randperm(POOL_ROWS, generator=gen)[: sum(SEQ_LENS)].to(torch.int64)
+    kv_indptr = torch.zeros(len(SEQ_LENS) + 1, dtype=torch.int32)
+    kv_indptr[1:] = torch.tensor(SEQ_LENS).cumsum(0)
+    backend.forward_metadata = SimpleNamespace(
+        kv_indptr=kv_indptr, kv_indices=slots,
+        attn_logits=torch.empty((len(SEQ_LENS), HEADS, 8, 512), dtype=torch.float32),
+        attn_lse=torch.empty((len(SEQ_LENS), HEADS, 8), dtype=torch.float32),
+        num_kv_splits=torch.full((len(SEQ_LENS),), 8, dtype=torch.int32),
+        swa_attn_logits=None, swa_out_cache_loc=None, lean_Mp=None, lean_Lp=None,
+        lean_Op=None, lean_locks=None, uneven_batch=None,
+    )  # fmt: skip
+    layer = SimpleNamespace(
+        tp_q_head_num=HEADS, tp_k_head_num=1, qk_head_dim=576, v_head_dim=512,
+        logit_capping_method="tanh", logit_cap=0.0, sliding_window_size=None, layer_id=0,
+        scaling=576**-0.5, xai_temperature_len=-1, k_scale=None, v_scale=None,
+    )  # fmt: skip
+    q = torch.randn((len(SEQ_LENS), HEADS * 576), generator=gen).to(torch.bfloat16)
+    fb = SimpleNamespace(token_to_kv_pool=backend.token_to_kv_pool, out_cache_loc=None)
+    for tag, scale in (("", None), ("_scaled", 0.5)):
+        if scale is not None:  # FP8 checkpoint scales: 0.5.23 passes them by position
+            layer.k_scale = layer.v_scale = torch.tensor(scale)
+            layer.k_scale_float = layer.v_scale_float = scale
+        out = cls.forward_decode(backend, q, None, None, layer, fb, save_kv_cache=False)
+        ref = mk.reference(q.view(-1, HEADS, 576), raw, kv_indptr, slots, layer.scaling,
+                           k_scale=scale or 1.0)  # fmt: skip
+        result["max_rel_err" + tag] = mk.max_rel_err(out.view(-1, HEADS, 512), ref)
+    result["fast_calls"] = dispatch.fast_calls
+    result["calls_to_original_decode"] = len(calls)
+    torch.save(result, out_path)
+
+
 def _spawned_child(mode: str, out_path: str) -> None:
-    _drive(mode, out_path)
+    if mode == "v0523":
+        _drive_0523(out_path)
+    else:
+        _drive(mode, out_path)
 
 
 def _main(mode: str, out_path: str) -> None:
@@ -207,6 +286,10 @@ def _run_scenario(tmp_path: Path, mode: str):
         (runtime / rel).write_bytes(data)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GLMSERVE_PATCHES")}
     env["PYTHONPATH"] = str(runtime)
+    if mode == "v0523":
+        from tests.fixtures.sglang_releases import sglang_source
+
+        env["PYTHONPATH"] += os.pathsep + str(sglang_source("0.5.23"))
     env["TRITON_INTERPRET"] = "1"
     if mode != "unpatched":
         env["GLMSERVE_PATCHES"] = PATCH
@@ -255,6 +338,15 @@ def test_a_soft_capped_layer_falls_back_to_sglang_with_the_same_arguments(patche
     assert res["fallback_got_logit_cap"] == 30.0
     assert res["fast_calls_after"] == 1
     assert f"glmserve patch {PATCH}: logit soft-cap: SGLang's own Triton decode runs" in stderr
+
+
+def test_the_newest_release_0523_decode_runs_the_fp8_kernel_with_its_scales(tmp_path):
+    res, stderr = _run_scenario(tmp_path, "v0523")
+    assert res["patched"] is True
+    assert f"glmserve patch {PATCH} active (sglang 0.5.23, pid {res['pid']})" in stderr
+    assert res["fast_calls"] == 2 and res["calls_to_original_decode"] == 0
+    assert res["max_rel_err"] < 2e-2
+    assert res["max_rel_err_scaled"] < 2e-2  # k_descale/v_descale reached the kernel
 
 
 def test_a_bf16_kv_cache_is_refused_with_the_failed_line(tmp_path):

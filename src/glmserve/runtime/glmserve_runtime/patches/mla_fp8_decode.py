@@ -172,6 +172,34 @@ class Dispatch:
         return o
 
 
+def install(backend: Any, model_runner: Any, version: str) -> Dispatch:
+    """Check the requirements and wrap ``backend.decode_attention_fwd`` (after the
+    release's own ``__init__`` has set it). Raises PatchError (logged FAILED) on a miss."""
+    import torch
+
+    kv_dtype = getattr(model_runner, "kv_cache_dtype", None)
+    if kv_dtype != torch.float8_e4m3fn:
+        raise fail(PATCH, kv_dtype_reason(str(kv_dtype)))
+    cfg = model_runner.model_config
+    rank = getattr(cfg, "kv_lora_rank", None)
+    rope = getattr(cfg, "qk_rope_head_dim", None)
+    if rank != 512 or rope != 64:
+        raise fail(PATCH, mla_reason(rank, rope))
+    max_batch = int(model_runner.req_to_token_pool.size)
+    dispatch = Dispatch(
+        backend.decode_attention_fwd, _SCALES_BY_POSITION[version], backend.num_head,
+        max_batch, backend.device,
+    )  # fmt: skip
+    backend._glmserve_mla_fp8 = dispatch  # counters, for tests and logs
+    # as the release does for its own function: keep Triton launches out of torch.compile
+    backend.decode_attention_fwd = torch.compiler.disable(dispatch)
+    log(
+        f"glmserve patch {PATCH}: triton MLA decode reads the FP8 KV pool in-kernel "
+        f"({backend.num_head} heads, up to {max_batch} requests, pid {os.getpid()})"
+    )
+    return dispatch
+
+
 def apply(module: ModuleType) -> str:
     """Patch ``TritonAttnBackend`` in the freshly imported ``module``; returns the version."""
     version = _installed_version()
@@ -192,32 +220,11 @@ def apply(module: ModuleType) -> str:
     if getattr(cls, "_glmserve_patched", False):
         return version
     original_init = cls.__init__
-    scales = _SCALES_BY_POSITION[version]
 
     @functools.wraps(original_init)
     def __init__(self, model_runner, *args, **kwargs):
-        import torch
-
         original_init(self, model_runner, *args, **kwargs)
-        kv_dtype = getattr(model_runner, "kv_cache_dtype", None)
-        if kv_dtype != torch.float8_e4m3fn:
-            raise fail(PATCH, kv_dtype_reason(str(kv_dtype)))
-        cfg = model_runner.model_config
-        rank = getattr(cfg, "kv_lora_rank", None)
-        rope = getattr(cfg, "qk_rope_head_dim", None)
-        if rank != 512 or rope != 64:
-            raise fail(PATCH, mla_reason(rank, rope))
-        max_batch = int(model_runner.req_to_token_pool.size)
-        dispatch = Dispatch(
-            self.decode_attention_fwd, scales, self.num_head, max_batch, self.device
-        )
-        self._glmserve_mla_fp8 = dispatch  # counters, for tests and logs
-        # as the release does for its own function: keep Triton launches out of torch.compile
-        self.decode_attention_fwd = torch.compiler.disable(dispatch)
-        log(
-            f"glmserve patch {PATCH}: triton MLA decode reads the FP8 KV pool in-kernel "
-            f"({self.num_head} heads, up to {max_batch} requests, pid {os.getpid()})"
-        )
+        install(self, model_runner, version)
 
     cls.__init__ = __init__
     cls._glmserve_patched = True
