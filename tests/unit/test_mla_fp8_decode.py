@@ -112,6 +112,20 @@ def test_ragged_empty_single_token_page1(mk, cfg, heads):
     assert torch.equal(out[2], row.expand(heads, 512))
 
 
+@pytest.mark.parametrize("heads", [8, 128])
+def test_default_config_as_shipped(mk, heads):
+    """No config override: the shipped tiles (block_n 32, 16 or 32 heads a program,
+    prefetch) and split budget, with lengths that end mid-tile and span several splits."""
+    lens = [300, 1, 129]
+    pool = _pool(500, 34)
+    q = _q(3, heads, 35)
+    indptr, idx = _token_batch(lens, 500, 36)
+    out = _poisoned(3, heads)
+    mk.mla_fp8_decode(q, pool, indptr, idx, SCALE, out=out)
+    assert not torch.isnan(out).any()
+    assert mk.max_rel_err(out, mk.reference(q, pool, indptr, idx, SCALE)) < TOL
+
+
 def test_int64_indices_and_indptr(mk):
     """SGLang's triton backend builds int64 kv_indices (flashinfer's are int32)."""
     lens = [40, 3]
