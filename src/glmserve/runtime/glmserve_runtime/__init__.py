@@ -35,6 +35,7 @@ PATCHES_ENV = "GLMSERVE_PATCHES"
 # patch name -> module (relative to this package) defining TARGET and apply(module) -> str
 KNOWN_PATCHES: dict[str, str] = {
     "flashinfer_mla_gather_cast": ".patches.flashinfer_mla_gather_cast",
+    "mla_fp8_decode": ".patches.mla_fp8_decode",
 }
 
 
