@@ -66,10 +66,10 @@ def _drive(mode: str, out_path: str) -> None:
 
     import torch
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_runtime_patch_sglang import _stub_internvl_utils_if_needed
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))
+    from sglang_stubs import stub_internvl_utils_if_needed
 
-    _stub_internvl_utils_if_needed()
+    stub_internvl_utils_if_needed()
     _stub_sgl_kernel_if_missing()
     mod = importlib.import_module(TARGET)
     from sglang.srt.mem_cache.memory_pool import MLATokenToKVPool

@@ -44,19 +44,10 @@ EXTEND_LENS = [2, 3, 1]  # new tokens per request in the extend scenario
 
 
 def _stub_internvl_utils_if_needed() -> None:
-    import importlib.util
-    import types
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))
+    from sglang_stubs import stub_internvl_utils_if_needed
 
-    try:
-        import torchvision.transforms  # noqa: F401
-    except Exception:
-        if importlib.util.find_spec("torchvision") is not None:
-            raise  # a torchvision that is installed but broken would also break transformers
-        name = "sglang.srt.multimodal.internvl_utils"
-        mod = types.ModuleType(name)
-        mod.IMAGENET_MEAN = (0.485, 0.456, 0.406)
-        mod.IMAGENET_STD = (0.229, 0.224, 0.225)
-        sys.modules[name] = mod
+    stub_internvl_utils_if_needed()
 
 
 def _reference_mla(q_nope, q_pe, ckv, kpe, plan):
