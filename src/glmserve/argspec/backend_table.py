@@ -60,6 +60,7 @@ _TRITON_P_FP8 = (
     "FlashInfer on BF16 (issue 23's H200 table); 0.5.23 keeps P in fp32 only on AMD gfx1250"
 )
 
+# fmt: off
 ROWS: tuple[BackendRow, ...] = (
     # --- flashinfer (MLA, FA2 on SM120/SM90): 16-bit KV only -----------------------------
     BackendRow(
@@ -226,6 +227,7 @@ ROWS: tuple[BackendRow, ...] = (
         note="tcgen05 MLA kernel, SM100 only (exact SM120 message not found: modelled)",
     ),
 )
+# fmt: on
 
 
 def roles_of(values: dict[str, str | None]) -> dict[str, tuple[str, str]]:
