@@ -96,7 +96,7 @@ ROWS: tuple[BackendRow, ...] = (
     ),
     BackendRow(
         "triton", "prefill", ARCHS, ">=0.5.9", "runs",
-        ("sglang 0.5.9 srt/layers/attention/triton_backend.py (extend kernels, Triton JIT)",),
+        ("sglang 0.5.9 srt/layers/attention/triton_backend.py:798 (forward_extend, Triton JIT)",),
         fp8_native=True,
     ),
     # --- trtllm_mla: refused off Blackwell, trtllm-gen on SM100, XQA decode on SM120 -----
