@@ -98,8 +98,10 @@ def test_flashinfer_as_prefill_only_gets_no_whole_pool_cast_warning():
     hybrid = _warnings(["--prefill-attention-backend", "flashinfer",
                         "--decode-attention-backend", "triton"], "0.5.9")  # fmt: skip
     assert not any("casts the whole KV pool" in w for w in hybrid)
-    assert any("casts the whole KV pool" in w for w in _warnings(["--attention-backend",
-                                                                  "flashinfer"], "0.5.9"))
+    assert any(
+        "casts the whole KV pool" in w
+        for w in _warnings(["--attention-backend", "flashinfer"], "0.5.9")
+    )
 
 
 def test_render_refuses_trtllm_mla_decode_where_the_facts_say_it_crashes():
