@@ -208,7 +208,13 @@ ROWS: tuple[BackendRow, ...] = (
         crash_kind="xqa_multi_ctas_buffer",
         note="SGLang hands the trtllm-gen counter buffer to FlashInfer's XQA path",
     ),
-    # --- cutlass_mla: SM100 CUTLASS kernel ------------------------------------------------
+    # --- cutlass_mla: SM100 CUTLASS kernel for decode; prefill is FlashInfer MLA's ------
+    BackendRow(
+        "cutlass_mla", "prefill", ARCHS, ">=0.5.9,<0.5.20", "runs",
+        ("sglang 0.5.9 srt/layers/attention/cutlass_mla_backend.py:48 "
+         "(CutlassMLABackend(FlashInferMLAAttnBackend): prefill is FlashInfer's)",),
+        fp8_native=False,
+    ),
     BackendRow(
         "cutlass_mla", "decode", ("sm100",), ">=0.5.9,<0.5.20", "runs",
         ("https://github.com/sgl-project/sglang/issues/5390",), fp8_native=True,
