@@ -57,7 +57,11 @@ def test_rows_cover_every_arch_for_the_profiles_backends():
 def test_trtllm_mla_decode_facts_per_release_and_arch():
     assert lookup("trtllm_mla", "decode", "sm120", "0.5.9").outcome == "runs"
     assert lookup("trtllm_mla", "decode", "sm120", "0.5.9", "bfloat16").outcome == "crash"
-    assert lookup("trtllm_mla", "decode", "sm120", "0.5.15").outcome == "unverified"
+    assert lookup("trtllm_mla", "decode", "sm120", "0.5.15").outcome == "runs"
+    assert lookup("trtllm_mla", "decode", "sm120", "0.5.15", "bfloat16").outcome == "runs"
+    assert lookup("trtllm_mla", "decode", "sm120", "0.5.16").outcome == "unverified"
+    assert lookup("trtllm_mla", "decode", "sm120", "0.5.19").outcome == "crash"
+    assert lookup("trtllm_mla", "decode", "sm120", "0.5.20").outcome == "unverified"
     assert lookup("trtllm_mla", "decode", "sm120", "0.5.23").outcome == "crash"
     assert lookup("trtllm_mla", "prefill", "sm120", "0.5.9").outcome == "crash"
     assert lookup("trtllm_mla", "decode", "sm90", "0.5.9").outcome == "refused"
@@ -162,3 +166,11 @@ def test_decode_crash_is_at_warmup_and_bf16_xqa_crashes():
 def test_an_injected_fault_wins_over_the_facts():
     o = _parse("trtllm_mla_decode", "sm90", "0.5.9", ("--sim-crash-kind", "oom"))
     assert o.crash_kind == "oom"
+
+
+def test_every_shipped_release_has_a_trtllm_mla_decode_fact_on_sm120():
+    from glmserve.argspec.releases import available_versions, version_key
+
+    for v in available_versions():
+        if version_key(v) >= version_key("0.5.9"):
+            assert lookup("trtllm_mla", "decode", "sm120", v) is not None, v

@@ -37,7 +37,7 @@ def test_fit_per_profile_on_sm120():
     assert profile_fit(load_profile("trtllm_mla"), "sm100", "0.5.9")["runs"] is True
     tri = profile_fit(load_profile("triton"), "sm120", "0.5.23")
     assert tri["runs"] is True and any("p.to(v.dtype)" in r for r in tri["reasons"])
-    mid = profile_fit(load_profile("trtllm_mla_decode"), "sm120", "0.5.15")
+    mid = profile_fit(load_profile("trtllm_mla_decode"), "sm120", "0.5.16")
     assert mid["runs"] is False and any("not verified" in r for r in mid["reasons"])
 
 

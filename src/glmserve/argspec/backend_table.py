@@ -168,24 +168,86 @@ ROWS: tuple[BackendRow, ...] = (
         note="decode dispatches to FlashInfer's XQA MLA kernel on SM120",
     ),
     BackendRow(
-        "trtllm_mla", "decode", ("sm120",), ">=0.5.10,<0.5.19", "unverified",
+        "trtllm_mla", "decode", ("sm120",), ">=0.5.10,<0.5.15", "unverified",
         (
-            "sglang 0.5.12, 0.5.15 srt/layers/attention/trtllm_mla_backend.py: same call as "
-            "0.5.9 (no backend, no multi_ctas buffer); their FlashInfer pins (0.6.11.post1, "
-            "0.6.12) not read",
+            "sglang 0.5.10, 0.5.11, 0.5.12 srt/layers/attention/trtllm_mla_backend.py: the same "
+            "call as 0.5.9 (no backend, no counter buffer); their FlashInfer pins (0.6.7.post2, "
+            "0.6.8.post1, 0.6.11.post1) not read",
         ),
         fp8_native=True,
         note="SGLang side as in 0.5.9; the pinned FlashInfer's XQA path was not checked",
     ),
     BackendRow(
-        "trtllm_mla", "decode", ("sm120",), ">=0.5.19,<0.5.23", "unverified",
+        "trtllm_mla", "decode", ("sm120",), "==0.5.15", "runs",
         (
-            "sglang 0.5.19 srt/layers/attention/trtllm_mla_backend.py:1054-1073 and 0.5.21 "
-            ":1076-1095 pass multi_ctas_kv_counter_buffer as 0.5.23 does; their FlashInfer "
-            "pin (0.6.18) not read",
+            "sglang 0.5.15 srt/layers/attention/trtllm_mla_backend.py:639-652 (no backend, no "
+            "counter buffer) and :722 (FP8 KV: query quantized to FP8)",
+            "flashinfer 0.6.12 (0.5.15's pin) flashinfer/mla/_core.py:1169-1172 ('auto' -> "
+            "'xqa' unless compute capability 10.x) and :1180-1192 (XQA MLA: fp8 or bf16 on SM12x)",
         ),
         fp8_native=True,
-        note="likely the 0.5.23 crash; FlashInfer 0.6.18 not checked",
+        caveat="XQA decode: FP8 query x FP8 KV tensor-core math (no GPU measurement here: "
+        "XQA MLA is SM12x-only, the H200 cannot run it)",
+        note="decode dispatches to FlashInfer's XQA MLA kernel on SM120",
+    ),
+    BackendRow(
+        "trtllm_mla", "decode", ("sm120",), ">=0.5.15.post1,<0.5.17", "unverified",
+        (
+            "sglang 0.5.16 srt/layers/attention/trtllm_mla_backend.py:644-645: the same call as "
+            "0.5.15; its FlashInfer pin (0.6.14) not read; 0.5.15.post1 not read",
+        ),
+        fp8_native=True,
+        note="SGLang side as in 0.5.15; the pinned FlashInfer's XQA path was not checked",
+    ),
+    BackendRow(
+        "trtllm_mla", "decode", ("sm120",), ">=0.5.17,<0.5.19", "unverified",
+        (
+            "sglang 0.5.17 srt/layers/attention/trtllm_mla_backend.py:856 and 0.5.18 :875 pass "
+            "multi_ctas_kv_counter_buffer as 0.5.19 does; their FlashInfer pins (0.6.15.post1, "
+            "0.6.17) not read",
+        ),
+        fp8_native=True,
+        note="likely the 0.5.19 crash; the pinned FlashInfer not checked",
+    ),
+    BackendRow(
+        "trtllm_mla", "decode", ("sm120",), "==0.5.19", "crash",
+        (
+            "sglang 0.5.19 srt/layers/attention/trtllm_mla_backend.py:1054-1073 (counter buffer "
+            "passed with no backend argument)",
+            "flashinfer 0.6.18 (0.5.19's pin) flashinfer/mla/_core.py:3833-3844 ('auto' -> "
+            "'xqa' unless compute capability 10.x; XQA refuses the counter buffer)",
+        ),
+        fp8_native=True,
+        log_line=(
+            "ValueError: multi_ctas_kv_counter_buffer is only supported by the trtllm-gen "
+            "backend"
+        ),
+        crash_kind="xqa_multi_ctas_buffer",
+        note="SGLang hands the trtllm-gen counter buffer to FlashInfer's XQA path",
+    ),
+    BackendRow(
+        "trtllm_mla", "decode", ("sm120",), "==0.5.21", "crash",
+        (
+            "sglang 0.5.21 srt/layers/attention/trtllm_mla_backend.py:1076-1095 (counter buffer "
+            "passed with no backend argument)",
+            "flashinfer 0.6.18 (0.5.21's pin) flashinfer/mla/_core.py:3833-3844",
+        ),
+        fp8_native=True,
+        log_line=(
+            "ValueError: multi_ctas_kv_counter_buffer is only supported by the trtllm-gen "
+            "backend"
+        ),
+        crash_kind="xqa_multi_ctas_buffer",
+        note="SGLang hands the trtllm-gen counter buffer to FlashInfer's XQA path",
+    ),
+    BackendRow(
+        "trtllm_mla", "decode", ("sm120",), ">=0.5.19,<0.5.23", "unverified",
+        (
+            "not read: sglang 0.5.20, 0.5.22 (their neighbours crash: 0.5.19 "
+            "srt/layers/attention/trtllm_mla_backend.py:1054-1073, 0.5.21 :1076-1095)",
+        ),
+        fp8_native=True,
+        note="between releases that crash; not read",
     ),
     BackendRow(
         "trtllm_mla", "decode", ("sm120",), ">=0.5.23", "crash",

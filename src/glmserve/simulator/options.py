@@ -321,8 +321,8 @@ def _env_true(env: dict[str, str] | None, name: str) -> bool:
 
 def triton_max_kv_splits(version: str, flag: int, sm_count: int, context_len: int) -> int:
     """The most KV splits SGLang's Triton MLA decode may use. 0.5.9: the flag
-    (triton_backend.py:111). From 0.5.12 (checked 0.5.12, 0.5.15, 0.5.19, 0.5.21, 0.5.23;
-    0.5.10-0.5.11 not read) MLA raises it to max(flag, min(next_pow2(SMs),
+    (triton_backend.py:111; still so in 0.5.10 and 0.5.11). From 0.5.12 (checked 0.5.12,
+    0.5.15-0.5.19, 0.5.21, 0.5.23) MLA raises it to max(flag, min(next_pow2(SMs),
     next_pow2(ceil(context_len / 32)))) (0.5.23 triton_backend.py:83-90, 327-333)."""
     from glmserve.argspec.releases import version_key
 
