@@ -21,8 +21,8 @@ from glmserve.simulator import costmodel, options
 pytestmark = pytest.mark.slow
 
 SWEPT = ["flashinfer", "flashinfer_gtc", "triton", "trtllm_mla_decode"]
-SPEED = 4  # the simulator runs 4x real time; the sweep reports what the client saw
-INPUT_LEN, OUTPUT_LEN = 128, 24
+SPEED = 2  # the simulator runs 2x real time; the sweep reports what the client saw
+INPUT_LEN, OUTPUT_LEN = 128, 48
 
 
 def predicted_decode_tok_s(profile: str) -> float:
@@ -40,7 +40,7 @@ def test_sweep_on_sm120_ranks_as_the_calibrated_model():
         [*GLMSERVE, "sweep", "--simulate", "--profiles", ",".join(SWEPT),
          "--set", "sim.gpu-arch=sm120", "--set", f"sim.speed={SPEED}",
          "--set", f"server.port={free_port()}", "--bench", "decode",
-         "--input-len", str(INPUT_LEN), "--output-len", str(OUTPUT_LEN), "--num-prompts", "2",
+         "--input-len", str(INPUT_LEN), "--output-len", str(OUTPUT_LEN), "--num-prompts", "3",
          "--timeout", "90", "--json"],
         capture_output=True, text=True, timeout=400,
     )  # fmt: skip
