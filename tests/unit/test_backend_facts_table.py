@@ -174,3 +174,14 @@ def test_every_shipped_release_has_a_trtllm_mla_decode_fact_on_sm120():
     for v in available_versions():
         if version_key(v) >= version_key("0.5.9"):
             assert lookup("trtllm_mla", "decode", "sm120", v) is not None, v
+
+
+def test_trtllm_mla_as_general_backend_with_flashinfer_prefill_runs_on_0_5_9():
+    """``--attention-backend trtllm_mla --prefill-attention-backend flashinfer``: decode is
+    trtllm_mla (XQA on SM120), prefill flashinfer. The old warmup check crashed any
+    ``--attention-backend trtllm_mla`` off SM100 whatever served prefill."""
+    argv = ["--model", "x", "--attention-backend", "trtllm_mla",
+            "--prefill-attention-backend", "flashinfer"]  # fmt: skip
+    o = options.parse(argv, {})
+    assert (o.crash_kind, o.crash_at) == (None, None)
+    assert faults.sm100_only_crash(o.shape.attention_backend, o.gpu_arch) is None

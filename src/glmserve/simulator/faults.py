@@ -146,7 +146,14 @@ _SM100_ONLY_CRASH = {"trtllm_mla": "tllm_unsupported_arch"}
 
 
 def sm100_only_crash(backend: str | None, gpu_arch: str) -> str | None:
-    """The crash kind the first decode hits for ``backend`` on ``gpu_arch``, or None."""
+    """The crash kind the first decode hits for ``backend`` on ``gpu_arch``, or None.
+    Backends in the facts table (argspec/backend_table.py) are decided per role and release
+    by ``options.backend_outcome`` instead (decode trtllm_mla runs on SM120 in 0.5.9):
+    None here for them."""
+    from glmserve.argspec.backend_table import ROWS
+
+    if any(r.backend == backend for r in ROWS):
+        return None
     if gpu_arch == "sm100" or backend not in SM100_ONLY_ATTENTION_BACKENDS:
         return None
     return _SM100_ONLY_CRASH.get(backend, "no_kernel_image")
