@@ -185,3 +185,13 @@ def test_trtllm_mla_as_general_backend_with_flashinfer_prefill_runs_on_0_5_9():
     o = options.parse(argv, {})
     assert (o.crash_kind, o.crash_at) == (None, None)
     assert faults.sm100_only_crash(o.shape.attention_backend, o.gpu_arch) is None
+
+
+def test_out_of_range_without_a_fact_stays_a_warning():
+    from glmserve.argspec.validation import backend_refusal
+
+    spec = load_profile("trtllm_mla_decode")
+    assert backend_refusal(spec, "0.5.15") is None  # the facts say decode runs there
+    assert "not verified" in (backend_refusal(spec, "0.5.16") or "")
+    cut = load_profile("cutlass_mla")  # no cutlass_mla row past 0.5.19: nothing to refuse on
+    assert backend_refusal(cut, "0.5.20") is None
