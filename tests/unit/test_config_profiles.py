@@ -34,7 +34,8 @@ def profdir(tmp_path, monkeypatch):
 
 def test_shipped_profiles_are_listed_and_load():
     names = list_profile_names()
-    for name in ("glm5-nvfp4-tp8", "trtllm_mla", "cutlass_mla", "flashinfer_gtc"):
+    for name in ("glm5-nvfp4-tp8", "trtllm_mla", "cutlass_mla", "flashinfer_gtc", "triton",
+                 "trtllm_mla_decode"):  # fmt: skip
         assert name in names
         load_profile(name)
 

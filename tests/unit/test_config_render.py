@@ -64,7 +64,7 @@ def run_script(script: str, tmp_path: Path) -> dict:
 
 
 def test_shipped_profiles_render_valid_bash(tmp_path, argv_dumper):
-    for name in ("trtllm_mla", "cutlass_mla", "flashinfer_gtc"):
+    for name in ("trtllm_mla", "cutlass_mla", "flashinfer_gtc", "triton", "trtllm_mla_decode"):
         spec = load_profile(name)
         spec.venv = None
         spec.python = str(argv_dumper)

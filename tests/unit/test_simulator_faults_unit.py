@@ -15,6 +15,8 @@ ROOT = {
     "nccl_timeout": "Watchdog caught collective operation timeout: WorkNCCL(",
     "illegal_memory_access": "CUDA error: an illegal memory access was encountered",
     "kv_no_memory": "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static",
+    "xqa_multi_ctas_buffer": "ValueError: multi_ctas_kv_counter_buffer is only supported by the",
+    "xqa_mla_bf16": "ValueError: XQA MLA only supports fp8 operation on SM120 GPUs",
 }
 
 

@@ -61,16 +61,65 @@ def validate_spec(spec: LaunchSpec, sglang_version: str) -> list[str]:
     version = getattr(argspec, "version", sglang_version)
     patch_errors = patch_requirement_errors(spec, str(version))
     if not version_in_range(str(version), spec.sglang_range):
-        warnings.append(
-            f"profile {spec.profile}: targets sglang {spec.sglang_range}, "
-            f"validating against {version}"
-        )
+        refusal = backend_refusal(spec, str(version))
+        if refusal:
+            patch_errors = [*patch_errors, refusal]
+        else:
+            warnings.append(
+                f"profile {spec.profile}: targets sglang {spec.sglang_range}, "
+                f"validating against {version}"
+            )
     if report.errors or patch_errors:
         lines = [format_finding(spec, f) for f in report.errors] + patch_errors
         head = f"{len(lines)} flag error(s) for sglang {version}: " + lines[0]
         msg = head if len(lines) == 1 else head + "\n" + "\n".join(lines[1:])
         raise FlagValidationError(msg, findings=report.errors)
     return warnings
+
+
+def spec_backends(spec: LaunchSpec) -> dict[str, str]:
+    """``role -> attention backend`` a launch asks for (only the roles it names)."""
+    from glmserve.argspec.backend_table import roles_of
+
+    flags = {
+        dest: spec.flag_value("--" + dest.replace("_", "-"))
+        for dest in ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
+    }
+    named = {d: v for d, v in flags.items() if isinstance(v, str)}
+    return {role: backend for role, (backend, _flag) in roles_of(named).items()}
+
+
+def spec_kv_dtype(spec: LaunchSpec) -> str:
+    """The KV dtype the launch resolves to (``auto`` is FP8 for FP8/FP4 checkpoints)."""
+    from glmserve.argspec.backend_facts import resolve_kv_dtype
+
+    kv = spec.flag_value("--kv-cache-dtype")
+    quant = spec.flag_value("--quantization")
+    fp8_ckpt = isinstance(quant, str) and quant.startswith(("modelopt", "fp8"))
+    return resolve_kv_dtype(kv if isinstance(kv, str) else None, fp8_ckpt)
+
+
+def backend_refusal(spec: LaunchSpec, version: str) -> str | None:
+    """Why ``spec`` is refused for ``version`` outside its ``sglang:`` range: the backend
+    facts table says its attention backends do not run there on the GPU the profiles
+    target (SM120), each reason with its log line and source. None: not refused (a range
+    the facts do not explain stays a warning)."""
+    from glmserve.argspec.backend_facts import TARGET_ARCH, verdict
+
+    backends = spec_backends(spec)
+    if not backends:
+        return None
+    found = verdict(backends, TARGET_ARCH, version, spec_kv_dtype(spec))
+    if not any(row is not None and row.outcome != "runs" for row in found.rows.values()):
+        return None  # runs, or the table has no fact there: the range warning stays
+    origin = spec.origins.get("--decode-attention-backend") or spec.origins.get(
+        "--attention-backend"
+    )
+    where = f"{origin.file}:{origin.line}" if origin and origin.line else f"profile {spec.profile}"
+    return (
+        f"{where}: profile {spec.profile} targets sglang {spec.sglang_range}; on sglang "
+        f"{version} " + "; ".join(found.reasons())
+    )
 
 
 _PATCH_ARG_FLAGS = {  # SGLang flag -> dest, the args the patch's requirements read

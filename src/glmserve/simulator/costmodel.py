@@ -14,6 +14,22 @@ Decode step (one token for each of the B running requests; C = sum of their cont
              + C * 576 * kv_read_bytes * layers / (bw * kv_bw_eff)          KV read
              + backend_overhead_ms[attention_backend]
              + t_cast
+             + t_attn                                                       calibrated backends
+
+    t_attn (decode backend triton; its KV read replaces the generic kv_read term) =
+        layers * scale * (triton_layer_us + triton_token_us * waves * L / S
+                          + triton_split_us * B * S) / 1e6
+        L = C / B (tokens per sequence), S = KV splits the kernel runs with (below),
+        waves = ceil(B * S / (triton_programs_per_sm * sm_count)),
+        scale = calib_copy_gbps / (bandwidth_gbps * kv_bw_eff)   (H200 -> modelled GPU)
+
+    S: SGLang's per-batch heuristic (sglang 0.5.9 triton_backend.py:182-232 and
+    get_num_kv_splits_triton :1207-1250; same in 0.5.23 kernels/ops/attention/metadata.py)
+    for B sequences of L tokens: min(ceil(sm_count * max(log2(L / 64), 1) / B), S_max), or
+    S_max with SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS. S_max is
+    --triton-attention-num-kv-splits (default 8), raised for MLA from 0.5.12 to
+    max(flag, min(next_pow2(sm_count), next_pow2(ceil(context_len / 32))))
+    (0.5.23 triton_backend.py:83-90, 327-333): see options.triton_max_kv_splits.
 
     t_cast = pool_tokens * 576 * 3 * layers / (bw * cast_bw_eff)        whole-pool FP8->BF16
              when backend is flashinfer and the KV cache is FP8 and GLMSERVE_PATCHES does not
@@ -44,6 +60,18 @@ unset attention backend resolves to flashinfer (SGLang's MLA default on SM120). 
 is derived from memory: (mem_fraction_static * gpu_mem_gib - weight_mem_gib - reserve_gib) /
 (576 * kv bytes * layers), i.e. ~495K tokens at 0.92 with FP8, unless pool_tokens is set.
 
+Triton coefficients (``triton_*``): least-squares fit of issue 23's H200 table (one layer,
+16 heads, 495K-row FP8 pool, L2 flushed, median of 20, SGLang 0.5.9's kernel; 12 points:
+batch x context 1x8K, 1x32K, 8x8K, 8x32K, 64x7.7K, 256x1.9K at 8 and 64 splits) to
+a + b * waves * L / S + d * B * S with H200's 132 SMs and 2 programs per SM (the slot count
+that fits best; 1 or 3 per SM fit worse): a = 44.35 us, b = 0.1337 us per token a program
+walks, d = 0.0204 us per (sequence, split) (stage-2 reduction and the fp32 partials); max
+error 14% (1x8K at 8 splits: 181 vs 159 us), mean 6%. ``calib_copy_gbps``: the same
+machine kind's device-to-device copy, 4240 GB/s (benchmarks/results/gather_cast_h200.md).
+The fit is at 16 heads; GLM-5 at TP8 has 8 per rank (one head block either way, so the
+same program count; fewer FLOPs, so an upper bound). Only the slot count uses the
+modelled GPU's SM count; the rest scales by bandwidth.
+
 Calibration (graphs disabled, as in every seed run): flashinfer+FP8 ~10 tok/s single stream
 (64.6 ms of a ~97 ms step is the cast, as the seeds' profile showed), the seeds' gather-then-cast
 patch ~13.5-14 tok/s, trtllm_mla ~52 tok/s (community runs without MTP).
@@ -69,7 +97,7 @@ def _default_backend_overhead() -> dict[str, float]:
         "trtllm_mla": 0.0,
         "cutlass_mla": 2.5,
         "flashmla": 1.5,
-        "triton": 20.0,
+        "triton": 0.0,  # its kernel time is the calibrated attention term (triton_*)
     }
 
 
@@ -98,6 +126,13 @@ class CostModel:
     act_mib_per_token: float = 0.5  # activation memory per chunked-prefill token
     graph_mib_per_bs: float = 2.0  # CUDA graph buffers per captured batch size
     context_len: int = 202752
+    sm_count: int = 188  # RTX PRO 6000 Blackwell: 188 SMs (SGLang's device_core_count)
+    attn_heads: int = 8  # GLM-5: 64 attention heads over TP 8 (num_attention_heads)
+    calib_copy_gbps: float = 4240.0  # H200 D2D copy, gather_cast_h200.md (2026-11-30)
+    triton_layer_us: float = 44.35  # fit of issue 23's H200 table (see module docstring)
+    triton_token_us: float = 0.1337
+    triton_split_us: float = 0.0204
+    triton_programs_per_sm: int = 2
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,6 +154,15 @@ class ServerShape:
     patches: tuple[str, ...] = ()
     cuda_graph_max_bs: int = 512  # sglang 0.5.9 server_args.py:976-985 (96 GB GPU, TP >= 4)
     chunked_prefill_size: int = 8192  # same place; <= 0 disables chunking (-1 in SGLang)
+    decode_backend: str | None = None  # --decode-attention-backend (None: attention_backend)
+    prefill_backend: str | None = None  # --prefill-attention-backend (None: attention_backend)
+    max_kv_splits: int = 8  # triton: the most KV splits (after SGLang's MLA cap)
+    static_kv_splits: bool = False  # SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS
+
+    @property
+    def decode_attention(self) -> str:
+        """The backend decode batches run on (sglang 0.5.9 server_args.py:1776-1779)."""
+        return self.decode_backend or self.attention_backend
 
 
 def resolve_backend(backend: str | None) -> str:
@@ -164,7 +208,7 @@ def kv_pool_gib(model: CostModel, shape: ServerShape) -> float:
 
 def cast_mode(shape: ServerShape) -> str:
     """'whole_pool' | 'gather' | 'none': which FP8->BF16 cast the backend pays each step."""
-    if shape.attention_backend != "flashinfer" or not is_fp8(shape.kv_cache_dtype):
+    if shape.decode_attention != "flashinfer" or not is_fp8(shape.kv_cache_dtype):
         return "none"
     return "gather" if GATHER_CAST_PATCH in shape.patches else "whole_pool"
 
@@ -196,6 +240,54 @@ def _bw(model: CostModel, eff: float) -> float:
     return model.bandwidth_gbps * 1e9 * eff
 
 
+CALIBRATED_DECODE = frozenset({"triton"})  # backends with a measured decode-attention term
+
+
+def calib_scale(model: CostModel) -> float:
+    """H200-measured kernel time -> modelled GPU: measured copy bandwidth over the modelled
+    GPU's usable bandwidth (the same ``kv_bw_eff`` the generic KV read uses)."""
+    return model.calib_copy_gbps / (model.bandwidth_gbps * model.kv_bw_eff)
+
+
+def triton_kv_splits(model: CostModel, shape: ServerShape, batch: int, seq_len: int) -> int:
+    """KV splits SGLang's Triton decode runs ``batch`` sequences of ``seq_len`` tokens with
+    (get_num_kv_splits_triton, sglang 0.5.9 triton_backend.py:1207-1250, for equal lengths:
+    one head block per sequence while heads <= 16)."""
+    cap = max(1, shape.max_kv_splits)
+    if shape.static_kv_splits:
+        return cap
+    ext = int(model.sm_count * max(math.log2(max(seq_len, 1) / 64.0), 1.0))
+    grid = max(1, batch) * -(-model.attn_heads // min(16, max(1, model.attn_heads)))
+    splits2 = min(-(-ext // grid), cap)
+    chunk = -(-max(seq_len, 1) // max(1, splits2))
+    return max(1, -(-max(seq_len, 1) // chunk))
+
+
+def triton_layer_us(
+    model: CostModel, batch: int, seq_len: int, splits: int, sm_count: int
+) -> float:
+    """One layer's Triton MLA decode, in microseconds of the calibration GPU (H200) with
+    ``sm_count`` SMs' worth of program slots (fit in the module docstring)."""
+    slots = max(1, model.triton_programs_per_sm * sm_count)
+    programs = max(1, batch) * splits
+    waves = -(-programs // slots)
+    return (
+        model.triton_layer_us
+        + model.triton_token_us * waves * seq_len / splits
+        + model.triton_split_us * programs
+    )
+
+
+def attention_s(model: CostModel, shape: ServerShape, batch: int, ctx_tokens: int) -> float:
+    """Seconds of a calibrated backend's decode attention over all layers (0 otherwise)."""
+    if shape.decode_attention not in CALIBRATED_DECODE or batch <= 0:
+        return 0.0
+    seq_len = max(1, ctx_tokens // batch)
+    splits = triton_kv_splits(model, shape, batch, seq_len)
+    per_layer = triton_layer_us(model, batch, seq_len, splits, model.sm_count)
+    return model.layers * per_layer * calib_scale(model) / 1e6
+
+
 def step_terms(model: CostModel, shape: ServerShape, batch: int, ctx_tokens: int) -> dict:
     """Each term of one decode step, in seconds (the sum is the step time)."""
     mode = cast_mode(shape)
@@ -206,13 +298,12 @@ def step_terms(model: CostModel, shape: ServerShape, batch: int, ctx_tokens: int
         "no_cuda_graph": 0.0 if graph_runs(shape, batch) else model.no_cuda_graph_ms / 1e3,
         "weights": model.weight_gb * 1e9 / _bw(model, model.weight_bw_eff),
         "per_seq": batch * model.per_seq_us / 1e6,
-        "kv_read": ctx_tokens
-        * KV_ROW_ELEMS
-        * kv_read_bytes
-        * model.layers
-        / _bw(model, model.kv_bw_eff),
-        "backend": model.backend_overhead_ms.get(shape.attention_backend, 0.0) / 1e3,
+        "kv_read": 0.0
+        if shape.decode_attention in CALIBRATED_DECODE
+        else ctx_tokens * KV_ROW_ELEMS * kv_read_bytes * model.layers / _bw(model, model.kv_bw_eff),
+        "backend": model.backend_overhead_ms.get(shape.decode_attention, 0.0) / 1e3,
         "cast": 0.0,
+        "attention": attention_s(model, shape, batch, ctx_tokens),
     }
     cast_bytes_per_row = KV_ROW_ELEMS * 3 * model.layers
     if mode == "whole_pool":
@@ -312,5 +403,5 @@ def coerce_field(name: str, raw: Any) -> Any:
 # Fields a step time divides by, or that size what must exist.
 POSITIVE_FIELDS = frozenset(
     {"bandwidth_gbps", "weight_bw_eff", "kv_bw_eff", "cast_bw_eff", "layers", "gpu_mem_gib",
-     "context_len"}
+     "context_len", "sm_count", "attn_heads", "calib_copy_gbps", "triton_programs_per_sm"}
 )  # fmt: skip

@@ -57,7 +57,19 @@ SOURCES = {
         "https://github.com/vllm-project/vllm/issues/8204 (uvicorn startup/shutdown lines)",
     ],
     "bad_args": ["python argparse (sglang 0.5.9 server_args.py add_cli_args)"],
+    "trtllm_mla_not_blackwell": [
+        "sglang 0.5.9 srt/server_args.py:1874-1881 (raised in ServerArgs.__post_init__)",
+        "sglang 0.5.23 srt/arg_groups/overrides.py:1205-1213",
+    ],
+    "xqa_multi_ctas_buffer": [
+        "sglang 0.5.23 srt/layers/attention/trtllm_mla_backend.py:1036-1041",
+        "flashinfer 0.7.2 flashinfer/mla/_core.py:4205-4210, 4291-4295",
+    ],
+    "xqa_mla_bf16": ["flashinfer 0.6.3 flashinfer/mla.py:584-601"],
 }
+# Backend-fact crash kinds (argspec/backend_table.py) refused by ServerArgs before any process
+# starts: the launcher's own traceback, exit status 1.
+SERVER_ARGS_REFUSALS = frozenset({"trtllm_mla_not_blackwell"})
 
 _CUDA_TAIL = (
     "CUDA kernel errors might be asynchronously reported at some other API call, so the "
@@ -134,7 +146,14 @@ _SM100_ONLY_CRASH = {"trtllm_mla": "tllm_unsupported_arch"}
 
 
 def sm100_only_crash(backend: str | None, gpu_arch: str) -> str | None:
-    """The crash kind the first decode hits for ``backend`` on ``gpu_arch``, or None."""
+    """The crash kind the first decode hits for ``backend`` on ``gpu_arch``, or None.
+    Backends in the facts table (argspec/backend_table.py) are decided per role and release
+    by ``options.backend_outcome`` instead (decode trtllm_mla runs on SM120 in 0.5.9):
+    None here for them."""
+    from glmserve.argspec.backend_table import ROWS
+
+    if any(r.backend == backend for r in ROWS):
+        return None
     if gpu_arch == "sm100" or backend not in SM100_ONLY_ATTENTION_BACKENDS:
         return None
     return _SM100_ONLY_CRASH.get(backend, "no_kernel_image")
@@ -219,6 +238,18 @@ def exception_text(
         if phase == "graphs":
             msg = "Exception: Capture cuda graph failed: " + msg + _GRAPH_HELP
         return msg, []
+    if kind == "xqa_multi_ctas_buffer":
+        return (
+            "ValueError: multi_ctas_kv_counter_buffer is only supported by the trtllm-gen "
+            "backend\n",
+            [],
+        )
+    if kind == "xqa_mla_bf16":
+        return (
+            "ValueError: XQA MLA only supports fp8 operation on SM120 GPUs, got torch.bfloat16 "
+            "and torch.bfloat16\n",
+            [],
+        )
     if kind == "tllm_unsupported_arch":
         return (
             "RuntimeError: Error in function 'TllmGenFmhaRunner' at "
@@ -312,6 +343,46 @@ def scheduler_crash(
                 ),
             ]
         )
+    if kind in ("xqa_multi_ctas_buffer", "xqa_mla_bf16"):
+        # the decode call of trtllm_mla_backend.forward_decode (0.5.23 :1041, 0.5.9 :860)
+        # into FlashInfer's MLA entry point, which picks XQA on SM120 and refuses
+        if kind == "xqa_multi_ctas_buffer":
+            inner = [
+                (
+                    "layers/attention/trtllm_mla_backend.py",
+                    1041,
+                    "_run_decode_kernel",
+                    "return flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(",
+                ),
+                (
+                    f"{SITE}/flashinfer/mla/_core.py",
+                    4895,
+                    "trtllm_batch_decode_with_kv_cache_mla",
+                    "return _trtllm_batch_decode_with_kv_cache_mla_impl(",
+                ),
+                (
+                    f"{SITE}/flashinfer/mla/_core.py",
+                    4293,
+                    "_trtllm_batch_decode_with_kv_cache_mla_impl",
+                    "raise ValueError(",
+                ),
+            ]
+        else:
+            inner = [
+                (
+                    "layers/attention/trtllm_mla_backend.py",
+                    860,
+                    "forward_decode",
+                    "raw_out = flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(",
+                ),
+                (
+                    f"{SITE}/flashinfer/mla.py",
+                    599,
+                    "trtllm_batch_decode_with_kv_cache_mla",
+                    "raise ValueError(",
+                ),
+            ]
+        frames = [*_RUN_FRAMES, *inner]
     if kind == "flashinfer_fp8_static_assert":
         frames = [
             *_RUN_FRAMES,
@@ -336,6 +407,32 @@ def scheduler_crash(
             ),
         ]
     return CrashLog(failing_rank=rank, traceback=_traceback(frames, exc), pre_lines=pre)
+
+
+def server_args_refusal(kind: str, version: str) -> str:
+    """The launcher's traceback when ServerArgs refuses the backend before anything starts
+    (sglang 0.5.9 launch_server.py:32 -> server_args.py:5592, 5078, 740, 1879); Python then
+    exits with status 1. From 0.5.2x the check lives in arg_groups/overrides.py."""
+    if kind != "trtllm_mla_not_blackwell":
+        raise ValueError(f"no server-args template for {kind!r}")
+    return (
+        "Traceback (most recent call last):\n"
+        '  File "<frozen runpy>", line 198, in _run_module_as_main\n'
+        '  File "<frozen runpy>", line 88, in _run_code\n'
+        f'  File "{SITE}/sglang/launch_server.py", line 32, in <module>\n'
+        "    server_args = prepare_server_args(sys.argv[1:])\n"
+        + _frame("server_args.py", 5592, "prepare_server_args",
+                 "return ServerArgs.from_cli_args(raw_args)")
+        + _frame("server_args.py", 5078, "from_cli_args",
+                 "return cls(**{attr: getattr(args, attr) for attr in attrs})")
+        + '  File "<string>", line 326, in __init__\n'
+        + _frame("server_args.py", 740, "__post_init__",
+                 "self._handle_attention_backend_compatibility()")
+        + _frame("server_args.py", 1879, "_handle_attention_backend_compatibility",
+                 "raise ValueError(")
+        + "ValueError: TRTLLM MLA backend is only supported on Blackwell GPUs (SM100/SM12x). "
+        "Please use a different backend.\n"
+    )  # fmt: skip
 
 
 def cascade_lines(

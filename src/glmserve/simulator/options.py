@@ -59,6 +59,8 @@ CRASH_KINDS = [
     "illegal_memory_access",
     "port_in_use",
     "bad_args",
+    "xqa_multi_ctas_buffer",
+    "xqa_mla_bf16",
 ]
 # Where each crash kind happens when --sim-crash-at is not given.
 NATURAL_PHASE = {
@@ -71,6 +73,8 @@ NATURAL_PHASE = {
     "illegal_memory_access": "warmup",
     "port_in_use": "serve",
     "bad_args": "args",
+    "xqa_multi_ctas_buffer": "warmup",
+    "xqa_mla_bf16": "warmup",
 }
 # What fails at each phase when only --sim-crash-at is given.
 NATURAL_KIND = {
@@ -99,6 +103,13 @@ def sglang_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-total-tokens", type=int, default=None)
     p.add_argument("--mem-fraction-static", type=float, default=None)
     p.add_argument("--attention-backend", type=str, choices=ATTENTION_BACKEND_CHOICES, default=None)
+    p.add_argument(
+        "--prefill-attention-backend", type=str, choices=ATTENTION_BACKEND_CHOICES, default=None
+    )
+    p.add_argument(
+        "--decode-attention-backend", type=str, choices=ATTENTION_BACKEND_CHOICES, default=None
+    )
+    p.add_argument("--triton-attention-num-kv-splits", type=int, default=8)  # server_args.py:614
     p.add_argument("--kv-cache-dtype", type=str, choices=KV_CACHE_DTYPE_CHOICES, default="auto")
     p.add_argument("--dtype", type=str, default="auto")
     p.add_argument("--disable-cuda-graph", action="store_true")
@@ -300,6 +311,59 @@ def active_patches(env: dict[str, str] | None = None) -> tuple[str, ...]:
     return tuple(p for p in re.split(r"[,;:\s]+", raw) if p)
 
 
+def _env_true(env: dict[str, str] | None, name: str) -> bool:
+    """SGLang's get_bool_env_var: "true" or "1" (case-insensitive) is true."""
+    raw = (env if env is not None else os.environ).get(name, "false")
+    return raw.strip().lower() in ("true", "1")
+
+
+def triton_max_kv_splits(version: str, flag: int, sm_count: int, context_len: int) -> int:
+    """The most KV splits SGLang's Triton MLA decode may use. 0.5.9: the flag
+    (triton_backend.py:111; still so in 0.5.10 and 0.5.11). From 0.5.12 (checked 0.5.12,
+    0.5.15-0.5.19, 0.5.21, 0.5.23) MLA raises it to max(flag, min(next_pow2(SMs),
+    next_pow2(ceil(context_len / 32)))) (0.5.23 triton_backend.py:83-90, 327-333)."""
+    from glmserve.argspec.releases import version_key
+
+    try:
+        newer = version_key(version) >= version_key("0.5.12")
+    except ValueError:
+        newer = False
+    if not newer or sm_count <= 0:
+        return flag
+
+    def pow2(n: int) -> int:
+        return 1 << max(0, (max(1, n) - 1).bit_length())
+
+    return max(flag, min(pow2(sm_count), pow2(-(-context_len // 32))))
+
+
+def backend_outcome(
+    shape: ServerShape, gpu_arch: str, version: str
+) -> tuple[str | None, str | None]:
+    """(crash kind, phase) the backend facts table gives this launch on ``gpu_arch`` under
+    ``version`` (argspec/backend_table.py), or (None, None) when it runs or is not known.
+    Refused at start-up: phase "args"; a role's first forward: warmup."""
+    from glmserve.argspec.backend_facts import lookup
+
+    roles = {"prefill": shape.prefill_backend or shape.attention_backend,
+             "decode": shape.decode_attention}  # fmt: skip
+    found = []
+    for role, backend in roles.items():
+        row = lookup(backend, role, gpu_arch, version, shape.kv_cache_dtype)
+        if row is not None and row.outcome in ("refused", "crash") and row.crash_kind:
+            found.append((role, row))
+    if not found:
+        return None, None
+    refused = [row for _role, row in found if row.outcome == "refused"]
+    if refused:
+        return refused[0].crash_kind, "args"
+    # the warmup request prefills first: a prefill crash comes before a decode one. With CUDA
+    # graphs on, real SGLang meets a decode crash already at capture; the simulator keeps it
+    # at warmup, where its templates carry the attention backend's frames.
+    _role, row = sorted(found, key=lambda f: f[0] != "prefill")[0]
+    return row.crash_kind, "warmup"
+
+
 def _check_numbers(sim: argparse.Namespace, server: argparse.Namespace) -> None:
     """The numbers the simulator runs on are finite and in range: argparse's ``float``
     takes ``nan`` and ``inf``, which would start a server whose figures are nonsense (a NaN
@@ -336,8 +400,22 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:
         or server.cuda_graph_max_bs == 0
         or (server.cuda_graph_backend_decode or "").lower() in ("disabled", "none")
     )
+    if server.triton_attention_num_kv_splits < 1:
+        raise SimUsageError(
+            "--triton-attention-num-kv-splits: must be >= 1, got "
+            f"{server.triton_attention_num_kv_splits}"
+        )
     shape = ServerShape(
         attention_backend=costmodel.resolve_backend(server.attention_backend),
+        decode_backend=server.decode_attention_backend,
+        prefill_backend=server.prefill_attention_backend,
+        max_kv_splits=triton_max_kv_splits(
+            sim.sim_sglang_version,
+            server.triton_attention_num_kv_splits,
+            model.sm_count,
+            server.context_length or model.context_len,
+        ),
+        static_kv_splits=_env_true(env, "SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS"),
         kv_cache_dtype=costmodel.resolve_kv_dtype(server.kv_cache_dtype),
         cuda_graph=cuda_graph,
         num_continuous_decode_steps=max(1, server.num_continuous_decode_steps),
@@ -389,6 +467,9 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:
     if sim.sim_fault_node_rank is not None and sim.sim_fault_node_rank != server.node_rank:
         # The faults target one node of a multi-node group; this node starts cleanly.
         crash_at, kind, hang_at, worker_death = None, None, None, None
+    if not kind and not crash_at:
+        # what the backend facts say this backend does on this GPU and release
+        kind, crash_at = backend_outcome(shape, sim.sim_gpu_arch, sim.sim_sglang_version)
     phase_seconds = {
         "load": sim.sim_load_seconds,
         "kv": sim.sim_kv_seconds,

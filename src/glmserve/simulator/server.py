@@ -69,6 +69,11 @@ class SimServer:
         o = self.opts
         if o.crash_kind == "bad_args":
             return fault_injection.bad_args(self)
+        if o.crash_at == "args" and o.crash_kind in faults.SERVER_ARGS_REFUSALS:
+            # ServerArgs refuses the backend for this GPU (backend facts): the launcher's
+            # traceback, exit status 1, nothing started
+            self.log.raw(faults.server_args_refusal(o.crash_kind, o.sglang_version))
+            return 1
         boot.log_server_args(self)
         self._set_ulimit()
         if o.unknown:
