@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["tests.fixtures.simulator", "tests.fixtures.sshd"]
+pytest_plugins = ["tests.fixtures.simulator", "tests.fixtures.sshd", "tests.fixtures.slurm"]
 
 
 @pytest.fixture(autouse=True)
