@@ -795,6 +795,16 @@ def _failure(result: Any, run_id: str) -> GlmserveError:
         return RunNotServing(
             f"run {run_id} was stopped (glmserve stop) in phase {d.phase.value}, before READY"
         )
+    if result.state in ("TIME_LIMIT", "NODE_FAIL", "PREEMPTED"):  # a Slurm job's end
+        from glmserve.errors import JobNodeFailure, JobPreempted, JobTimeLimit
+
+        err.print(f"[red]{result.state}[/red]: {escape(d.root_cause or '')}", highlight=False)
+        if d.hint:
+            err.print(f"hint: {d.hint}", highlight=False, markup=False)
+        cls = {"TIME_LIMIT": JobTimeLimit, "NODE_FAIL": JobNodeFailure}.get(
+            result.state, JobPreempted
+        )
+        return cls(f"run {run_id} {result.state.lower()}: {d.root_cause}", diagnosis=d)
     if result.state in ("CRASHED", "EXITED"):
         cat = d.category.value if d.category else result.state
         where = f" at log line {d.line}" if d.line else ""

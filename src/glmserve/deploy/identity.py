@@ -187,7 +187,7 @@ def fetch_server_info(base_url: str, timeout: float = 10.0) -> dict[str, Any] | 
 def refusal(run: RunRecord, assessed: dict[str, Any]) -> GlmserveError | None:
     """The error for a run that is not alive and READY, or None when it is."""
     state = str(assessed.get("state") or run.state)
-    if state == "READY" and assessed.get("alive_pids"):
+    if state == "READY" and assessed.get("alive", assessed.get("alive_pids")):
         return None
     why = ": ".join(x for x in (run.category, run.root_cause) if x)
     tail = f" ({why})" if why else ""
@@ -268,13 +268,12 @@ def identity_problems(run: RunRecord, assessed: dict[str, Any]) -> list[str]:
 @contextlib.contextmanager
 def serving_endpoint(run_id: str) -> Iterator[tuple[str, RunRecord, Identity]]:
     """The run's base URL (an ssh forward when remote), verified to be its live server."""
-    from glmserve.remote.process import transport_for_run
+    from glmserve.remote.process import run_base_url, transport_for_run
 
     with RunStore.open() as store:
         run = store.get_run(run_id)
     t = transport_for_run(run)
-    with t.forward(run.port) as local_port:
-        base = f"http://127.0.0.1:{local_port}"
+    with run_base_url(run, t) as base:
         ident = verify_serving(run, base, t)
         yield base, run, ident
 

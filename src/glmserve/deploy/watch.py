@@ -672,6 +672,7 @@ def assess_run(run: RunRecord, store: RunStore, t: Transport | None = None) -> d
         "pid": run.pid,
         "uptime_s": round(end - run.created_at, 1),
         "alive_pids": own.pids,
+        "alive": own.alive,  # a Slurm run: its job (no PIDs of a node are known)
         "healthy": healthy,
         "phase": d.phase.value,
         "category": run.category,
