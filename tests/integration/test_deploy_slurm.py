@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -70,7 +71,11 @@ def test_launch_pending_running_ready_bench_stop(slurm, cluster_host, capsys):
     capsys.readouterr()
     assert _cli(["status", run.run_id, "--json"]) == 0
     row = json.loads(capsys.readouterr().out)[0]
-    assert (row["state"], row["job_state"], row["reason"]) == ("PENDING", "PENDING", "PartitionDown")
+    assert (row["state"], row["job_state"], row["reason"]) == (
+        "PENDING",
+        "PENDING",
+        "PartitionDown",
+    )
     slurm.partition_state("UP")
     from glmserve.deploy.deployment import Deployment
 
@@ -92,3 +97,105 @@ def test_launch_pending_running_ready_bench_stop(slurm, cluster_host, capsys):
     assert store.get_run(run.run_id).state == "STOPPED"
     states = dict((j, s) for j, _n, s in slurm.jobs())
     assert states[job["job_id"]] == "CANCELLED"
+
+
+def _launch_slow(slurm, port: int):
+    """A run whose job runs but whose server stays in its load phase (not READY)."""
+    from glmserve.deploy.deployment import Deployment
+
+    assert _cli([*_launch_args(port), "--set", "sim.load-seconds=300", "--no-wait"]) == 0
+    store = RunStore.open()
+    return store, Deployment.resolve(store, _run(store).run_id)
+
+
+def _when_running(store: RunStore, run_id: str, action) -> threading.Thread:
+    """Do ``action`` once the watch has seen the job RUNNING (from another thread)."""
+
+    def go() -> None:
+        end = time.monotonic() + 30
+        while time.monotonic() < end and "RUNNING" not in _events(run_id):
+            time.sleep(0.1)
+        time.sleep(0.5)
+        action()
+
+    th = threading.Thread(target=go, daemon=True)
+    th.start()
+    return th
+
+
+def test_external_scancel_is_exited_not_a_crash(slurm, cluster_host):
+    store, dep = _launch_slow(slurm, free_local_port())
+    jid = dep.runs[0].meta["slurm"]["job_id"]
+    th = _when_running(store, dep.id, lambda: slurm.cmd("scancel", jid))
+    verdict = dep.watch(poll_s=0.2, timeout_s=60)
+    th.join()
+    assert verdict.state == "EXITED"
+    run = store.get_run(dep.id)
+    assert run.state == "EXITED" and "cancelled outside glmserve" in (run.root_cause or "")
+    assert run.category is None
+
+
+def test_node_set_down_is_the_node_failure_verdict(slurm, cluster_host, capsys):
+    store, dep = _launch_slow(slurm, free_local_port())
+    th = _when_running(store, dep.id, lambda: slurm.node_down("test"))
+    verdict = dep.watch(poll_s=0.2, timeout_s=60)
+    th.join()
+    assert verdict.state == "NODE_FAIL", verdict.decisive.diagnosis
+    run = store.get_run(dep.id)
+    assert run.state == "NODE_FAIL" and "NODE_FAIL" in (run.root_cause or "")
+    from glmserve.cli import views
+    from glmserve.errors import EXIT_NODE_FAIL
+
+    assert views.verdict_error(dep, verdict).exit_code == EXIT_NODE_FAIL
+
+
+def test_pending_in_a_down_partition_honours_timeout(slurm, cluster_host, capsys):
+    """Held PENDING (PartitionDown): the watch says so and ends at --timeout (exit 4), the
+    job still queued; stop then cancels it."""
+    slurm.partition_state("DOWN")
+    t0 = time.monotonic()
+    rc = _cli([*_launch_args(free_local_port()), "--timeout", "3"])
+    took = time.monotonic() - t0
+    err = capsys.readouterr().err
+    assert rc == 4 and 3 <= took < 20
+    assert "PENDING (Reason: PartitionDown)" in err
+    run = _run()
+    jid = run.meta["slurm"]["job_id"]
+    assert dict((j, s) for j, _n, s in slurm.jobs())[jid] == "PENDING"
+    assert "PENDING" in _events(run.run_id) and "RUNNING" not in _events(run.run_id)
+    assert _cli(["stop", run.run_id]) == 0
+    assert dict((j, s) for j, _n, s in slurm.jobs())[jid] == "CANCELLED"
+
+
+def test_stop_never_cancels_a_job_it_did_not_submit(slurm, cluster_host, tmp_path):
+    """A foreign job with the run's very job name survives `stop`; and a record pointing at
+    a foreign job id (an id reused) is refused, the job left running."""
+    slurm.partition_state("DOWN")  # everything stays queued: nothing needs to run
+    assert _cli([*_launch_args(free_local_port()), "--no-wait"]) == 0
+    run = _run()
+    name = run.meta["slurm"]["job_name"]
+    foreign = slurm.cmd(
+        "sbatch", "--parsable", "-J", name, "-o", str(tmp_path / "f.out"), "--wrap", "sleep 60"
+    ).strip()
+    other = slurm.cmd(
+        "sbatch",
+        "--parsable",
+        "-J",
+        name + "x",
+        "-o",
+        str(tmp_path / "g.out"),
+        "--wrap",
+        "sleep 60",
+    ).strip()
+    store = RunStore.open()
+    # the record names the foreign job's id: its name matches, its submit time cannot
+    forged = {**run.meta, "slurm": {**run.meta["slurm"], "job_id": foreign}}
+    store.update_run(run.run_id, meta=forged)
+    assert _cli(["stop", run.run_id]) != 0
+    states = dict((j, s) for j, _n, s in slurm.jobs())
+    assert states[foreign] == "PENDING" and states[run.meta["slurm"]["job_id"]] == "PENDING"
+    store.update_run(run.run_id, meta=run.meta)  # the true record: only its job goes
+    assert _cli(["stop", run.run_id]) == 0
+    states = dict((j, s) for j, _n, s in slurm.jobs())
+    assert states[run.meta["slurm"]["job_id"]] == "CANCELLED"
+    assert states[foreign] == "PENDING" and states[other] == "PENDING"

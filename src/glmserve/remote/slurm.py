@@ -119,7 +119,7 @@ def submit_command(run_dir: str, run_id: str) -> str:
     return (
         f"cd {d} || exit 1; "
         f"jid=$(sbatch --parsable --job-name={name} --output={out} --open-mode=append "
-        f"--chdir={d} {JOB_SCRIPT}) || exit 1; "
+        f"--no-requeue --chdir={d} {JOB_SCRIPT}) || exit 1; "
         'echo "jid $jid"; scontrol show job -o "${jid%%;*}"; '
         "scontrol show config 2>/dev/null | sed -n 's/^ClusterName *= *//p' | head -n 1"
     )
@@ -144,6 +144,7 @@ def submit(t: Transport, host: HostConfig, run_dir: str, run_id: str) -> dict[st
         "job_name": info.name,
         "user": info.user,
         "submit_time": info.submit_time,
+        "command": info.fields.get("Command", ""),
         "cluster": cluster,
         "submitted_at": time.time(),
     }
@@ -166,11 +167,14 @@ def job_info(t: Transport, job_id: str) -> JobInfo | None:
 
 
 def mismatch(rec: dict[str, Any], info: JobInfo) -> str | None:
-    """Why ``info`` is not the recorded job (None: it is): name, user and submit time."""
+    """Why ``info`` is not the recorded job (None: it is): name, user, submit time and the
+    job script's path (the run's own folder: a job of the same name submitted in the same
+    second by the same user still differs there)."""
     for key, seen in (
         ("job_name", info.name),
         ("user", info.user),
         ("submit_time", info.submit_time),
+        ("command", info.fields.get("Command", "")),
     ):
         if rec.get(key) != seen:
             return f"its {key.replace('_', ' ')} is {seen!r}, not the recorded {rec.get(key)!r}"

@@ -34,7 +34,6 @@ _TIME = re.compile(r"^(\d{1,7}(:\d{1,2}){0,2}|\d{1,4}-\d{1,2}(:\d{1,2}){0,2}|UNL
 _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.\[\]()&|,*!-]+$")
 _UINT = re.compile(r"^\d{1,7}$")
 _MEM = re.compile(r"^\d{1,9}[KMGT]?$")
-_FLAG = re.compile(r"^$")  # an option without a value (``exclusive: ""``)
 
 # The extra #SBATCH options a hosts file may set, each with the shape its value must have.
 ALLOWED_SBATCH_OPTIONS: dict[str, re.Pattern[str]] = {
@@ -55,8 +54,6 @@ ALLOWED_SBATCH_OPTIONS: dict[str, re.Pattern[str]] = {
     "ntasks-per-node": _UINT,
     "priority": _UINT,
     "reservation": _WORDS,
-    "requeue": _FLAG,
-    "no-requeue": _FLAG,
     "signal": re.compile(r"^(R:|B:)?[A-Z0-9]{1,8}(@\d{1,5})?$"),
     "switches": re.compile(r"^\d{1,4}(@\d{1,7}(:\d{1,2}){0,2})?$"),
     "time-min": _TIME,
@@ -64,7 +61,10 @@ ALLOWED_SBATCH_OPTIONS: dict[str, re.Pattern[str]] = {
     "wckey": _WORDS,
 }
 # Refused with their own reason: glmserve sets them, or they run/hand over something.
-_OWN = {"job-name", "output", "error", "chdir", "parsable", "open-mode", "input"}
+_OWN = {
+    "job-name", "output", "error", "chdir", "parsable", "open-mode", "input", "requeue",
+    "no-requeue",
+}  # fmt: skip
 _DANGER = {
     "wrap": "runs a command line of its own",
     "export": "decides the job's environment (glmserve exports the submitting one)",
@@ -87,7 +87,10 @@ _DANGER = {
 def sbatch_option_refusal(key: str, value: str) -> str | None:
     """Why ``key: value`` may not come from a hosts file, or None if it may."""
     if key in _OWN:
-        return f"--{key} is set by glmserve itself (job name, server.log, the run folder)"
+        return (
+            f"--{key} is set by glmserve itself (job name, server.log, the run folder; "
+            "--no-requeue: a lost job is judged, and relaunched by glmserve, not by Slurm)"
+        )
     if key in _DANGER:
         return f"--{key} {_DANGER[key]}; it cannot come from a hosts file"
     if key not in ALLOWED_SBATCH_OPTIONS:
