@@ -142,6 +142,14 @@ class JobPreempted(JobEnded):
     exit_code = EXIT_PREEMPTED
 
 
+# A Slurm run's verdict (the store's state) -> its error.
+JOB_END_ERRORS: dict[str, type[JobEnded]] = {
+    "TIME_LIMIT": JobTimeLimit,
+    "NODE_FAIL": JobNodeFailure,
+    "PREEMPTED": JobPreempted,
+}
+
+
 class NotAServerLog(DiagnosedError):
     """`diagnose` was given input without one SGLang log line (binary junk, an empty file,
     some other text): no verdict, rather than "STARTING" for a file that is no server log."""

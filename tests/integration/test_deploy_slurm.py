@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -199,3 +200,26 @@ def test_stop_never_cancels_a_job_it_did_not_submit(slurm, cluster_host, tmp_pat
     states = dict((j, s) for j, _n, s in slurm.jobs())
     assert states[run.meta["slurm"]["job_id"]] == "CANCELLED"
     assert states[foreign] == "PENDING" and states[other] == "PENDING"
+
+
+def test_time_limit_mid_bench_is_time_limit_with_partial_results(slurm, cluster_host):
+    """The job's time limit ends it while a bench runs: the bench stops, stores what it
+    measured (incomplete) and exits 8 (TIME_LIMIT); the run is recorded TIME_LIMIT."""
+    from tests.fixtures.cli import GLMSERVE
+
+    assert _cli(_launch_args(free_local_port())) == 0
+    run = _run()
+    bench = [*GLMSERVE, "bench", run.run_id, "--json", "--warmup", "0", "--mode", "concurrency",
+             "--concurrency", "2", "--num-prompts", "3000", "--output-len", "64"]  # fmt: skip
+    proc = subprocess.Popen(bench, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2)  # measuring by now
+    # the time limit shortened to what the job has run: Slurm ends it at its next check
+    slurm.cmd("scontrol", "update", f"jobid={run.meta['slurm']['job_id']}", "EndTime=now")
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 8, err
+    assert "TIME_LIMIT" in err.strip().splitlines()[-1]
+    data = json.loads(out)
+    assert data["complete"] is False and data["levels"][0]["completed"] > 0
+    with RunStore.open() as store:
+        assert store.list_bench_results()[0]["result"]["complete"] is False
+        assert store.get_run(run.run_id).state == "TIME_LIMIT"

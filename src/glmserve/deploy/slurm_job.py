@@ -170,7 +170,7 @@ def judge_end(run: RunRecord, store: RunStore, result: Any) -> Any:
     """A failed watch of a Slurm run: when the scheduler ended the job (its time limit, a
     node failure, a preemption, a scancel from outside), say so; else the log's verdict."""
     from glmserve.remote.process import transport_for_run
-    from glmserve.remote.slurm import SCHEDULER_VERDICTS, job_ownership
+    from glmserve.remote.slurm import job_ownership, scheduler_end
 
     if result.state not in ("EXITED", "CRASHED"):
         return result
@@ -178,21 +178,16 @@ def judge_end(run: RunRecord, store: RunStore, result: Any) -> Any:
     job = own.job
     if job is None:
         return result
-    verdict = SCHEDULER_VERDICTS.get(job.state)
-    if verdict is None and job.state == "CANCELLED" and not store.stop_requested(run.run_id):
+    ended = scheduler_end(own)
+    if ended is None and job.state == "CANCELLED" and not store.stop_requested(run.run_id):
         cause = f"Slurm job {job.job_id} was cancelled outside glmserve (scancel)"
         d = dataclasses.replace(result.diagnosis, root_cause=cause, category=None, hint=None)
         store.update_run(run.run_id, state="EXITED", root_cause=cause, category=None, hint=None)
         store.add_event(run.run_id, "EXITED", cause, {"job_state": job.state})
         return dataclasses.replace(result, state="EXITED", diagnosis=d)
-    if verdict is None:
+    if ended is None:
         return result
-    cause = f"Slurm job {job.job_id} ended {job.state} (Reason: {job.reason})"
-    hint = {
-        "TIME_LIMIT": "the job reached its time limit; raise slurm.time in hosts.yaml",
-        "NODE_FAIL": "a node of the job failed or was set DOWN; relaunch (other nodes)",
-        "PREEMPTED": "a higher-priority job preempted it; relaunch or use another qos",
-    }[verdict]
+    verdict, cause, hint = ended
     d = dataclasses.replace(result.diagnosis, root_cause=cause, hint=hint, category=None)
     store.update_run(
         run.run_id, state=verdict, root_cause=cause, hint=hint, category=None,

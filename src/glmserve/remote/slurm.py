@@ -205,6 +205,27 @@ class JobOwnership(Ownership):
         return self.job is not None and self.job.active
 
 
+HINTS = {
+    "TIME_LIMIT": "the job reached its time limit; raise slurm.time in hosts.yaml",
+    "NODE_FAIL": "a node of the job failed or was set DOWN; relaunch (on other nodes)",
+    "PREEMPTED": "a higher-priority job preempted it; relaunch, or use another qos",
+}
+
+
+def scheduler_end(own: Ownership) -> tuple[str, str, str] | None:
+    """(verdict, root cause, hint) when the scheduler ended the run's job (its time limit,
+    a node failure, a preemption); None otherwise (running, or ended by its own script)."""
+    job = getattr(own, "job", None)
+    verdict = SCHEDULER_VERDICTS.get(job.state) if job is not None else None
+    if job is None or verdict is None:
+        return None
+    return (
+        verdict,
+        f"Slurm job {job.job_id} ended {job.state} (Reason: {job.reason})",
+        HINTS[verdict],
+    )
+
+
 def job_ownership(t: Transport, run: RunRecord) -> JobOwnership:
     """The run's job, if it is still the recorded one (same name, user, submit time)."""
     rec = job_record(run)
