@@ -223,3 +223,21 @@ def test_time_limit_mid_bench_is_time_limit_with_partial_results(slurm, cluster_
     with RunStore.open() as store:
         assert store.list_bench_results()[0]["result"]["complete"] is False
         assert store.get_run(run.run_id).state == "TIME_LIMIT"
+
+
+def test_the_header_is_what_a_real_sbatch_accepts(slurm, tmp_path):
+    """The job script as rendered for a host entry, checked by sbatch itself (--test-only)."""
+    from glmserve.remote.hosts import HostConfig
+    from glmserve.remote.slurm import job_script
+
+    host = HostConfig(
+        name="c", kind="slurm",
+        slurm={"partition": slurm.partition, "time": "0-00:10:00", "sbatch_options": {
+            "cpus-per-task": 1, "mem": "100M", "exclusive": True, "signal": "B:TERM@30"}},
+    )  # fmt: skip
+    script = tmp_path / "job.sbatch"
+    script.write_text(job_script(host))
+    res = subprocess.run(
+        ["sbatch", "--test-only", str(script)], env=slurm.env, capture_output=True, text=True
+    )
+    assert res.returncode == 0 and "to start at" in res.stderr, res.stderr
