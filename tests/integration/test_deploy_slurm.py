@@ -241,3 +241,15 @@ def test_the_header_is_what_a_real_sbatch_accepts(slurm, tmp_path):
         ["sbatch", "--test-only", str(script)], env=slurm.env, capture_output=True, text=True
     )
     assert res.returncode == 0 and "to start at" in res.stderr, res.stderr
+
+
+def test_multi_node_on_slurm_is_refused_not_half_run(slurm, cluster_host, capsys):
+    """Not built yet: a group with a Slurm node is refused before anything is submitted."""
+    args = _launch_args(free_local_port())
+    i = args.index("--host")
+    args[i : i + 2] = ["--nodes", "cluster,local"]
+    before = len(slurm.jobs())
+    assert _cli(args) == 2
+    assert "multi-node runs on Slurm" in capsys.readouterr().err
+    assert len(slurm.jobs()) == before
+    assert RunStore.open().list_runs() == []

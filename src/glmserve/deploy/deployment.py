@@ -171,6 +171,12 @@ class Deployment:
         from glmserve.remote.process import host_adjusted_spec, launch_run, stop_run
         from glmserve.remote.transport import transport_for
 
+        slurm = [n.host.name for n in plan.nodes if n.host.is_slurm]
+        if slurm and plan.grouped:
+            raise ConfigError(
+                f"{slurm[0]} is a Slurm host: multi-node runs on Slurm (one job, one srun "
+                "task per node) are not supported yet; launch a single-node profile there"
+            )
         for node in plan.nodes:  # the simulator's own parse, before anything starts
             if node.spec.launcher == "simulator":
                 row = check_simulated(transport_for(node.host), node.spec)
