@@ -253,3 +253,19 @@ def test_multi_node_on_slurm_is_refused_not_half_run(slurm, cluster_host, capsys
     assert "multi-node runs on Slurm" in capsys.readouterr().err
     assert len(slurm.jobs()) == before
     assert RunStore.open().list_runs() == []
+
+
+def test_external_scancel_after_ready_is_exited_in_status(slurm, cluster_host, capsys):
+    """After READY nothing watches: `status` finds the job CANCELLED. slurmstepd's last log
+    line ("*** JOB n ON node CANCELLED AT ... ***") must not read as a crash."""
+    assert _cli(_launch_args(free_local_port())) == 0
+    run = _run()
+    slurm.cmd("scancel", run.meta["slurm"]["job_id"])
+    end = time.monotonic() + 20
+    while time.monotonic() < end and "CANCELLED AT" not in Path(run.log_path).read_text():
+        time.sleep(0.2)
+    capsys.readouterr()
+    assert _cli(["status", run.run_id, "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert row["state"] == "EXITED", row
+    assert "cancelled outside glmserve" in row["root_cause"] and row["category"] is None

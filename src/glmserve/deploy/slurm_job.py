@@ -179,19 +179,13 @@ def judge_end(run: RunRecord, store: RunStore, result: Any) -> Any:
     if job is None:
         return result
     ended = scheduler_end(own)
-    if ended is None and job.state == "CANCELLED" and not store.stop_requested(run.run_id):
-        cause = f"Slurm job {job.job_id} was cancelled outside glmserve (scancel)"
-        d = dataclasses.replace(result.diagnosis, root_cause=cause, category=None, hint=None)
-        store.update_run(run.run_id, state="EXITED", root_cause=cause, category=None, hint=None)
-        store.add_event(run.run_id, "EXITED", cause, {"job_state": job.state})
-        return dataclasses.replace(result, state="EXITED", diagnosis=d)
-    if ended is None:
+    if ended is None or store.stop_requested(run.run_id):
         return result
     verdict, cause, hint = ended
     d = dataclasses.replace(result.diagnosis, root_cause=cause, hint=hint, category=None)
     store.update_run(
         run.run_id, state=verdict, root_cause=cause, hint=hint, category=None,
-        ended_at=time.time(),
+        ended_at=run.ended_at or time.time(),
     )  # fmt: skip
     store.add_event(run.run_id, verdict, cause, {"job_state": job.state, "reason": job.reason})
     return dataclasses.replace(result, state=verdict, diagnosis=d)

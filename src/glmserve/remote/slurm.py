@@ -212,10 +212,13 @@ HINTS = {
 }
 
 
-def scheduler_end(own: Ownership) -> tuple[str, str, str] | None:
+def scheduler_end(own: Ownership) -> tuple[str, str, str | None] | None:
     """(verdict, root cause, hint) when the scheduler ended the run's job (its time limit,
-    a node failure, a preemption); None otherwise (running, or ended by its own script)."""
+    a node failure, a preemption, a ``scancel``); None otherwise (running, or ended by its
+    own script). Callers check ``glmserve stop`` first: its scancel is STOPPED, not this."""
     job = getattr(own, "job", None)
+    if job is not None and job.state == "CANCELLED":
+        return "EXITED", f"Slurm job {job.job_id} was cancelled outside glmserve (scancel)", None
     verdict = SCHEDULER_VERDICTS.get(job.state) if job is not None else None
     if job is None or verdict is None:
         return None
