@@ -138,6 +138,8 @@ def wait_queue(
         job = own.job
         waited = time.monotonic() - started
         if job is None or not job.queued:
+            if job is not None and job.running and run.meta["slurm"].get("nodes"):
+                return None, 0.0  # seen running before (a second watch): nothing queued now
             if job is not None and job.running:
                 addr = node_address(t, job.nodes)
                 slurm = {**run.meta["slurm"], "nodes": job.nodes, "node_addr": addr,
