@@ -269,3 +269,24 @@ def test_external_scancel_after_ready_is_exited_in_status(slurm, cluster_host, c
     row = json.loads(capsys.readouterr().out)[0]
     assert row["state"] == "EXITED", row
     assert "cancelled outside glmserve" in row["root_cause"] and row["category"] is None
+
+
+def test_a_sweep_runs_each_profile_as_its_own_job(slurm, cluster_host):
+    """`sweep` goes through the same Deployment: each profile is a job, benched, cancelled
+    (sequentially: --max-parallel is not built)."""
+    from tests.fixtures.cli import GLMSERVE
+
+    proc = subprocess.run(
+        [*GLMSERVE, "sweep", "--simulate", "--host", "cluster", "--profiles",
+         "trtllm_mla,flashinfer", "--set", f"server.port={free_local_port()}", "--set",
+         "sim.speed=10", "--output-len", "24", "--num-prompts", "2", "--timeout", "60", "--json"],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(proc.stdout)["rows"]
+    assert [r["status"] for r in rows] == ["crashed", "ok"]
+    states = dict((j, s) for j, _n, s in slurm.jobs())
+    with RunStore.open() as store:
+        jobs = [store.get_run(r["run_id"]).meta["slurm"]["job_id"] for r in rows]
+    assert len(set(jobs)) == 2
+    assert all(states[j] in ("CANCELLED", "COMPLETED", "FAILED") for j in jobs), states
