@@ -11,6 +11,7 @@ pytest_plugins = [
     "tests.fixtures.sse_server",
     "tests.fixtures.tokenizer",
     "tests.fixtures.runs",
+    "tests.fixtures.slurm",
 ]
 
 

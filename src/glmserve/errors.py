@@ -21,6 +21,10 @@ boundary with ``raise X(...) from exc`` so callers only ever see this tree::
     ├── DiagnosedError                    carries the log's diagnosis
     │   ├── ServerCrashed              3  the server died
     │   ├── ServerNotReady             4  stalled, hung, or timed out before READY
+    │   └── JobEnded                      a Slurm job ended by the scheduler, not the server:
+    │       ├── JobTimeLimit           8  its time limit (JobState TIMEOUT/DEADLINE)
+    │       ├── JobNodeFailure         9  a node of it failed or was set DOWN (NODE_FAIL)
+    │       └── JobPreempted          10  preempted by a higher-priority job
     │   └── NotAServerLog              6  `diagnose` input holds no SGLang log line
     ├── TransportError                 5  ssh/connection/HTTP reachability failures
     │   ├── RemoteCommandError         5  a remote command exited non-zero (carries Result)
@@ -60,6 +64,9 @@ EXIT_TIMEOUT = 4
 EXIT_TRANSPORT = 5
 EXIT_NOT_A_LOG = 6
 EXIT_INCOMPLETE = 7
+EXIT_TIME_LIMIT = 8  # a Slurm job hit its time limit
+EXIT_NODE_FAIL = 9  # a Slurm job lost its node (NODE_FAIL)
+EXIT_PREEMPTED = 10  # a Slurm job was preempted
 EXIT_INTERNAL = 70  # a bug in glmserve (EX_SOFTWARE); --debug shows the traceback
 EXIT_OUTPUT = 74  # stdout/stderr could not be written (EX_IOERR): a full disk, a dead device
 EXIT_INTERRUPTED = 130
@@ -115,6 +122,34 @@ class ServerNotReady(DiagnosedError):
     """Stalled, hung or timed out before becoming ready."""
 
     exit_code = EXIT_TIMEOUT
+
+
+class JobEnded(DiagnosedError):
+    """A Slurm run's job was ended by the scheduler (its time limit, a node failure, a
+    preemption), not by its server: each has its own exit code, so a script can resubmit
+    (node failure, preemption) or ask for more time (time limit)."""
+
+    exit_code = EXIT_CRASHED
+
+
+class JobTimeLimit(JobEnded):
+    exit_code = EXIT_TIME_LIMIT
+
+
+class JobNodeFailure(JobEnded):
+    exit_code = EXIT_NODE_FAIL
+
+
+class JobPreempted(JobEnded):
+    exit_code = EXIT_PREEMPTED
+
+
+# A Slurm run's verdict (the store's state) -> its error.
+JOB_END_ERRORS: dict[str, type[JobEnded]] = {
+    "TIME_LIMIT": JobTimeLimit,
+    "NODE_FAIL": JobNodeFailure,
+    "PREEMPTED": JobPreempted,
+}
 
 
 class NotAServerLog(DiagnosedError):

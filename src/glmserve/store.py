@@ -27,7 +27,9 @@ from glmserve.paths import glmserve_home
 BUSY_TIMEOUT_MS = 30_000
 
 # States a run is in once it can no longer change by itself.
-TERMINAL_STATES = frozenset({"CRASHED", "STALLED", "EXITED", "STOPPED", "FAILED"})
+TERMINAL_STATES = frozenset(
+    {"CRASHED", "STALLED", "EXITED", "STOPPED", "FAILED", "TIME_LIMIT", "NODE_FAIL", "PREEMPTED"}
+)  # the last three: a Slurm job ended by the scheduler (remote/slurm.py)
 
 
 def _m001_initial(db: sqlite3.Connection) -> None:

@@ -30,6 +30,7 @@ from rich.text import Text
 from glmserve.bench.progress import Progress
 from glmserve.cli._app import err, is_interactive, out
 from glmserve.errors import (
+    JOB_END_ERRORS,
     DiagnosedError,
     GlmserveError,
     RunNotServing,
@@ -795,6 +796,12 @@ def _failure(result: Any, run_id: str) -> GlmserveError:
         return RunNotServing(
             f"run {run_id} was stopped (glmserve stop) in phase {d.phase.value}, before READY"
         )
+    if result.state in JOB_END_ERRORS:  # a Slurm job ended by the scheduler
+        err.print(f"[red]{result.state}[/red]: {escape(d.root_cause or '')}", highlight=False)
+        if d.hint:
+            err.print(f"hint: {d.hint}", highlight=False, markup=False)
+        msg = f"run {run_id} {result.state.lower()}: {d.root_cause}"
+        return JOB_END_ERRORS[result.state](msg, diagnosis=d)
     if result.state in ("CRASHED", "EXITED"):
         cat = d.category.value if d.category else result.state
         where = f" at log line {d.line}" if d.line else ""

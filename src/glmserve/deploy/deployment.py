@@ -171,6 +171,12 @@ class Deployment:
         from glmserve.remote.process import host_adjusted_spec, launch_run, stop_run
         from glmserve.remote.transport import transport_for
 
+        slurm = [n.host.name for n in plan.nodes if n.host.is_slurm]
+        if slurm and plan.grouped:
+            raise ConfigError(
+                f"{slurm[0]} is a Slurm host: multi-node runs on Slurm (one job, one srun "
+                "task per node) are not supported yet; launch a single-node profile there"
+            )
         for node in plan.nodes:  # the simulator's own parse, before anything starts
             if node.spec.launcher == "simulator":
                 row = check_simulated(transport_for(node.host), node.spec)
@@ -184,7 +190,10 @@ class Deployment:
                 # the flags as the host's SGLang release spells them (one command reads it)
                 spec = host_adjusted_spec(node.spec, node.host)
                 spec = port_for_host(spec, transport_for(node.host), say)
-                rec = launch_run(
+                start = launch_run
+                if node.host.is_slurm:  # sbatch, not nohup (deploy/slurm_job.py)
+                    from glmserve.deploy.slurm_job import launch_job_run as start
+                rec = start(
                     spec,
                     node.host.name,
                     replace_existing=replace_existing,
@@ -234,6 +243,18 @@ class Deployment:
         if not self.grouped:
             run = self.runs[0]
             tick = (lambda t: on_tick(0, t)) if on_tick else None
+            if run.meta.get("slurm"):  # the queue first, then this same watch
+                from glmserve.deploy.slurm_job import watch_job
+
+                res = watch_job(
+                    run,
+                    self.store,
+                    lambda r, **k: _watcher(r, self.store, **k).watch(),
+                    timeout_s=timeout_s,
+                    on_tick=tick,
+                    **kw,
+                )
+                return Verdict(res.state, None, {0: res}, res.elapsed_s)
             res = _watcher(run, self.store, timeout_s=timeout_s, on_tick=tick, **kw).watch()
             return Verdict(res.state, None, {0: res}, res.elapsed_s)
         verdict = _watch_nodes(self.runs, timeout_s, on_tick, kw)
@@ -490,6 +511,11 @@ def status_rows(store: RunStore, ident: str | None, all_runs: bool) -> list[dict
             row["error"] = str(exc)
             row["unverified"] = isinstance(exc, ProcessUnverified)  # `status` exits 5
             rows.append(row)
+        if r.meta.get("slurm") and r.ended_at is None:
+            from glmserve.deploy.slurm_job import status_fields
+
+            with contextlib.suppress(TransportError):
+                rows[-1].update(status_fields(r))
         if "group_id" in r.meta:
             rows[-1]["group_id"] = r.meta["group_id"]
             rows[-1]["node_rank"] = r.meta.get("node_rank")

@@ -28,13 +28,14 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
 
 from glmserve.diagnose import Diagnosis, LogDiagnoser, State
 from glmserve.errors import (
+    JOB_END_ERRORS,
     GlmserveError,
     RunNotServing,
     ServerCrashed,
@@ -188,7 +189,7 @@ def fetch_server_info(base_url: str, timeout: float = 10.0) -> dict[str, Any] | 
 def refusal(run: RunRecord, assessed: dict[str, Any]) -> GlmserveError | None:
     """The error for a run that is not alive and READY, or None when it is."""
     state = str(assessed.get("state") or run.state)
-    if state == "READY" and assessed.get("alive_pids"):
+    if state == "READY" and assessed.get("alive", assessed.get("alive_pids")):
         return None
     why = ": ".join(x for x in (run.category, run.root_cause) if x)
     tail = f" ({why})" if why else ""
@@ -268,12 +269,12 @@ def identity_problems(run: RunRecord, assessed: dict[str, Any]) -> list[str]:
 @contextlib.contextmanager
 def serving_endpoint(run_id: str) -> Iterator[tuple[str, RunRecord, Identity]]:
     """The run's base URL (an ssh forward when remote), verified to be its live server."""
-    from glmserve.remote.process import transport_for_run
+    from glmserve.remote.process import run_base_url, transport_for_run
 
     with RunStore.open() as store:
         run = store.get_run(run_id)
     t = transport_for_run(run)
-    with t.endpoint(run.port, run_probe_host(run.spec)) as base:  # the address it binds
+    with run_base_url(run, t) as base:
         ident = verify_serving(run, base, t)
         yield base, run, ident
 
@@ -295,6 +296,11 @@ class Verdict:
 
             return RunNotServing(f"run {run_id} was stopped during the measurement: {self.reason}")
         d = self.diagnosis
+        if self.state in JOB_END_ERRORS:
+            hint = f"; {d.hint}" if d is not None and d.hint else ""
+            return JOB_END_ERRORS[self.state](
+                f"run {run_id} {self.state} during the measurement: {self.reason}{hint}", d
+            )
         detail = self.reason
         if d is not None and d.root_cause:
             cat = getattr(d.category, "value", d.category)
@@ -378,6 +384,7 @@ class RunMonitor:
 
     def _poll(self) -> Verdict | None:
         from glmserve.remote.process import run_ownership
+        from glmserve.remote.slurm import scheduler_end
 
         try:
             own = run_ownership(self.t, self.run)
@@ -386,7 +393,11 @@ class RunMonitor:
             return None  # the host did not answer this time; the next poll asks again
         d = self.diag.diagnosis
         verdict = None
-        if d.state is State.CRASHED:
+        if not own.alive and (ended := scheduler_end(own)):
+            # a Slurm job ended by the scheduler: that is why, whatever the log's last lines
+            # (slurmstepd's "*** JOB n CANCELLED ... DUE TO TIME LIMIT ***" is no crash)
+            verdict = Verdict(ended[0], ended[1], replace(d, root_cause=ended[1], hint=ended[2]))
+        elif d.state is State.CRASHED:
             verdict = Verdict("CRASHED", d.root_cause or "crash in the log", d)
         elif not own.alive:
             reason = f"the server process exited ({own.reason or 'no process left'})"

@@ -715,6 +715,7 @@ def assess_run(run: RunRecord, store: RunStore, t: Transport | None = None) -> d
     its processes being alive, so its READY rests on its processes alone.
     """
     from glmserve.remote.process import read_log_bytes, transport_for_run
+    from glmserve.remote.slurm import scheduler_end
 
     t = t or transport_for_run(run)
     own = run_ownership(t, run)
@@ -773,6 +774,9 @@ def assess_run(run: RunRecord, store: RunStore, t: Transport | None = None) -> d
         # being stopped right now: the stop ends it; a verdict reached before (STALLED) holds
         state = run.state if run.terminal else "STOPPED"
         fields["ended_at"] = time.time()
+    elif ended := scheduler_end(own):  # a Slurm job ended by the scheduler
+        state = ended[0]
+        fields = {"root_cause": ended[1], "hint": ended[2], "ended_at": time.time()}
     else:
         d = d.exited(None)  # dead: a warning such as a soft watchdog line explains it
         state = "CRASHED" if d.state is State.CRASHED else "EXITED"
@@ -797,6 +801,7 @@ def assess_run(run: RunRecord, store: RunStore, t: Transport | None = None) -> d
         "pid": run.pid,
         "uptime_s": round(end - run.created_at, 1),
         "alive_pids": own.pids,
+        "alive": own.alive,  # a Slurm run: its job (no PIDs of a node are known)
         "healthy": healthy,
         "phase": d.phase.value,
         "category": run.category,

@@ -28,6 +28,12 @@ File format::
         venv: /root/venv
         address: 10.1.230.174         # multi-node: how other nodes reach it (default: ssh's
                                       # HostName for target)
+      cluster:
+        kind: slurm                   # runs are Slurm jobs (see remote/slurm.py)
+        login: user@login1            # where sbatch runs (absent: this machine); = target
+        workdir: /shared/glmserve     # on the cluster's shared filesystem
+        slurm: {partition: gpu, account: proj, qos: normal, gres: "gpu:8", time: "02:00:00",
+                constraint: h100, sbatch_options: {mem: 0, exclusive: true}}
 """
 
 from __future__ import annotations
@@ -38,14 +44,23 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from glmserve.config.yamlload import load_yaml, read_config_text
 from glmserve.errors import ConfigError
 from glmserve.paths import glmserve_home, project_configs_dir, user_config_dir
+from glmserve.remote.slurm_config import SlurmOptions
 
 LOCAL = "local"
 DEFAULT_REMOTE_WORKDIR = "~/glmserve"
@@ -221,6 +236,33 @@ class HostConfig(BaseModel):
     # Set by the loader, never by a file: a project-file entry for this machine that names a
     # python/venv/workdir (see the module doc). A file setting it is refused (a duplicate key).
     project_local_code: bool = False
+    kind: Literal["ssh", "slurm"] = Field("ssh", description="slurm: each run is a Slurm job")
+    slurm: SlurmOptions | None = None  # kind: slurm only
+
+    @model_validator(mode="before")
+    @classmethod
+    def _slurm_login(cls, v: Any) -> Any:
+        """A slurm host's ``login`` (its submit host) is its ssh target."""
+        if isinstance(v, dict) and "login" in v:
+            v = dict(v)
+            if v.get("kind") != "slurm":
+                raise ValueError("login: is for kind: slurm hosts (an ssh host has target:)")
+            if v.get("target") is not None:
+                raise ValueError("give login: or target:, not both")
+            v["target"] = v.pop("login")
+        return v
+
+    @model_validator(mode="after")
+    def _slurm_block(self) -> HostConfig:
+        if self.kind == "slurm" and self.slurm is None:
+            self.slurm = SlurmOptions()
+        if self.kind != "slurm" and self.slurm is not None:
+            raise ValueError("slurm: is for kind: slurm hosts")
+        return self
+
+    @property
+    def is_slurm(self) -> bool:
+        return self.kind == "slurm"
 
     @field_validator("target")
     @classmethod
@@ -429,6 +471,13 @@ def _build(e: _Entry) -> HostConfig:
     fields = dict(e.fields)
     if fields.get("ssh_config") is not None:
         fields["ssh_config"] = _trusted_ssh_config(e, fields["ssh_config"])
+    slurm = fields.get("slurm")
+    if isinstance(slurm, dict) and slurm.get("clusters") is not None and not e.trusted:
+        raise ConfigError(
+            f"{e.path}:{e.lines.get(f'{e.name}.slurm', e.line)}: hosts.{e.name}.slurm.clusters: "
+            f"only your own {user_hosts_file()} may send jobs to another cluster; {e.path} is a "
+            "project file (e.g. a checked-out repo)"
+        )
     try:
         host = HostConfig(
             name=e.name,

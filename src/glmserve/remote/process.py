@@ -223,6 +223,10 @@ def _lone_process(run: RunRecord, probe: GroupProbe, start: int) -> Ownership:
 
 def run_ownership(t: Transport, run: RunRecord) -> Ownership:
     """The run's live, verified processes; ProcessUnverified when the probe proves nothing."""
+    if run.meta.get("slurm"):  # a Slurm run: its job, not a process (remote/slurm.py)
+        from glmserve.remote.slurm import job_ownership
+
+        return job_ownership(t, run)
     if run.pgid is None:
         return Ownership([], "never started")
     return require_verified(run, verify_ownership(run, probe_group(t, run.pgid, run.pid)))
@@ -657,7 +661,12 @@ def stop_run(run_id: str, timeout: float = 15.0, store: RunStore | None = None) 
         run_ownership(t, run)  # unverifiable: ProcessUnverified, before any STOPPING is said
     with contextlib.suppress(StoreError):
         store.add_event(run.run_id, "STOPPING", None, {"by_pid": os.getpid()})
-    report = stop_process(t, run, timeout)
+    if run.meta.get("slurm"):  # a Slurm run: scancel of its verified job
+        from glmserve.remote.slurm import cancel_job
+
+        report = cancel_job(t, run, timeout)
+    else:
+        report = stop_process(t, run, timeout)
     with contextlib.suppress(StoreError):
         run = store.get_run(run.run_id)  # a verdict reached meanwhile (CRASHED, STALLED) holds
     fields: dict[str, Any] = {"ended_at": run.ended_at or time.time()}
@@ -768,7 +777,21 @@ def open_endpoint(run_id: str) -> Iterator[str]:
     """Base URL reaching the run's HTTP server from here; an ssh ``-L`` forward when remote."""
     with RunStore.open() as store:
         run = store.get_run(run_id)
-    with transport_for_run(run).endpoint(run.port, run_probe_host(run.spec)) as base:
+    with run_base_url(run, transport_for_run(run)) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def run_base_url(run: RunRecord, t: Transport) -> Iterator[str]:
+    """The run's server from here: a Slurm job's node address when glmserve runs on the
+    login host, else the address the server binds (``run_probe_host``), through an ssh
+    ``-L`` forward when the host is remote."""
+    addr = (run.meta.get("slurm") or {}).get("node_addr")
+    if addr and t.host.is_local:
+        host = f"[{addr}]" if ":" in addr else addr
+        yield f"http://{host}:{int(run.port)}"
+        return
+    with t.endpoint(run.port, run_probe_host(run.spec)) as base:  # the address it binds
         yield base
 
 
