@@ -111,6 +111,7 @@ class Request:
         "finish",
         "finished",
         "flushed",
+        "gen",
         "gen_times",
         "ids_csv",
         "max_new",
@@ -146,6 +147,7 @@ class Request:
         self.finish = 0.0
         self.finished = False
         self.traced = True
+        self.gen: Any = None  # a textmodel.Generation when the request asked for logprobs
 
     @property
     def completion_tokens(self) -> int:
@@ -336,7 +338,8 @@ class Engine:
             if r.finished:
                 continue
             n = len(r.out_ids)
-            tid = (r.seed * 40503 + n * 2654435761) % VOCAB_SIZE
+            gen = r.gen
+            tid = (r.seed * 40503 + n * 2654435761) % VOCAB_SIZE if gen is None else gen.next()
             r.out_ids.append(tid)
             piece = TOKEN_TEXT[tid & 4095]
             r.text_parts.append(piece)

@@ -24,6 +24,7 @@ import yaml
 from glmserve.errors import SimUsageError
 from glmserve.simulator import costmodel
 from glmserve.simulator.costmodel import CostModel, ServerShape
+from glmserve.simulator.textmodel import parse_fault
 
 MAX_PORT = 65535
 PROG = "launch_server.py"  # what argparse prints for `python -m sglang.launch_server`
@@ -155,6 +156,7 @@ def sim_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-send-threads", type=int, default=0)
     p.add_argument("--sim-trace-max-requests", type=int, default=20000)
     p.add_argument("--sim-trace-max-steps", type=int, default=200000)
+    p.add_argument("--sim-output-fault", type=str, default=None)  # simulator/textmodel.py
     for name in CostModel.field_names():
         p.add_argument("--sim-" + name.replace("_", "-"), dest="cm_" + name, default=None)
     return p
@@ -182,6 +184,7 @@ class SimOptions:
     send_threads: int = 0
     trace_max_steps: int = 200000
     patches: tuple[str, ...] = ()
+    output_fault: Any = None  # textmodel.OutputFault (--sim-output-fault)
 
     @property
     def served_model_name(self) -> str:
@@ -416,4 +419,5 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:
         send_threads=max(0, sim.sim_send_threads),
         trace_max_steps=sim.sim_trace_max_steps,
         patches=patches,
+        output_fault=parse_fault(sim.sim_output_fault),
     )
