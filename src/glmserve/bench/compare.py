@@ -114,7 +114,9 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
 
     One whose levels differ gets a ``notes`` entry, and speedups only at shared levels.
     """
+    from glmserve.bench.agreement import WRONG_OUTPUT
     from glmserve.bench.comparable import context, describe, differences, levels_of, unfit
+    from glmserve.bench.probe import compare_agreement, describe_agreement
 
     if not rows:
         raise ConfigError("compare: nothing to compare")
@@ -153,8 +155,15 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
             reasons.append(own["incomplete"])
         if r is not base and base_unfit["incomplete"]:
             reasons.append(f"baseline {base['id']} is {base_unfit['incomplete']}")
+        output = None if r is base else compare_agreement(base, r)
+        if output and output.get("verdict") == WRONG_OUTPUT:
+            reasons.append(describe_agreement(output))  # a wrong model's speed is no speedup
         ok = not reasons
         notes = []
+        if output and output.get("verdict") not in (None, WRONG_OUTPUT):
+            notes.append(describe_agreement(output))
+        elif output and output.get("note"):
+            notes.append(output["note"])
         same_levels = levels_of(r) == levels_of(base)
         if ok and not same_levels:
             notes.append(
@@ -199,6 +208,7 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
                 "incomplete": own["incomplete"],
                 "incomparable_reason": "; ".join(reasons) if reasons else None,
                 "notes": notes,
+                "output": output,
                 "context": context(r),
             }
         )

@@ -35,6 +35,9 @@ class BenchResult:
     # What a reader must know before quoting a figure (a level that never filled its slots);
     # printed under the table. Added without a version bump: older results simply lack it.
     notes: list[str] = field(default_factory=list)
+    # bench --probe: the probe set's outputs and, with a reference, the agreement verdict
+    # (bench.probe.probe_step). Added without a version bump: older results lack it.
+    probe: dict[str, Any] | None = None
     version: int = RESULT_VERSION
 
     @property

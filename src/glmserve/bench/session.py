@@ -423,8 +423,12 @@ def run_bench(
     progress: Progress,
     store_result: bool = True,
     labels: dict[str, str] | None = None,
+    probe: Any = None,
 ) -> BenchOutcome:
-    """Measure, assemble, evaluate gates and store; Ctrl-C yields a partial, marked result."""
+    """Measure, assemble, evaluate gates and store; Ctrl-C yields a partial, marked result.
+
+    ``probe`` (a ``bench.probe.ProbeSpec``): after the levels, the probe set is sent and, with
+    a reference, judged (``WRONG_OUTPUT`` fails the ``output-agreement`` gate)."""
     validate_settings(settings, gates)
     if settings.dataset_path is not None:  # once, here: validate may run twice (the CLI's note)
         from glmserve.bench.workload import dataset_digest
@@ -512,6 +516,11 @@ def run_bench(
                 raise
             raise verdict.error() from exc
         verdict = next((m.verdict for m in target.monitors if m.verdict), None)  # seen so far
+        probe_doc = None
+        if probe is not None and not interrupted and not stopped:
+            from glmserve.bench.probe import probe_step
+
+            probe_doc = probe_step(target.base, probe, settings.model)
     meta.update(
         url=settings.base_url,
         started_at=started,
@@ -537,6 +546,12 @@ def run_bench(
     res.gates = evaluate_gates(
         res, gates.min_decode_tok_s, gates.max_ttft_ms, gates.min_output_tok_s
     )
+    if probe_doc is not None:
+        from glmserve.bench.probe import probe_gate
+
+        res.probe = probe_doc
+        if (g := probe_gate(probe_doc)) is not None:
+            res.gates.append(g)
     result_id, store_error = None, None
     if store_result:
         from glmserve.errors import StoreError
