@@ -47,7 +47,7 @@ def test_same_model_reproduces_the_reference_exactly(capsys, start_simulator, re
 
 def test_garbled_output_is_wrong_output_and_fails_the_gate(capsys, start_simulator, reference):
     sim = start_simulator(*SIM, "--sim-output-fault", "garble@flashinfer/fp8_e4m3")
-    rc, res, err = bench(capsys, sim.url, "--reference", str(reference))
+    rc, res, _ = bench(capsys, sim.url, "--reference", str(reference))
     assert rc == 1  # the output-agreement gate
     a = res["probe"]["agreement"]
     assert a["verdict"] == ag.WRONG_OUTPUT
