@@ -109,6 +109,21 @@ def sweep(
     stall_timeout: float = typer.Option(
         60.0, "--stall-timeout", help="Bench: seconds a stream may stay silent (then an error)."
     ),
+    probe: bool = typer.Option(
+        False, "--probe", help="Probe every profile's output against --reference (greedy)."
+    ),
+    reference: str | None = typer.Option(
+        None,
+        "--reference",
+        help="Profile (or bench result id) whose outputs are right (implies --probe; default: "
+        "the first profile that starts). WRONG_OUTPUT profiles get no speedup, never win.",
+    ),
+    max_excess_nll: float | None = typer.Option(
+        None, "--max-excess-nll", help="WRONG_OUTPUT above this many nats/token (default 0.1)."
+    ),
+    min_greedy_agreement: float | None = typer.Option(
+        None, "--min-greedy-agreement", help="WRONG_OUTPUT below this mean agreement (0.5)."
+    ),
     resume: ResumeOpt = None,
     simulate: SimulateOpt = False,
     as_json: JsonOpt = False,
@@ -164,6 +179,10 @@ def sweep(
             capture_steps=capture_steps,
             timeout_s=timeout,
             stall_timeout_s=stall_timeout,
+            probe=probe or reference is not None,
+            reference=reference,
+            max_excess_nll=max_excess_nll,
+            min_greedy_agreement=min_greedy_agreement,
         )
         group = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else []
         if group and host:
@@ -171,6 +190,7 @@ def sweep(
         if nodes is not None and len(group) < 2:
             raise ConfigError(f"--nodes: expected at least 2 host names like a,b, got {nodes!r}")
         names = [p.strip() for p in profiles.split(",") if p.strip()]
+        opts.check_probe(names)
         check_plans(names, host, group, opts, simulate)  # before the sweep is created
         sw = start_sweep(names, host, simulate, opts, group)
     say(f"{sw.sweep_id}: {', '.join(sw.profiles)}{' (simulated)' if simulate else ''}")

@@ -527,6 +527,10 @@ def print_sweep(sw: Any) -> None:
     for r in rows:
         if r["hint"]:
             out.print(f"{r['profile']}: {r['hint']}", highlight=False, markup=False)
+    from glmserve.sweep.summary import output_lines
+
+    for line in output_lines(sw):
+        out.print(line, highlight=False, markup=False)
     note = speed_note(sw)
     if note:
         out.print(note, highlight=False, markup=False)

@@ -148,12 +148,15 @@ class LifecycleBackend(SweepBackend):
             diag.update(node_rank=res.failing_rank, host=bad.host, node_run_id=bad.run_id)
         return StepOutcome(res.state, diag)
 
-    def bench(self, run_id: str, mode: str, opts: SweepOptions) -> dict[str, Any]:
+    def bench(
+        self, run_id: str, mode: str, opts: SweepOptions, probe: Any = None
+    ) -> dict[str, Any]:
         from glmserve.bench.runner import Progress
         from glmserve.bench.session import Gates, run_bench
 
         settings = opts.bench_settings(mode)
-        outcome = run_bench(settings, run_id, Gates(), Progress())  # a group: via node 0
+        # a group: via node 0; ``probe`` (bench.probe.ProbeSpec) with the first bench only
+        outcome = run_bench(settings, run_id, Gates(), Progress(), probe=probe)
         if outcome.interrupted:
             raise KeyboardInterrupt
         return outcome.result.to_dict()
