@@ -241,3 +241,12 @@ def compare_agreement(base: dict[str, Any], row: dict[str, Any]) -> dict[str, An
     if own and own.get("verdict") == WRONG_OUTPUT:
         return own
     return None
+
+
+def probe_run(run_id: str, spec: ProbeSpec) -> dict[str, Any]:
+    """``probe_step`` on a run's own server (found and verified from the store, as ``bench
+    RUN`` does)."""
+    from glmserve.bench.session import endpoint
+
+    with endpoint(run_id, None) as target:
+        return probe_step(target.base, spec)

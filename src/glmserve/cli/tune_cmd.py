@@ -59,6 +59,18 @@ def tune(
     write_profile: str = typer.Option(
         None, "--write-profile", help="Save the best config as this profile (extends --profile)."
     ),
+    probe: bool = typer.Option(
+        False,
+        "--probe",
+        help="Judge every config's greedy output against the untuned profile's; WRONG_OUTPUT "
+        "configs are excluded (with the reason), never the best.",
+    ),
+    max_excess_nll: float | None = typer.Option(
+        None, "--max-excess-nll", help="WRONG_OUTPUT above this many nats/token (default 0.1)."
+    ),
+    min_greedy_agreement: float | None = typer.Option(
+        None, "--min-greedy-agreement", help="WRONG_OUTPUT below this mean agreement (0.5)."
+    ),
     resume: ResumeOpt = None,
     simulate: SimulateOpt = False,
     as_json: JsonOpt = False,
@@ -110,7 +122,15 @@ def tune(
             stall_budgets=list(stall_budgets),
             sglang_version=sglang_version,
             host_lost_s=host_lost_after,
+            probe=probe,
+            max_excess_nll=max_excess_nll,
+            min_greedy_agreement=min_greedy_agreement,
         )
+        from glmserve.bench.probe import thresholds
+
+        thresholds(max_excess_nll, min_greedy_agreement)  # a bad one: exit 2 before anything
+        if not probe and (max_excess_nll is not None or min_greedy_agreement is not None):
+            raise ConfigError("--max-excess-nll/--min-greedy-agreement need --probe")
         pool = [h.strip() for h in hosts.split(",") if h.strip()]
         if not pool:
             raise ConfigError("--hosts: give at least one host name")

@@ -24,8 +24,11 @@ CRASHED, STALLED, FAILED, SKIPPED, INTERRUPTED = (
     "skipped",
     "interrupted",
 )
+# --probe: the server's greedy output disagrees with the untuned profile's (bench.agreement):
+# its speed is of another model, so the trial is excluded from best, Pareto and the profile.
+WRONG_OUTPUT = "WRONG_OUTPUT"
 # Kept by --resume. FAILED (a tool error) counts as finished too: the search moves on.
-FINISHED = frozenset({OK, CRASHED, STALLED, FAILED, SKIPPED})
+FINISHED = frozenset({OK, CRASHED, STALLED, FAILED, SKIPPED, WRONG_OUTPUT})
 
 
 def trial_key(config: dict[str, str], concurrency: int) -> str:
@@ -48,6 +51,7 @@ class Trial:
     requeued_from: list[str] = field(default_factory=list)  # hosts lost while it ran
     started_at: float | None = None
     ended_at: float | None = None
+    output: dict[str, Any] | None = None  # --probe: agreement with the untuned profile
 
     @property
     def key(self) -> str:
@@ -73,6 +77,8 @@ class Tune:
     strategy: str = "grid"
     trials: list[Trial] = field(default_factory=list)
     lost_hosts: list[str] = field(default_factory=list)
+    # --probe: the untuned profile's probe (outputs, sha256): every trial's output reference
+    reference: dict[str, Any] | None = None
     status: str = RUNNING
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
@@ -215,7 +221,7 @@ def trial_cells(trial: Trial, keys: list[str]) -> list[str]:
 
 def failed_trials(tune: Tune) -> list[Trial]:
     """Trials that ended without a result (crashed, stalled, failed, skipped), in order."""
-    return [t for t in tune.trials if t.status in (CRASHED, STALLED, FAILED, SKIPPED)]
+    return [t for t in tune.trials if t.status in (CRASHED, STALLED, FAILED, SKIPPED, WRONG_OUTPUT)]
 
 
 def why(trial: Trial) -> str:
