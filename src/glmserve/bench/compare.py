@@ -178,6 +178,8 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
                 flag = f"baseline {base['id']}: {base_unfit['levels'][c]}"
             sp = _ratio(v, level_tok_s(base, c)) if ok and flag is None else None
             per_level[str(c)] = {"output_tok_s": v, "speedup": sp, "flag": flag}
+            if sp is not None and r is not base:
+                per_level[str(c)].update(level_interval(r, base, c))
             if flag is not None and v is not None and ok:
                 notes.append(f"{flag}: not a c={c} measurement, no speedup at c={c}")
         ttft = res.get("ttft_ms")
@@ -188,6 +190,18 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
             (lv := lowest(x)) is None or lv["concurrency"] not in u["levels"]
             for x, u in ((r, own), (base, base_unfit))
         )
+        dec_sp = _ratio(decode(r), decode(base)) if ok and low_same and low_filled else None
+        noise = decode_interval(r, base) if dec_sp is not None and r is not base else {}
+        if noise.get("speedup_ci"):
+            lo, hi = noise["speedup_ci"]
+            verdict = "within noise" if noise["within_noise"] else "beyond noise"
+            notes.append(
+                f"decode speedup {noise['speedup']:.3f}x, 95% interval {lo:.3f}..{hi:.3f} "
+                f"(bootstrap over {noise['repeats'][0]} vs {noise['repeats'][1]} repeats): "
+                f"{verdict}"
+            )
+        elif dec_sp is not None and r is not base:
+            notes.append("decode speedup from single runs: no interval (bench --repeat N)")
         out_rows.append(
             {
                 "id": r["id"],
@@ -197,9 +211,9 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
                 "complete": res.get("complete"),
                 "errors": res.get("errors"),
                 "decode_tok_s": decode(r),
-                "decode_speedup": (
-                    _ratio(decode(r), decode(base)) if ok and low_same and low_filled else None
-                ),
+                "decode_speedup": dec_sp,
+                "decode_speedup_ci": noise.get("speedup_ci"),
+                "within_noise": noise.get("within_noise"),
                 "ttft_ms": ttft,
                 "levels": per_level,
                 "baseline": r is base,
@@ -232,3 +246,45 @@ def compare_notes(table: dict[str, Any]) -> list[str]:
         for n in r.get("notes") or []:
             lines.append(f"result {r['id']}: {n}")
     return lines
+
+
+def _decode_values(row: dict[str, Any]) -> list[float]:
+    """Per-repeat decode figures of a row (the headline's, else its lowest level's)."""
+    res = row["result"]
+    vals = ((res.get("ci") or {}).get("repeat_values") or {}).get("decode_tok_s") or []
+    if vals:
+        return vals
+    lvs = res.get("levels") or []
+    if not lvs:
+        return []
+    low = min(lvs, key=lambda lv: lv["concurrency"])
+    return (low.get("repeat_values") or {}).get("decode_tok_s") or []
+
+
+def decode_interval(row: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """The decode speedup's bootstrap interval when both sides were repeated, else {}."""
+    from glmserve.bench.stats import ratio_ci, within_noise
+
+    a, b = _decode_values(row), _decode_values(base)
+    if len(a) < 2 or len(b) < 2:
+        return {}
+    sp, ci = ratio_ci(a, b)
+    return {"speedup": sp, "speedup_ci": ci, "within_noise": within_noise(ci),
+            "repeats": (len(a), len(b))}  # fmt: skip
+
+
+def level_interval(row: dict[str, Any], base: dict[str, Any], c: Any) -> dict[str, Any]:
+    """A level's output tok/s speedup interval when both sides were repeated, else {}."""
+    from glmserve.bench.stats import ratio_ci, within_noise
+
+    def vals(x: dict[str, Any]) -> list[float]:
+        for lv in x["result"].get("levels", []):
+            if _level_key(lv) == c:
+                return (lv.get("repeat_values") or {}).get("output_tok_s") or []
+        return []
+
+    a, b = vals(row), vals(base)
+    if len(a) < 2 or len(b) < 2:
+        return {}
+    _, ci = ratio_ci(a, b)
+    return {"speedup_ci": ci, "within_noise": within_noise(ci)}
