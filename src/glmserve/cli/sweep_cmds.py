@@ -109,6 +109,9 @@ def sweep(
     stall_timeout: float = typer.Option(
         60.0, "--stall-timeout", help="Bench: seconds a stream may stay silent (then an error)."
     ),
+    repeat: int = typer.Option(
+        3, "--repeat", help="Bench each profile N times: medians, 95% intervals, ties."
+    ),
     probe: bool = typer.Option(
         False, "--probe", help="Probe every profile's output against --reference (greedy)."
     ),
@@ -179,6 +182,7 @@ def sweep(
             capture_steps=capture_steps,
             timeout_s=timeout,
             stall_timeout_s=stall_timeout,
+            repeat=repeat,
             probe=probe or reference is not None,
             reference=reference,
             max_excess_nll=max_excess_nll,
@@ -191,6 +195,9 @@ def sweep(
             raise ConfigError(f"--nodes: expected at least 2 host names like a,b, got {nodes!r}")
         names = [p.strip() for p in profiles.split(",") if p.strip()]
         opts.check_probe(names)
+        from glmserve.bench.repeats import check_repeat
+
+        check_repeat(repeat, "median")
         check_plans(names, host, group, opts, simulate)  # before the sweep is created
         sw = start_sweep(names, host, simulate, opts, group)
     say(f"{sw.sweep_id}: {', '.join(sw.profiles)}{' (simulated)' if simulate else ''}")

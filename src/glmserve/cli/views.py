@@ -505,7 +505,7 @@ def print_sweep(sw: Any) -> None:
     for r in rows:
         cells = (
             r["profile"] + (f" ({len(r['nodes'])} nodes)" if r["nodes"] else ""),
-            r["status"],
+            r["status"] + (" (tie)" if r.get("tie") else ""),
             _short(r["diagnosis"]),
             f(r["decode_tok_s"]),
             f(r["ttft_ms"]),

@@ -180,6 +180,7 @@ class SweepOptions:
     stall_timeout_s: float = 60.0  # bench: a stream silent this long is an error
     stall_budgets: list[str] = field(default_factory=list)  # start-up: --stall-budget PHASE=S
     sglang_version: str | None = None
+    repeat: int = 3  # each bench N times on the server: medians and 95% intervals (vLLM: 3)
     probe: bool = False  # send the probe set after the benches and judge output agreement
     reference: str | None = None  # --reference PROFILE or bench result id (default: first)
     max_excess_nll: float | None = None

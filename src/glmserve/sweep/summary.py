@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from glmserve.bench.agreement import WRONG_OUTPUT
+from glmserve.bench.stats import overlaps
 from glmserve.sweep.state import OK
 
 if TYPE_CHECKING:
@@ -56,9 +57,31 @@ def sweep_rows(sweep: Sweep) -> list[dict[str, Any]]:
                 "speedup": (tok / baseline) if tok and baseline and not wrong else None,
                 "baseline": base_profile,
                 "output": e.output,
+                "decode_ci": decode_ci(e) if e.status == OK else None,
+                "tie": False,
             }
         )
+    best = winner(sweep)
+    best_ci = next((r["decode_ci"] for r in rows if r["profile"] == best), None)
+    for r in rows:
+        # ranked by median; a profile whose interval overlaps the winner's is a tie with it
+        if r["profile"] != best and r["status"] == OK and overlaps(r["decode_ci"], best_ci):
+            r["tie"] = True
     return rows
+
+
+def decode_ci(e: Any) -> tuple[float, float] | None:
+    """The 95% interval of the entry's decode figure (its decode bench's, else its lowest
+    concurrency level's) when its bench was repeated."""
+    d = e.decode_result()
+    if d and (d.get("ci") or {}).get("decode_tok_s"):
+        return tuple(d["ci"]["decode_tok_s"])  # type: ignore[return-value]
+    levels = [lv for b in e.bench for lv in b.get("levels", [])]
+    if not levels:
+        return None
+    low = min(levels, key=lambda lv: lv.get("concurrency", 0))
+    ci = (low.get("ci") or {}).get("decode_tok_s")
+    return tuple(ci) if ci else None  # type: ignore[return-value]
 
 
 def winner(sweep: Sweep) -> str | None:
@@ -92,7 +115,7 @@ def render_markdown(sweep: Sweep) -> str:
     for r in rows:
         cells = [
             r["profile"],
-            r["status"],
+            r["status"] + (" (tie)" if r["tie"] else ""),
             (r["diagnosis"] or "").replace("|", "\\|")[:120],
             format_figure(r["decode_tok_s"]),
             format_figure(r["ttft_ms"]),
@@ -173,4 +196,9 @@ def output_lines(sweep: Sweep) -> list[str]:
     w = winner(sweep)
     if lines and w:
         lines.append(f"winner: {w} (fastest decode among profiles whose output agrees)")
+    ties = [r["profile"] for r in sweep_rows(sweep) if r["tie"]]
+    if ties and w:
+        lines.append(
+            f"tie with {w} (95% intervals overlap, not a measurable difference): " + ", ".join(ties)
+        )
     return lines
