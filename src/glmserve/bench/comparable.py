@@ -244,6 +244,8 @@ def unfit(row: dict[str, Any]) -> dict[str, Any]:
             st = (row.get("result") or {}).get("settings") or {}
             if st.get("num_prompts") is not None and st["num_prompts"] < lv["concurrency"]:
                 why += f" (num_prompts {st['num_prompts']} < concurrency {lv['concurrency']})"
+        why = why or lv.get("contended")  # another client's load shared the server
+        if why:
             bad[lv.get("request_rate") or lv.get("concurrency")] = why
     return {"incomplete": incomplete_reason(row), "levels": bad}
 

@@ -63,6 +63,12 @@ def merge_levels(levels: list[dict[str, Any]]) -> dict[str, Any]:
                 if _is_num(sv):
                     vals = [(lv.get(key) or {}).get(sub) for lv in levels]
                     out[key][sub] = median([x for x in vals if _is_num(x)])
+    contended = next((lv["contended"] for lv in levels if lv.get("contended")), None)
+    if contended:
+        out["contended"] = contended
+    warnings = [w for lv in levels for w in lv.get("warnings") or []]
+    if warnings:
+        out["warnings"] = list(dict.fromkeys(warnings))
     samples = [s for lv in levels for s in lv.get("error_samples") or []]
     if "error_samples" in out:
         out["error_samples"] = samples[:5]

@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from glmserve import __version__
+from glmserve.bench.contention import ServerView
+from glmserve.bench.contention import judge as judge_contention
+from glmserve.bench.contention import notes as contention_notes
 from glmserve.bench.progress import SilenceWatch
 from glmserve.bench.ratesweep import level_plan, saturation
 from glmserve.bench.results import BenchResult, build_result, evaluate_gates, summarize_level
@@ -483,6 +486,7 @@ def run_bench(
             run_warmup(settings, requests, watch)
             for c, rate in level_plan(settings, levels):
                 run = LevelRun(concurrency=c, workers=settings.workers_for(c, rate), rate=rate)
+                view = ServerView(run_id, target.base).start()  # bench.contention
                 try:
                     run_level(settings, c, requests, watch, run)
                 finally:
@@ -497,6 +501,7 @@ def run_bench(
                             rate=rate,
                         )
                     )
+                    judge_contention(view.stop(), levels[-1])
                 if run.stopped or any(not r.ok for r in run.records):
                     verdict = _server_verdict(target)
                     if verdict is not None:
@@ -541,6 +546,7 @@ def run_bench(
             f"{settings.prompts_needed()} requests: they repeat, and a real server's prefix "
             f"cache may serve a repeat faster (bench_serving sends only {settings.dataset_rows})"
         )
+    res.notes.extend(contention_notes(levels))
     if settings.rate_sweep:
         res.sweep = saturation(levels)
     res.gates = evaluate_gates(

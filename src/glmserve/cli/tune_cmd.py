@@ -59,6 +59,9 @@ def tune(
     write_profile: str = typer.Option(
         None, "--write-profile", help="Save the best config as this profile (extends --profile)."
     ),
+    repeat: int = typer.Option(
+        3, "--repeat", help="Bench each trial N times on its server: medians, intervals, ties."
+    ),
     probe: bool = typer.Option(
         False,
         "--probe",
@@ -122,11 +125,15 @@ def tune(
             stall_budgets=list(stall_budgets),
             sglang_version=sglang_version,
             host_lost_s=host_lost_after,
+            repeat=repeat,
             probe=probe,
             max_excess_nll=max_excess_nll,
             min_greedy_agreement=min_greedy_agreement,
         )
         from glmserve.bench.probe import thresholds
+        from glmserve.bench.repeats import check_repeat
+
+        check_repeat(repeat, "median")
 
         thresholds(max_excess_nll, min_greedy_agreement)  # a bad one: exit 2 before anything
         if not probe and (max_excess_nll is not None or min_greedy_agreement is not None):
@@ -157,7 +164,16 @@ def tune(
     if write_profile:
         if best is None:
             raise ServerCrashed(f"tune {tu.tune_id}: no trial met the SLOs; no profile written")
-        path = write_winner(tu, write_profile, tu.options.get("sglang_version"))
-        err.print(f"wrote profile {write_profile} ({path})", highlight=False)
+        beats, why = st.beats_start(tu, server)
+        if beats:
+            path = write_winner(tu, write_profile, tu.options.get("sglang_version"))
+            err.print(f"wrote profile {write_profile} ({path}): {why}", highlight=False)
+        else:
+            err.print(
+                f"no profile written: the best does not beat the starting config beyond "
+                f"noise ({why})",
+                highlight=False,
+                markup=False,
+            )
     if best is None:
         raise ServerCrashed(f"tune {tu.tune_id}: no trial met the SLOs")

@@ -55,6 +55,7 @@ class TuneOptions:
     base_port: int = 30000
     sim_speed: float = 1.0  # the profile's sim.speed (simulated figures are scaled back)
     host_lost_s: float = 60.0  # a host unreachable this long leaves the pool
+    repeat: int = 3  # each trial's bench N times on its server: medians, intervals, ties
     probe: bool = False  # judge every trial's output against the untuned profile's
     max_excess_nll: float | None = None
     min_greedy_agreement: float | None = None
@@ -413,6 +414,7 @@ class LifecycleJobRunner(JobRunner):
             stall_timeout_s=o.stall_timeout_s,
             stall_budgets=list(o.stall_budgets),
             sglang_version=o.sglang_version,
+            repeat=o.repeat,
         )
 
     def _mark(self, trials: list[st.Trial], **kw: Any) -> None:

@@ -97,6 +97,7 @@ class Tune:
         best = best_trial(self)
         d["best"] = None if best is None else {"key": best.key, **asdict(best)}
         d["pareto"] = [t.key for t in pareto(self)]
+        d["ties"] = [t.key for t in ties(self)]
         return d
 
     @classmethod
@@ -126,6 +127,58 @@ def best_trial(tune: Tune) -> Trial | None:
         if best_v is None or v > best_v:
             best, best_v = t, v
     return best
+
+
+def objective_values(tune: Tune, trial: Trial) -> list[float]:
+    """The objective's per-repeat values (``--repeat``; goodput has none kept)."""
+    return list((trial.metrics.get("repeat_values") or {}).get(tune.objective) or [])
+
+
+def ties(tune: Tune) -> list[Trial]:
+    """Feasible trials whose objective's 95% interval overlaps the best trial's: ranked
+    below it by median, but not measurably worse."""
+    from glmserve.bench.stats import median_ci, overlaps
+
+    best = best_trial(tune)
+    if best is None:
+        return []
+    best_ci = median_ci(objective_values(tune, best))
+    return [
+        t
+        for t in tune.trials
+        if t is not best
+        and feasible(tune, t)
+        and overlaps(median_ci(objective_values(tune, t)), best_ci)
+    ]
+
+
+def beats_start(tune: Tune, profile_server: dict[str, Any]) -> tuple[bool, str]:
+    """Whether the best trial beats the starting config (the profile's own values) beyond
+    noise at the same load: the bootstrap interval of the ratio of their objective medians
+    lies above 1.0. A start that ran and has no feasible figure is beaten outright."""
+    from glmserve.bench.stats import ratio_ci
+    from glmserve.tune.space import starting_config
+
+    best = best_trial(tune)
+    if best is None:
+        return False, "no trial met the SLOs"
+    start = starting_config(tune.space, profile_server)
+    if best.config == start:
+        return False, "the best config is the profile's own"
+    t0 = tune.trial(start, best.concurrency)
+    if t0 is None or not feasible(tune, t0):
+        why = "was not run" if t0 is None else f"is {t0.status} or misses the SLOs"
+        if t0 is None:
+            return False, f"the starting config {why} at concurrency {best.concurrency}"
+        return True, f"the starting config {why}"
+    sp, ci = ratio_ci(objective_values(tune, best), objective_values(tune, t0))
+    if ci is None:
+        return False, "no interval (a single run each): cannot tell it from noise (--repeat)"
+    if ci[0] > 1.0:
+        return True, f"{sp:.3f}x the starting config, 95% interval {ci[0]:.3f}..{ci[1]:.3f}"
+    return False, (
+        f"{sp:.3f}x the starting config, 95% interval {ci[0]:.3f}..{ci[1]:.3f}: within noise"
+    )
 
 
 def latency_key(tune: Tune) -> str:
@@ -185,6 +238,12 @@ def render_markdown(tune: Tune) -> str:
         ]
     else:
         lines += ["**Best:** no trial met the SLOs", ""]
+    tied = ties(tune)
+    if tied:
+        lines += [
+            "**Tie with best** (95% intervals overlap): " + ", ".join(t.key for t in tied),
+            "",
+        ]
     head = [*keys, *TRIAL_COLUMNS, "pareto"]
     lines += ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for t in tune.trials:
