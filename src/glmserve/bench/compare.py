@@ -200,8 +200,9 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
                 f"(bootstrap over {noise['repeats'][0]} vs {noise['repeats'][1]} repeats): "
                 f"{verdict}"
             )
-        elif dec_sp is not None and r is not base:
-            notes.append("decode speedup from single runs: no interval (bench --repeat N)")
+        elif dec_sp is not None and r is not base and (_decode_values(r) or _decode_values(base)):
+            single = base["id"] if _decode_values(r) else r["id"]
+            notes.append(f"no interval for the decode speedup: result {single} is a single run")
         out_rows.append(
             {
                 "id": r["id"],
