@@ -12,7 +12,8 @@ More requests running on the server than the bench ever had in flight means anot
 load shared the server: the level is marked ``contended`` (its figures are not this config's
 alone; ``compare`` and the report give it no speedup). A server-reported generation
 throughput that differs from the client's by more than ``THROUGHPUT_TOLERANCE`` is a warning in
-the result (the first decode line of a level is left out: its window began before the level).
+the result (the first decode line or sample of a level is left out: its window began before
+the level, and it may still count the previous level's streams being aborted).
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ class ServerView:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(3)
-            return {"source": "metrics", "running": list(self.samples), "gen_tok_s": []}
+            # the first sample may still count the previous level's streams being aborted
+            return {"source": "metrics", "running": self.samples[1:], "gen_tok_s": []}
         if self.offset is None or self.t is None or self.log_path is None:
             return {}
         from glmserve.remote.process import read_log_bytes
@@ -102,10 +104,12 @@ class ServerView:
         except GlmserveError:
             return {}
         lines = parse_decode_lines(data.decode("utf-8", "replace"))
+        # the first line's window began before the level (and may count the previous level's
+        # streams still being aborted): both figures are read from the lines after it
         return {
             "source": "log",
-            "running": [n for n, _ in lines],
-            "gen_tok_s": [x for _, x in lines[1:]],  # the first window began before the level
+            "running": [n for n, _ in lines[1:]],
+            "gen_tok_s": [x for _, x in lines[1:]],
         }
 
 
