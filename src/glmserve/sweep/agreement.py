@@ -90,6 +90,7 @@ def judge_all(sweep: Sweep, opts: SweepOptions) -> None:
         elif ref is not None and _outputs(e) is not None:
             a = agree(ref, _outputs(e) or [], None, thresholds_of(opts))
             e.output = {**a.to_dict(), "reference": name}
+            probe["agreement"] = e.output  # the stored result says so too (report, compare)
         else:
             e.output = {"verdict": None, "note": f"reference {name} has no probe outputs"}
 
