@@ -190,8 +190,13 @@ def run_repeated(
         gate_view(res, gate_on), gates.min_decode_tok_s, gates.max_ttft_ms, gates.min_output_tok_s
     )
     if gate_on == "lower":
+        how = (
+            "95% interval's bound, --gate-on lower"
+            if len(outcomes) > 1
+            else "one run: no interval, --gate-on lower read the figure itself"
+        )
         for g in res.gates:
-            g["reason"] = f"{g['reason']} (95% interval's bound, --gate-on lower)"
+            g["reason"] = f"{g['reason']} ({how})"
     res.gates += [g for g in last.result.gates if g.get("gate") == "output-agreement"]
     result_id, store_error = None, None
     if store_result:
