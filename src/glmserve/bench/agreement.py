@@ -50,7 +50,7 @@ from glmserve.errors import TransportError
 
 # Defaults justified in notes/agree.md (published FP8 KV quality studies).
 DEFAULT_MAX_EXCESS_NLL = 0.1  # nats per token
-DEFAULT_MIN_GREEDY_AGREEMENT = 0.5  # mean fraction of each probe before its first divergence
+DEFAULT_MIN_GREEDY_AGREEMENT = 0.25  # mean fraction of each probe before its first divergence
 
 WRONG_OUTPUT = "WRONG_OUTPUT"
 AGREES = "agrees"

@@ -287,7 +287,7 @@ def bench(
         None, "--max-excess-nll", help="WRONG_OUTPUT above this many nats/token (default 0.1)."
     ),
     min_greedy_agreement: float | None = typer.Option(
-        None, "--min-greedy-agreement", help="WRONG_OUTPUT below this mean agreement (0.5)."
+        None, "--min-greedy-agreement", help="WRONG_OUTPUT below this mean agreement (0.25)."
     ),
     repeat: int = typer.Option(
         1, "--repeat", help="Run the bench N times on the server: medians, 95% intervals."

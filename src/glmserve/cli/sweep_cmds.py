@@ -125,7 +125,7 @@ def sweep(
         None, "--max-excess-nll", help="WRONG_OUTPUT above this many nats/token (default 0.1)."
     ),
     min_greedy_agreement: float | None = typer.Option(
-        None, "--min-greedy-agreement", help="WRONG_OUTPUT below this mean agreement (0.5)."
+        None, "--min-greedy-agreement", help="WRONG_OUTPUT below this mean agreement (0.25)."
     ),
     resume: ResumeOpt = None,
     simulate: SimulateOpt = False,
