@@ -206,6 +206,16 @@ def incomplete_reason(row: dict[str, Any]) -> str | None:
     return f"incomplete: {why or failed or 'stopped early'}"
 
 
+def wrong_output_reason(row: dict[str, Any]) -> str | None:
+    """``WRONG_OUTPUT vs reference N: ...`` when the result was probed against a reference at
+    bench time and its output disagreed (``bench --reference``): its speed is of another
+    model, so it is no speedup and never a winner. None otherwise."""
+    a = ((row.get("result") or {}).get("probe") or {}).get("agreement") or {}
+    if a.get("verdict") != "WRONG_OUTPUT":
+        return None
+    return f"WRONG_OUTPUT vs reference {a.get('reference')}: " + "; ".join(a.get("reasons") or [])
+
+
 def underfilled(lv: dict[str, Any]) -> str | None:
     """Why a closed-loop level is not a measurement at its nominal concurrency, else None:
     it never had ``concurrency`` requests in flight (fewer prompts than slots, say).
@@ -234,6 +244,8 @@ def unfit(row: dict[str, Any]) -> dict[str, Any]:
             st = (row.get("result") or {}).get("settings") or {}
             if st.get("num_prompts") is not None and st["num_prompts"] < lv["concurrency"]:
                 why += f" (num_prompts {st['num_prompts']} < concurrency {lv['concurrency']})"
+        why = why or lv.get("contended")  # another client's load shared the server
+        if why:
             bad[lv.get("request_rate") or lv.get("concurrency")] = why
     return {"incomplete": incomplete_reason(row), "levels": bad}
 

@@ -114,7 +114,9 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
 
     One whose levels differ gets a ``notes`` entry, and speedups only at shared levels.
     """
+    from glmserve.bench.agreement import WRONG_OUTPUT
     from glmserve.bench.comparable import context, describe, differences, levels_of, unfit
+    from glmserve.bench.probe import compare_agreement, describe_agreement
 
     if not rows:
         raise ConfigError("compare: nothing to compare")
@@ -153,8 +155,15 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
             reasons.append(own["incomplete"])
         if r is not base and base_unfit["incomplete"]:
             reasons.append(f"baseline {base['id']} is {base_unfit['incomplete']}")
+        output = None if r is base else compare_agreement(base, r)
+        if output and output.get("verdict") == WRONG_OUTPUT:
+            reasons.append(describe_agreement(output))  # a wrong model's speed is no speedup
         ok = not reasons
         notes = []
+        if output and output.get("verdict") not in (None, WRONG_OUTPUT):
+            notes.append(describe_agreement(output))
+        elif output and output.get("note"):
+            notes.append(output["note"])
         same_levels = levels_of(r) == levels_of(base)
         if ok and not same_levels:
             notes.append(
@@ -169,6 +178,8 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
                 flag = f"baseline {base['id']}: {base_unfit['levels'][c]}"
             sp = _ratio(v, level_tok_s(base, c)) if ok and flag is None else None
             per_level[str(c)] = {"output_tok_s": v, "speedup": sp, "flag": flag}
+            if sp is not None and r is not base:
+                per_level[str(c)].update(level_interval(r, base, c))
             if flag is not None and v is not None and ok:
                 notes.append(f"{flag}: not a c={c} measurement, no speedup at c={c}")
         ttft = res.get("ttft_ms")
@@ -179,6 +190,19 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
             (lv := lowest(x)) is None or lv["concurrency"] not in u["levels"]
             for x, u in ((r, own), (base, base_unfit))
         )
+        dec_sp = _ratio(decode(r), decode(base)) if ok and low_same and low_filled else None
+        noise = decode_interval(r, base) if dec_sp is not None and r is not base else {}
+        if noise.get("speedup_ci"):
+            lo, hi = noise["speedup_ci"]
+            verdict = "within noise" if noise["within_noise"] else "beyond noise"
+            notes.append(
+                f"decode speedup {noise['speedup']:.3f}x, 95% interval {lo:.3f}..{hi:.3f} "
+                f"(bootstrap over {noise['repeats'][0]} vs {noise['repeats'][1]} repeats): "
+                f"{verdict}"
+            )
+        elif dec_sp is not None and r is not base and (_decode_values(r) or _decode_values(base)):
+            single = base["id"] if _decode_values(r) else r["id"]
+            notes.append(f"no interval for the decode speedup: result {single} is a single run")
         out_rows.append(
             {
                 "id": r["id"],
@@ -188,9 +212,9 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
                 "complete": res.get("complete"),
                 "errors": res.get("errors"),
                 "decode_tok_s": decode(r),
-                "decode_speedup": (
-                    _ratio(decode(r), decode(base)) if ok and low_same and low_filled else None
-                ),
+                "decode_speedup": dec_sp,
+                "decode_speedup_ci": noise.get("speedup_ci"),
+                "within_noise": noise.get("within_noise"),
                 "ttft_ms": ttft,
                 "levels": per_level,
                 "baseline": r is base,
@@ -199,6 +223,7 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
                 "incomplete": own["incomplete"],
                 "incomparable_reason": "; ".join(reasons) if reasons else None,
                 "notes": notes,
+                "output": output,
                 "context": context(r),
             }
         )
@@ -222,3 +247,45 @@ def compare_notes(table: dict[str, Any]) -> list[str]:
         for n in r.get("notes") or []:
             lines.append(f"result {r['id']}: {n}")
     return lines
+
+
+def _decode_values(row: dict[str, Any]) -> list[float]:
+    """Per-repeat decode figures of a row (the headline's, else its lowest level's)."""
+    res = row["result"]
+    vals = ((res.get("ci") or {}).get("repeat_values") or {}).get("decode_tok_s") or []
+    if vals:
+        return vals
+    lvs = res.get("levels") or []
+    if not lvs:
+        return []
+    low = min(lvs, key=lambda lv: lv["concurrency"])
+    return (low.get("repeat_values") or {}).get("decode_tok_s") or []
+
+
+def decode_interval(row: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """The decode speedup's bootstrap interval when both sides were repeated, else {}."""
+    from glmserve.bench.stats import ratio_ci, within_noise
+
+    a, b = _decode_values(row), _decode_values(base)
+    if len(a) < 2 or len(b) < 2:
+        return {}
+    sp, ci = ratio_ci(a, b)
+    return {"speedup": sp, "speedup_ci": ci, "within_noise": within_noise(ci),
+            "repeats": (len(a), len(b))}  # fmt: skip
+
+
+def level_interval(row: dict[str, Any], base: dict[str, Any], c: Any) -> dict[str, Any]:
+    """A level's output tok/s speedup interval when both sides were repeated, else {}."""
+    from glmserve.bench.stats import ratio_ci, within_noise
+
+    def vals(x: dict[str, Any]) -> list[float]:
+        for lv in x["result"].get("levels", []):
+            if _level_key(lv) == c:
+                return (lv.get("repeat_values") or {}).get("output_tok_s") or []
+        return []
+
+    a, b = vals(row), vals(base)
+    if len(a) < 2 or len(b) < 2:
+        return {}
+    _, ci = ratio_ci(a, b)
+    return {"speedup_ci": ci, "within_noise": within_noise(ci)}

@@ -35,6 +35,13 @@ class BenchResult:
     # What a reader must know before quoting a figure (a level that never filled its slots);
     # printed under the table. Added without a version bump: older results simply lack it.
     notes: list[str] = field(default_factory=list)
+    # bench --probe: the probe set's outputs and, with a reference, the agreement verdict
+    # (bench.probe.probe_step). Added without a version bump: older results lack it.
+    probe: dict[str, Any] | None = None
+    # bench --repeat N (N > 1): every repeat as measured, and the 95% intervals of the
+    # medians the figures above are (bench.repeats). Older results lack them.
+    repeats: list[dict[str, Any]] | None = None
+    ci: dict[str, Any] | None = None
     version: int = RESULT_VERSION
 
     @property

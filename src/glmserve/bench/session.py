@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from glmserve import __version__
+from glmserve.bench.contention import ServerView
+from glmserve.bench.contention import judge as judge_contention
+from glmserve.bench.contention import notes as contention_notes
 from glmserve.bench.progress import SilenceWatch
 from glmserve.bench.ratesweep import level_plan, saturation
 from glmserve.bench.results import BenchResult, build_result, evaluate_gates, summarize_level
@@ -423,8 +426,12 @@ def run_bench(
     progress: Progress,
     store_result: bool = True,
     labels: dict[str, str] | None = None,
+    probe: Any = None,
 ) -> BenchOutcome:
-    """Measure, assemble, evaluate gates and store; Ctrl-C yields a partial, marked result."""
+    """Measure, assemble, evaluate gates and store; Ctrl-C yields a partial, marked result.
+
+    ``probe`` (a ``bench.probe.ProbeSpec``): after the levels, the probe set is sent and, with
+    a reference, judged (``WRONG_OUTPUT`` fails the ``output-agreement`` gate)."""
     validate_settings(settings, gates)
     if settings.dataset_path is not None:  # once, here: validate may run twice (the CLI's note)
         from glmserve.bench.workload import dataset_digest
@@ -479,6 +486,7 @@ def run_bench(
             run_warmup(settings, requests, watch)
             for c, rate in level_plan(settings, levels):
                 run = LevelRun(concurrency=c, workers=settings.workers_for(c, rate), rate=rate)
+                view = ServerView(run_id, target.base).start()  # bench.contention
                 try:
                     run_level(settings, c, requests, watch, run)
                 finally:
@@ -493,6 +501,7 @@ def run_bench(
                             rate=rate,
                         )
                     )
+                    judge_contention(view.stop(), levels[-1])
                 if run.stopped or any(not r.ok for r in run.records):
                     verdict = _server_verdict(target)
                     if verdict is not None:
@@ -512,6 +521,11 @@ def run_bench(
                 raise
             raise verdict.error() from exc
         verdict = next((m.verdict for m in target.monitors if m.verdict), None)  # seen so far
+        probe_doc = None
+        if probe is not None and not interrupted and not stopped:
+            from glmserve.bench.probe import probe_step
+
+            probe_doc = probe_step(target.base, probe, settings.model)
     meta.update(
         url=settings.base_url,
         started_at=started,
@@ -532,11 +546,18 @@ def run_bench(
             f"{settings.prompts_needed()} requests: they repeat, and a real server's prefix "
             f"cache may serve a repeat faster (bench_serving sends only {settings.dataset_rows})"
         )
+    res.notes.extend(contention_notes(levels))
     if settings.rate_sweep:
         res.sweep = saturation(levels)
     res.gates = evaluate_gates(
         res, gates.min_decode_tok_s, gates.max_ttft_ms, gates.min_output_tok_s
     )
+    if probe_doc is not None:
+        from glmserve.bench.probe import probe_gate
+
+        res.probe = probe_doc
+        if (g := probe_gate(probe_doc)) is not None:
+            res.gates.append(g)
     result_id, store_error = None, None
     if store_result:
         from glmserve.errors import StoreError

@@ -272,6 +272,27 @@ def bench(
     label: list[str] = typer.Option(
         (), "--label", help="k=v stored with the result (repeat); `glmserve results --label`."
     ),
+    probe: bool = typer.Option(
+        False, "--probe", help="After the levels, send the built-in probe set (greedy, logprobs)."
+    ),
+    reference: int | None = typer.Option(
+        None,
+        "--reference",
+        help="Bench result id whose probe outputs the server must reproduce (implies --probe); "
+        "WRONG_OUTPUT fails the output-agreement gate (exit 1).",
+    ),
+    max_excess_nll: float | None = typer.Option(
+        None, "--max-excess-nll", help="WRONG_OUTPUT above this many nats/token (default 0.1)."
+    ),
+    min_greedy_agreement: float | None = typer.Option(
+        None, "--min-greedy-agreement", help="WRONG_OUTPUT below this mean agreement (0.25)."
+    ),
+    repeat: int = typer.Option(
+        1, "--repeat", help="Run the bench N times on the server: medians, 95% intervals."
+    ),
+    gate_on: str = typer.Option(
+        "median", "--gate-on", help="median | lower: gates read the interval's bound."
+    ),
     wide: WideOpt = False,
     as_json: JsonOpt = False,
     output: Path | None = typer.Option(
@@ -329,7 +350,7 @@ def bench(
     from glmserve.bench.metrics import parse_percentiles, parse_slo
     from glmserve.bench.results import parse_output_gate, render_plain
     from glmserve.bench.runner import BenchSettings
-    from glmserve.bench.session import Gates, run_bench, validate_settings
+    from glmserve.bench.session import Gates, validate_settings
 
     settings = BenchSettings(
         base_url=url or "",
@@ -361,9 +382,17 @@ def bench(
     if note := output_len_note(settings):
         validate_settings(settings, gates)  # a bad option is the one line, not after a note
         err.print(f"bench: {note}", highlight=False, markup=False)
+    from glmserve.bench.probe import probe_lines, probe_spec
+    from glmserve.bench.repeats import check_repeat, repeat_lines, run_repeated
+
+    check_repeat(repeat, gate_on, rate_sweep)
+    spec = probe_spec(probe, reference, max_excess_nll, min_greedy_agreement)
     progress: Progress = RichProgress() if is_interactive() else PlainProgress()
     try:
-        outcome = run_bench(settings, run, gates, progress, labels=labels)
+        outcome = run_repeated(
+            settings, run, gates, progress, labels=labels, probe=spec, repeat=repeat,
+            gate_on=gate_on,
+        )  # fmt: skip
     finally:
         if isinstance(progress, RichProgress):
             progress.close()
@@ -395,6 +424,8 @@ def bench(
             out.print(plain(line), highlight=False, markup=False)
         if res.sweep is not None:
             out.print(sweep_line(res.sweep), highlight=False, markup=False)
+        for line in [*repeat_lines(res), *probe_lines(res.probe)]:
+            out.print(plain(line), highlight=False, markup=False)
         if outcome.result_id is not None:
             out.print(f"stored as bench result {outcome.result_id}", highlight=False)
     if outcome.store_error:

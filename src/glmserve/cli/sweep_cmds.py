@@ -110,6 +110,24 @@ def sweep(
     stall_timeout: float = typer.Option(
         60.0, "--stall-timeout", help="Bench: seconds a stream may stay silent (then an error)."
     ),
+    repeat: int = typer.Option(
+        3, "--repeat", help="Bench each profile N times: medians, 95% intervals, ties."
+    ),
+    probe: bool = typer.Option(
+        False, "--probe", help="Probe every profile's output against --reference (greedy)."
+    ),
+    reference: str | None = typer.Option(
+        None,
+        "--reference",
+        help="Profile (or bench result id) whose outputs are right (implies --probe; default: "
+        "the first profile that starts). WRONG_OUTPUT profiles get no speedup, never win.",
+    ),
+    max_excess_nll: float | None = typer.Option(
+        None, "--max-excess-nll", help="WRONG_OUTPUT above this many nats/token (default 0.1)."
+    ),
+    min_greedy_agreement: float | None = typer.Option(
+        None, "--min-greedy-agreement", help="WRONG_OUTPUT below this mean agreement (0.25)."
+    ),
     resume: ResumeOpt = None,
     simulate: SimulateOpt = False,
     as_json: JsonOpt = False,
@@ -166,6 +184,11 @@ def sweep(
             capture_steps=capture_steps,
             timeout_s=timeout,
             stall_timeout_s=stall_timeout,
+            repeat=repeat,
+            probe=probe or reference is not None,
+            reference=reference,
+            max_excess_nll=max_excess_nll,
+            min_greedy_agreement=min_greedy_agreement,
         )
         from glmserve.commalist import comma_list
 
@@ -175,6 +198,10 @@ def sweep(
         if nodes is not None and len(group) < 2:
             raise ConfigError(f"--nodes: expected at least 2 host names like a,b, got {nodes!r}")
         names = comma_list(profiles, "--profiles", "flashinfer,trtllm_mla")
+        opts.check_probe(names)
+        from glmserve.bench.repeats import check_repeat
+
+        check_repeat(repeat, "median")
         check_plans(names, host, group, opts, simulate)  # before the sweep is created
         sw = start_sweep(names, host, simulate, opts, group)
     say(f"{sw.sweep_id}: {', '.join(sw.profiles)}{' (simulated)' if simulate else ''}")

@@ -59,6 +59,21 @@ def tune(
     write_profile: str = typer.Option(
         None, "--write-profile", help="Save the best config as this profile (extends --profile)."
     ),
+    repeat: int = typer.Option(
+        3, "--repeat", help="Bench each trial N times on its server: medians, intervals, ties."
+    ),
+    probe: bool = typer.Option(
+        False,
+        "--probe",
+        help="Judge every config's greedy output against the untuned profile's; WRONG_OUTPUT "
+        "configs are excluded (with the reason), never the best.",
+    ),
+    max_excess_nll: float | None = typer.Option(
+        None, "--max-excess-nll", help="WRONG_OUTPUT above this many nats/token (default 0.1)."
+    ),
+    min_greedy_agreement: float | None = typer.Option(
+        None, "--min-greedy-agreement", help="WRONG_OUTPUT below this mean agreement (0.25)."
+    ),
     resume: ResumeOpt = None,
     simulate: SimulateOpt = False,
     as_json: JsonOpt = False,
@@ -112,7 +127,19 @@ def tune(
             stall_budgets=list(stall_budgets),
             sglang_version=sglang_version,
             host_lost_s=host_lost_after,
+            repeat=repeat,
+            probe=probe,
+            max_excess_nll=max_excess_nll,
+            min_greedy_agreement=min_greedy_agreement,
         )
+        from glmserve.bench.probe import thresholds
+        from glmserve.bench.repeats import check_repeat
+
+        check_repeat(repeat, "median")
+
+        thresholds(max_excess_nll, min_greedy_agreement)  # a bad one: exit 2 before anything
+        if not probe and (max_excess_nll is not None or min_greedy_agreement is not None):
+            raise ConfigError("--max-excess-nll/--min-greedy-agreement need --probe")
         from glmserve.commalist import comma_list
 
         pool = comma_list(hosts, "--hosts", "gpu1,gpu2")
@@ -139,7 +166,16 @@ def tune(
     if write_profile:
         if best is None:
             raise ServerCrashed(f"tune {tu.tune_id}: no trial met the SLOs; no profile written")
-        path = write_winner(tu, write_profile, tu.options.get("sglang_version"))
-        err.print(f"wrote profile {write_profile} ({path})", highlight=False)
+        beats, why = st.beats_start(tu, server)
+        if beats:
+            path = write_winner(tu, write_profile, tu.options.get("sglang_version"))
+            err.print(f"wrote profile {write_profile} ({path}): {why}", highlight=False)
+        else:
+            err.print(
+                f"no profile written: the best does not beat the starting config beyond "
+                f"noise ({why})",
+                highlight=False,
+                markup=False,
+            )
     if best is None:
         raise ServerCrashed(f"tune {tu.tune_id}: no trial met the SLOs")

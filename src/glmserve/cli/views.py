@@ -506,7 +506,7 @@ def print_sweep(sw: Any) -> None:
     for r in rows:
         cells = (
             r["profile"] + (f" ({len(r['nodes'])} nodes)" if r["nodes"] else ""),
-            r["status"],
+            r["status"] + (" (tie)" if r.get("tie") else ""),
             _short(r["diagnosis"]),
             f(r["decode_tok_s"]),
             f(r["ttft_ms"]),
@@ -528,6 +528,10 @@ def print_sweep(sw: Any) -> None:
     for r in rows:
         if r["hint"]:
             out.print(f"{r['profile']}: {r['hint']}", highlight=False, markup=False)
+    from glmserve.sweep.summary import output_lines
+
+    for line in output_lines(sw):
+        out.print(line, highlight=False, markup=False)
     note = speed_note(sw)
     if note:
         out.print(note, highlight=False, markup=False)

@@ -262,13 +262,13 @@ def _latest_per_mode(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def unfit_reasons(s: ReportSeries) -> list[str]:
     """Why a series' figures get no speedup whatever the baseline: a run that crashed or
     stalled, a result that is incomplete (failed requests, Ctrl-C, the server died)."""
-    from glmserve.bench.comparable import incomplete_reason
+    from glmserve.bench.comparable import incomplete_reason, wrong_output_reason
 
     out = []
     if s.status not in (OK, "no bench") and s.results:
         out.append(f"server {s.status}")
     for row in s.results:
-        why = incomplete_reason(row)
+        why = incomplete_reason(row) or wrong_output_reason(row)
         if why:
             out.append(f"{row['result'].get('mode')}: {why}")
     return out

@@ -69,6 +69,11 @@ Simulator options:
   --sim-fault-node-rank R     the fault options above apply only on --node-rank R (a
                               multi-node group where one node fails); other nodes start
   --sim-send-threads N        threads that write SSE chunks (default 0: the event loop)
+  --sim-output-fault KIND[=D][@BACKEND[/KV]]   garble[=P] | drift[=NATS] the greedy text
+                              (textmodel.py) when the backend/KV dtype match
+  --sim-run-variation SD      each run (busy period after 0.1 s idle) exp(N(0,SD)) slower
+  --sim-step-jitter SD        each step's duration times exp(N(0,SD))
+  --sim-variation-seed N      the same variation sequence on every server with that seed
   --sim-config FILE.yaml      cost-model overrides (field: value)
   --sim-<field> VALUE         one cost-model field, e.g. --sim-bandwidth-gbps 1500
                               ({", ".join(costmodel.CostModel.field_names())})

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from glmserve.simulator import costmodel
 from glmserve.simulator.logs import ServerLog
 from glmserve.simulator.options import SimOptions
+from glmserve.simulator.variation import Variation
 
 SPIN_S = 0.002  # final stretch of each step's wait, spun rather than slept
 VOCAB_SIZE = 151552  # GLM-5 tokenizer vocabulary
@@ -111,6 +112,7 @@ class Request:
         "finish",
         "finished",
         "flushed",
+        "gen",
         "gen_times",
         "ids_csv",
         "max_new",
@@ -146,6 +148,7 @@ class Request:
         self.finish = 0.0
         self.finished = False
         self.traced = True
+        self.gen: Any = None  # a textmodel.Generation when the request asked for logprobs
 
     @property
     def completion_tokens(self) -> int:
@@ -213,6 +216,8 @@ class Engine:
         self.latencies: dict[str, list[float]] = {"ttft": [], "itl": [], "e2e": []}
         self.on_step = on_step
         self.quiet_rids: set[str] = set()
+        # --sim-run-variation / --sim-step-jitter (simulator/variation.py)
+        self.variation = Variation(opts.run_variation, opts.step_jitter, opts.variation_seed)
 
     # -- public -----------------------------------------------------------------------
     def submit(self, req: Request, traced: bool = True) -> None:
@@ -246,7 +251,9 @@ class Engine:
                 self.running = [r for r in self.running if not r.finished]
             if not self.running and not self.waiting:
                 self._wake.clear()
+                idle_from = clock()
                 await self._wake.wait()
+                self.variation.idle(clock() - idle_from)
                 planned_end = None
                 continue
             now = clock()
@@ -270,8 +277,9 @@ class Engine:
                 model_s = self.step_time_s(batch, ctx)
                 kind = "decode"
                 self.decode_since_admit += 1
-            end = start + model_s * self.scale
-            await self._sleep_until(end, model_s * self.scale)
+            wall_s = model_s * self.scale * self.variation.step()
+            end = start + wall_s
+            await self._sleep_until(end, wall_s)
             if self.dead:
                 continue
             emitted_at = clock()
@@ -336,7 +344,8 @@ class Engine:
             if r.finished:
                 continue
             n = len(r.out_ids)
-            tid = (r.seed * 40503 + n * 2654435761) % VOCAB_SIZE
+            gen = r.gen
+            tid = (r.seed * 40503 + n * 2654435761) % VOCAB_SIZE if gen is None else gen.next()
             r.out_ids.append(tid)
             piece = TOKEN_TEXT[tid & 4095]
             r.text_parts.append(piece)

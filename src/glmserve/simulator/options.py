@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 from glmserve.errors import SimUsageError
 from glmserve.simulator import costmodel
 from glmserve.simulator.costmodel import CostModel, ServerShape
+from glmserve.simulator.textmodel import parse_fault
 
 MAX_PORT = 65535
 PROG = "launch_server.py"  # what argparse prints for `python -m sglang.launch_server`
@@ -164,6 +165,10 @@ def sim_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-send-threads", type=int, default=0)
     p.add_argument("--sim-trace-max-requests", type=int, default=20000)
     p.add_argument("--sim-trace-max-steps", type=int, default=200000)
+    p.add_argument("--sim-output-fault", type=str, default=None)  # simulator/textmodel.py
+    p.add_argument("--sim-run-variation", type=float, default=0.0)  # simulator/variation.py
+    p.add_argument("--sim-step-jitter", type=float, default=0.0)
+    p.add_argument("--sim-variation-seed", type=int, default=None)
     for name in CostModel.field_names():
         p.add_argument("--sim-" + name.replace("_", "-"), dest="cm_" + name, default=None)
     return p
@@ -191,6 +196,10 @@ class SimOptions:
     send_threads: int = 0
     trace_max_steps: int = 200000
     patches: tuple[str, ...] = ()
+    output_fault: Any = None  # textmodel.OutputFault (--sim-output-fault)
+    run_variation: float = 0.0  # variation.py: lognormal SD of each run's speed factor
+    step_jitter: float = 0.0  # variation.py: lognormal SD of each step's duration
+    variation_seed: int | None = None
 
     @property
     def served_model_name(self) -> str:
@@ -375,6 +384,8 @@ def _check_numbers(sim: argparse.Namespace, server: argparse.Namespace) -> None:
         ("--sim-graphs-seconds", sim.sim_graphs_seconds, 0.0, math.inf),
         ("--sim-warmup-seconds", sim.sim_warmup_seconds, 0.0, math.inf),
         ("--sim-worker-death-after", sim.sim_worker_death_after, 0.0, math.inf),
+        ("--sim-run-variation", sim.sim_run_variation, 0.0, 1.0),
+        ("--sim-step-jitter", sim.sim_step_jitter, 0.0, 1.0),
     ]
     for flag, value, lo, _hi in checks:
         if value is not None and not (math.isfinite(value) and value >= lo):
@@ -495,4 +506,8 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:
         send_threads=max(0, sim.sim_send_threads),
         trace_max_steps=sim.sim_trace_max_steps,
         patches=patches,
+        output_fault=parse_fault(sim.sim_output_fault),
+        run_variation=sim.sim_run_variation,
+        step_jitter=sim.sim_step_jitter,
+        variation_seed=sim.sim_variation_seed,
     )

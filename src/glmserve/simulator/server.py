@@ -32,6 +32,7 @@ from glmserve.simulator.httpserver import (
 from glmserve.simulator.logs import ServerLog
 from glmserve.simulator.options import SimOptions
 from glmserve.simulator.prompts import load_counter
+from glmserve.simulator.textmodel import TextModel
 
 
 class SimServer:
@@ -63,6 +64,12 @@ class SimServer:
         self.weight_load_s = 0.0
         # text prompts counted with the model's tokenizer when it is a local directory
         self.prompts = load_counter(opts.server.tokenizer_path, opts.server.model_path)
+        fault = opts.output_fault
+        if fault is not None and not fault.applies(
+            opts.shape.attention_backend, opts.shape.kv_cache_dtype
+        ):
+            fault = None
+        self.text_model = TextModel(fault)  # greedy text with logprobs (textmodel.py)
 
     async def run(self) -> int:
         """Start up, serve until killed; returns the exit status where SGLang would exit."""

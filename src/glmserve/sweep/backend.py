@@ -148,12 +148,19 @@ class LifecycleBackend(SweepBackend):
             diag.update(node_rank=res.failing_rank, host=bad.host, node_run_id=bad.run_id)
         return StepOutcome(res.state, diag)
 
-    def bench(self, run_id: str, mode: str, opts: SweepOptions) -> dict[str, Any]:
+    def bench(
+        self, run_id: str, mode: str, opts: SweepOptions, probe: Any = None
+    ) -> dict[str, Any]:
+        from glmserve.bench.repeats import run_repeated
         from glmserve.bench.runner import Progress
-        from glmserve.bench.session import Gates, run_bench
+        from glmserve.bench.session import Gates
 
         settings = opts.bench_settings(mode)
-        outcome = run_bench(settings, run_id, Gates(), Progress())  # a group: via node 0
+        # a group: via node 0; ``probe`` (bench.probe.ProbeSpec) with the first bench only;
+        # ``repeat`` runs on the same server, figures their medians (bench.repeats)
+        outcome = run_repeated(
+            settings, run_id, Gates(), Progress(), probe=probe, repeat=opts.repeat
+        )
         if outcome.interrupted:
             raise KeyboardInterrupt
         return outcome.result.to_dict()

@@ -16,6 +16,7 @@ from glmserve.errors import (
     GlmserveError,
 )
 from glmserve.sigterm import sigterm_as_interrupt
+from glmserve.sweep.agreement import judge_all, probe_spec_for
 from glmserve.sweep.state import (
     CRASHED,
     FAILED,
@@ -152,6 +153,7 @@ def _run_locked(sweep: Sweep, opts: SweepOptions, backend: SweepBackend, say: An
         _stop_quietly(entry, backend, say)
         entry.ended_at = time.time()
         save_sweep(sweep)
+    judge_all(sweep, opts)
     sweep.status = "done"
     save_sweep(sweep)
     return sweep
@@ -199,9 +201,11 @@ def _run_entry(
         node = f" on node {d['node_rank']} ({d.get('host')})" if "node_rank" in d else ""
         say(f"{entry.profile}: {outcome.state}{node}: {why}")
         return
-    for mode in opts.bench:
-        say(f"{entry.profile}: bench {mode}")
-        result = backend.bench(entry.run_id, mode, opts)
+    spec = probe_spec_for(sweep, entry, opts)
+    for i, mode in enumerate(opts.bench):
+        say(f"{entry.profile}: bench {mode}" + (" + output probe" if spec and not i else ""))
+        probe = {"probe": spec} if spec is not None and i == 0 else {}
+        result = backend.bench(entry.run_id, mode, opts, **probe)
         entry.bench.append(result)
         save_sweep(sweep)
         levels = result.get("levels") or []

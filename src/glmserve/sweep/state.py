@@ -47,6 +47,8 @@ class SweepEntry:
     nodes: list[dict[str, Any]] | None = None  # [{node_rank, host, run_id}] of the group
     started_at: float | None = None
     ended_at: float | None = None
+    # --probe: the output verdict against the reference (sweep.agreement.judge_all)
+    output: dict[str, Any] | None = None
 
     @property
     def finished(self) -> bool:
@@ -111,9 +113,10 @@ class Sweep:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        from glmserve.sweep.summary import sweep_rows  # the table reads this state
+        from glmserve.sweep.summary import sweep_rows, winner  # the table reads this state
 
         d["rows"] = sweep_rows(self)
+        d["winner"] = winner(self)
         return d
 
     @classmethod
@@ -177,6 +180,29 @@ class SweepOptions:
     stall_timeout_s: float = 60.0  # bench: a stream silent this long is an error
     stall_budgets: list[str] = field(default_factory=list)  # start-up: --stall-budget PHASE=S
     sglang_version: str | None = None
+    repeat: int = 3  # each bench N times on the server: medians and 95% intervals (vLLM: 3)
+    probe: bool = False  # send the probe set after the benches and judge output agreement
+    reference: str | None = None  # --reference PROFILE or bench result id (default: first)
+    max_excess_nll: float | None = None
+    min_greedy_agreement: float | None = None
+
+    def check_probe(self, profiles: list[str]) -> None:
+        """``--reference`` names one of the sweep's profiles or a stored result id with probe
+        outputs; the thresholds are in range (a ConfigError names the flag)."""
+        from glmserve.bench.probe import load_reference, thresholds
+
+        thresholds(self.max_excess_nll, self.min_greedy_agreement)
+        if not self.probe and (
+            self.max_excess_nll is not None or self.min_greedy_agreement is not None
+        ):
+            raise ConfigError("--max-excess-nll/--min-greedy-agreement need --probe")
+        ref = self.reference
+        if ref is None:
+            return
+        if ref.isdigit():
+            load_reference(int(ref))
+        elif ref not in profiles:
+            raise ConfigError(f"--reference {ref}: not one of --profiles {','.join(profiles)}")
 
     @classmethod
     def from_cli(

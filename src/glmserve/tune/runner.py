@@ -55,6 +55,10 @@ class TuneOptions:
     base_port: int = 30000
     sim_speed: float = 1.0  # the profile's sim.speed (simulated figures are scaled back)
     host_lost_s: float = 60.0  # a host unreachable this long leaves the pool
+    repeat: int = 3  # each trial's bench N times on its server: medians, intervals, ties
+    probe: bool = False  # judge every trial's output against the untuned profile's
+    max_excess_nll: float | None = None
+    min_greedy_agreement: float | None = None
 
     def check(self, loads: list[int]) -> None:
         """Refuse, before the tune is created, what every trial would otherwise find out only
@@ -173,6 +177,11 @@ class JobRunner:
 
     def stop_all(self) -> None:
         """Stop every server a job is running now (Ctrl-C), from the main thread."""
+
+    def reference(self, tune: st.Tune) -> dict[str, Any] | None:
+        """``--probe``: run the untuned profile once and return its probe (the reference every
+        trial's output is judged against); None when this runner cannot."""
+        return None
 
     def reclaim(self, host: str, run_id: str) -> bool:
         """Stop ``run_id`` on ``host`` (a trial of this tune recorded it) if it is still up:
@@ -302,6 +311,10 @@ def run_tune(tune: st.Tune, runner: JobRunner, profile_server: dict[str, Any], s
         tune.status = st.RUNNING
         pool.save()
         try:
+            if tune.options.get("probe") and tune.reference is None:
+                say("output reference: the untuned profile")
+                tune.reference = runner.reference(tune)
+                pool.save()
             search = Search(tune, pool.evaluate)
             pool.deadline = search.deadline
             search.run(profile_server)
@@ -401,6 +414,7 @@ class LifecycleJobRunner(JobRunner):
             stall_timeout_s=o.stall_timeout_s,
             stall_budgets=list(o.stall_budgets),
             sglang_version=o.sglang_version,
+            repeat=o.repeat,
         )
 
     def _mark(self, trials: list[st.Trial], **kw: Any) -> None:
@@ -501,6 +515,8 @@ class LifecycleJobRunner(JobRunner):
             d = outcome.diagnosis or {}
             self.say(f"{host}: {name}: {outcome.state}: {d.get('category')} {d.get('root_cause')}")
             return
+        if tune.reference is not None and self._wrong_output(tune, host, trials, run_id):
+            return
         scale = sim_scale(tune)
         for i, t in enumerate(trials):
             if self._interrupted(trials[i:]):
@@ -537,6 +553,72 @@ class LifecycleJobRunner(JobRunner):
                     else f" (misses SLO: {', '.join(metrics['slo_violations'])})"
                 )
             )
+
+    def _wrong_output(self, tune: st.Tune, host: str, trials: list[st.Trial], run_id: str) -> bool:
+        """Probe the trial's server against the untuned profile's outputs (teacher-forced);
+        WRONG_OUTPUT trials end here, excluded with the reason, unbenched."""
+        from glmserve.bench.probe import ProbeSpec, probe_run, reference_outputs, thresholds
+
+        o = self.opts
+        spec = ProbeSpec(
+            reference_outputs({"probe": tune.reference}, "the untuned profile's probe"),
+            f"{tune.profile} (untuned)",
+            thresholds(o.max_excess_nll, o.min_greedy_agreement),
+        )
+        probe = probe_run(run_id, spec)
+        a = probe.get("agreement") or {
+            "verdict": st.WRONG_OUTPUT,
+            "reasons": [f"probe failed: {probe.get('error')}"],
+        }
+        self._mark(trials, output=a)
+        if a["verdict"] != st.WRONG_OUTPUT:
+            return False
+        reason = f"{st.WRONG_OUTPUT} vs {spec.reference_id}: " + "; ".join(a["reasons"])
+        self._mark(trials, status=st.WRONG_OUTPUT, error=reason, ended_at=time.time())
+        self.say(f"{host}: {config_key(trials[0].config)}: excluded: {reason}")
+        return True
+
+    def reference(self, tune: st.Tune) -> dict[str, Any] | None:
+        """Launch the profile as it is (no searched flag set) on the first live host, probe
+        it, stop it. A reference that does not start, or answers no probe, ends the tune:
+        nothing could be judged."""
+        from glmserve.bench.probe import ProbeSpec, probe_run
+        from glmserve.sweep.state import SweepOptions
+
+        host = next(h for h in tune.hosts if h not in tune.lost_hosts)
+        backend = self._backend(host)
+        o = self.opts
+        port = self._port(host, 0)
+        opts = SweepOptions(
+            overrides=[*o.overrides, f"server.port={port}"],
+            timeout_s=o.timeout_s,
+            stall_budgets=list(o.stall_budgets),
+            sglang_version=o.sglang_version,
+        )
+        spec = backend.prepare(tune.profile, opts)
+        problem = backend.check(spec)
+        if problem:
+            raise ConfigError(f"output reference ({tune.profile} untuned): check: {problem}")
+        run_id = backend.launch(spec)
+        with self.lock:
+            self.live[host] = (backend, run_id)
+        try:
+            outcome = backend.watch(run_id, opts)
+            if outcome.state != "READY":
+                d = outcome.diagnosis or {}
+                raise ConfigError(
+                    f"output reference ({tune.profile} untuned) did not start: "
+                    f"{outcome.state} {d.get('category') or ''} {d.get('root_cause') or ''}"
+                )
+            probe = probe_run(run_id, ProbeSpec())
+        finally:
+            with self.lock:
+                self.live.pop(host, None)
+            with contextlib.suppress(GlmserveError):
+                backend.stop(run_id)
+        if probe.get("error"):
+            raise TransportError(f"output reference ({tune.profile} untuned): {probe['error']}")
+        return {**probe, "run_id": run_id, "host": host}
 
     def reclaim(self, host: str, run_id: str) -> bool:
         return bool(self._backend(host).reclaim(run_id))

@@ -181,6 +181,11 @@ def level_metrics(level: dict[str, Any], slo: dict[str, float], scale: float = 1
         m["goodput"] = float(good) / scale
     else:
         m["goodput"] = (m["output_tok_s"] or 0.0) if m["meets_slo"] else 0.0
+    if level.get("repeat_values"):  # --repeat: per-repeat values (unscaled: ratios only)
+        m["repeat_values"] = {
+            "output_tok_s": list(level["repeat_values"].get("output_tok_s") or []),
+            "decode_tok_s": list(level["repeat_values"].get("decode_tok_s") or []),
+        }
     return m
 
 

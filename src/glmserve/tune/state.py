@@ -24,8 +24,11 @@ CRASHED, STALLED, FAILED, SKIPPED, INTERRUPTED = (
     "skipped",
     "interrupted",
 )
+# --probe: the server's greedy output disagrees with the untuned profile's (bench.agreement):
+# its speed is of another model, so the trial is excluded from best, Pareto and the profile.
+WRONG_OUTPUT = "WRONG_OUTPUT"
 # Kept by --resume. FAILED (a tool error) counts as finished too: the search moves on.
-FINISHED = frozenset({OK, CRASHED, STALLED, FAILED, SKIPPED})
+FINISHED = frozenset({OK, CRASHED, STALLED, FAILED, SKIPPED, WRONG_OUTPUT})
 
 
 def trial_key(config: dict[str, str], concurrency: int) -> str:
@@ -48,6 +51,7 @@ class Trial:
     requeued_from: list[str] = field(default_factory=list)  # hosts lost while it ran
     started_at: float | None = None
     ended_at: float | None = None
+    output: dict[str, Any] | None = None  # --probe: agreement with the untuned profile
 
     @property
     def key(self) -> str:
@@ -73,6 +77,8 @@ class Tune:
     strategy: str = "grid"
     trials: list[Trial] = field(default_factory=list)
     lost_hosts: list[str] = field(default_factory=list)
+    # --probe: the untuned profile's probe (outputs, sha256): every trial's output reference
+    reference: dict[str, Any] | None = None
     status: str = RUNNING
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
@@ -91,6 +97,7 @@ class Tune:
         best = best_trial(self)
         d["best"] = None if best is None else {"key": best.key, **asdict(best)}
         d["pareto"] = [t.key for t in pareto(self)]
+        d["ties"] = [t.key for t in ties(self)]
         return d
 
     @classmethod
@@ -120,6 +127,58 @@ def best_trial(tune: Tune) -> Trial | None:
         if best_v is None or v > best_v:
             best, best_v = t, v
     return best
+
+
+def objective_values(tune: Tune, trial: Trial) -> list[float]:
+    """The objective's per-repeat values (``--repeat``; goodput has none kept)."""
+    return list((trial.metrics.get("repeat_values") or {}).get(tune.objective) or [])
+
+
+def ties(tune: Tune) -> list[Trial]:
+    """Feasible trials whose objective's 95% interval overlaps the best trial's: ranked
+    below it by median, but not measurably worse."""
+    from glmserve.bench.stats import median_ci, overlaps
+
+    best = best_trial(tune)
+    if best is None:
+        return []
+    best_ci = median_ci(objective_values(tune, best))
+    return [
+        t
+        for t in tune.trials
+        if t is not best
+        and feasible(tune, t)
+        and overlaps(median_ci(objective_values(tune, t)), best_ci)
+    ]
+
+
+def beats_start(tune: Tune, profile_server: dict[str, Any]) -> tuple[bool, str]:
+    """Whether the best trial beats the starting config (the profile's own values) beyond
+    noise at the same load: the bootstrap interval of the ratio of their objective medians
+    lies above 1.0. A start that ran and has no feasible figure is beaten outright."""
+    from glmserve.bench.stats import ratio_ci
+    from glmserve.tune.space import starting_config
+
+    best = best_trial(tune)
+    if best is None:
+        return False, "no trial met the SLOs"
+    start = starting_config(tune.space, profile_server)
+    if best.config == start:
+        return False, "the best config is the profile's own"
+    t0 = tune.trial(start, best.concurrency)
+    if t0 is None or not feasible(tune, t0):
+        why = "was not run" if t0 is None else f"is {t0.status} or misses the SLOs"
+        if t0 is None:
+            return False, f"the starting config {why} at concurrency {best.concurrency}"
+        return True, f"the starting config {why}"
+    sp, ci = ratio_ci(objective_values(tune, best), objective_values(tune, t0))
+    if ci is None:
+        return False, "no interval (a single run each): cannot tell it from noise (--repeat)"
+    if ci[0] > 1.0:
+        return True, f"{sp:.3f}x the starting config, 95% interval {ci[0]:.3f}..{ci[1]:.3f}"
+    return False, (
+        f"{sp:.3f}x the starting config, 95% interval {ci[0]:.3f}..{ci[1]:.3f}: within noise"
+    )
 
 
 def latency_key(tune: Tune) -> str:
@@ -179,6 +238,12 @@ def render_markdown(tune: Tune) -> str:
         ]
     else:
         lines += ["**Best:** no trial met the SLOs", ""]
+    tied = ties(tune)
+    if tied:
+        lines += [
+            "**Tie with best** (95% intervals overlap): " + ", ".join(t.key for t in tied),
+            "",
+        ]
     head = [*keys, *TRIAL_COLUMNS, "pareto"]
     lines += ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for t in tune.trials:
@@ -215,7 +280,7 @@ def trial_cells(trial: Trial, keys: list[str]) -> list[str]:
 
 def failed_trials(tune: Tune) -> list[Trial]:
     """Trials that ended without a result (crashed, stalled, failed, skipped), in order."""
-    return [t for t in tune.trials if t.status in (CRASHED, STALLED, FAILED, SKIPPED)]
+    return [t for t in tune.trials if t.status in (CRASHED, STALLED, FAILED, SKIPPED, WRONG_OUTPUT)]
 
 
 def why(trial: Trial) -> str:

@@ -14,6 +14,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from glmserve.simulator.engine import Request
+from glmserve.simulator.handlers import logprobs as lp
 from glmserve.simulator.handlers.generation import (
     DEFAULT_MAX_NEW_TOKENS,
     CollectSink,
@@ -117,6 +118,15 @@ def _sampling(body: dict[str, Any], n: int) -> list[dict[str, Any]]:
     return [sp] * n
 
 
+def _with_logprobs(server: SimServer, body: dict[str, Any], i: int, r: Request) -> str | None:
+    ids = body.get("input_ids")
+    if ids is not None:
+        ids = ids[i] if ids and isinstance(ids[0], list) else ids
+    return lp.attach(
+        server, r, ids, lp.pick(body.get("text"), i), lp.pick(body.get("logprob_start_len"), i)
+    )
+
+
 async def generate(server: SimServer, req: HttpRequest, conn: Connection) -> Response | None:
     """``POST /generate``: one request per prompt; SSE with ``stream``, else one JSON body."""
     bad = not_ready(server)
@@ -154,6 +164,10 @@ async def generate(server: SimServer, req: HttpRequest, conn: Connection) -> Res
             rid = uuid.uuid4().hex
         sink = NativeStreamSink(conn, created, incremental, group) if stream else CollectSink(group)
         reqs.append(Request(rid, plen, max(1, max_new), sink))
+        if lp.pick(body.get("return_logprob"), i):
+            refused = _with_logprobs(server, body, i, reqs[-1])
+            if refused:
+                return error(refused)
     group.abort_on_close(conn, reqs)
     if stream:
         conn.start_stream(req)
@@ -167,6 +181,8 @@ async def generate(server: SimServer, req: HttpRequest, conn: Connection) -> Res
             r.release()
         return None
     outs = [native_payload(r, created, False, 0) for r in reqs]
+    for r, out in zip(reqs, outs, strict=True):
+        lp.native_meta(r, out["meta_info"], int(lp.pick(body.get("top_logprobs_num"), 0) or 0))
     for r in reqs:
         r.release()
     return Response.json(outs if batch else outs[0])

@@ -13,6 +13,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from glmserve.simulator.engine import Request
+from glmserve.simulator.handlers import logprobs as lp
 from glmserve.simulator.handlers.generation import (
     DEFAULT_MAX_NEW_TOKENS,
     CollectSink,
@@ -160,6 +161,12 @@ async def _serve(
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     sink: Any = OpenAIStreamSink(conn, model, chat, group) if stream else CollectSink(group)
     r = Request(rid, plen, max_new, sink)
+    want_lp = bool(body.get("logprobs")) or (not chat and body.get("logprobs") is not None)
+    if want_lp and not stream:
+        prompt = None if chat else body.get("prompt")
+        ids = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], int) else None
+        text = json.dumps(body["messages"]) if chat else (None if ids else str(prompt))
+        lp.attach(server, r, ids, text, 0 if (body.get("echo") and not chat) else None)
     group.abort_on_close(conn, [r])
     if stream:
         conn.start_stream(req)
@@ -186,6 +193,8 @@ async def _serve(
         r.release()
         return None
     text = "".join(r.text_parts)
+    top = int(body.get("top_logprobs") or 0) if chat else int(body.get("logprobs") or 0)
+    logprobs = lp.openai_logprobs(r, chat, top, bool(body.get("echo")) and not chat)
     r.release()
     if chat:
         message = {"role": "assistant", "content": text, "reasoning_content": None,
@@ -195,7 +204,9 @@ async def _serve(
     else:
         choice = {"index": 0, "text": text}
         obj = "text_completion"
-    choice.update(logprobs=None, finish_reason="length", matched_stop=None, hidden_states=None)
+    if body.get("echo") and not chat and isinstance(body.get("prompt"), str):
+        choice["text"] = body["prompt"] + text  # serving_completions prepends the prompt
+    choice.update(logprobs=logprobs, finish_reason="length", matched_stop=None, hidden_states=None)
     return Response.json(
         {
             "id": rid,

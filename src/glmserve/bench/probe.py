@@ -1,0 +1,252 @@
+"""Send the probe set to a live server and read its greedy outputs, or teacher-force a
+reference's outputs through it: the I/O half of output agreement (``agreement`` is the pure
+half).
+
+Requests are non-streamed and greedy (``temperature: 0``) and go one at a time after the
+bench, so they neither load the measured levels nor depend on batching. The native
+``/generate`` is used when the server has it (every SGLang does): it returns the prompt's token
+ids (``logprob_start_len: 0``), which teacher forcing needs. ``endpoint="openai"`` probes
+``/v1/completions`` with ``logprobs`` instead; its excess NLL is then the agreed-prefix
+estimate (OpenAI answers carry token texts, not ids, so nothing can be fed back exactly).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from glmserve.bench.agreement import (
+    WRONG_OUTPUT,
+    ProbeOutput,
+    Thresholds,
+    agree,
+    forced_native,
+    from_native,
+    from_openai,
+)
+from glmserve.bench.probes import ProbeSet, load_probe_set
+from glmserve.errors import ConfigError, TransportError
+
+PROBE_TIMEOUT_S = 120.0
+
+
+def _post(client: httpx.Client, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    try:
+        resp = client.post(url, json=body)
+    except httpx.HTTPError as exc:
+        raise TransportError(f"probe request to {url} failed: {type(exc).__name__}") from exc
+    if resp.status_code != 200:
+        raise TransportError(f"probe request to {url}: HTTP {resp.status_code} {resp.text[:200]}")
+    try:
+        doc = resp.json()
+    except ValueError as exc:
+        raise TransportError(f"probe answer from {url} is not JSON") from exc
+    if not isinstance(doc, dict):
+        raise TransportError(f"probe answer from {url} is not a JSON object")
+    return doc
+
+
+def run_probes(
+    base_url: str, probes: ProbeSet, endpoint: str = "native", model: str | None = None
+) -> list[ProbeOutput]:
+    """Every probe's greedy output with logprobs."""
+    outs: list[ProbeOutput] = []
+    with httpx.Client(timeout=PROBE_TIMEOUT_S) as client:
+        for p in probes.probes:
+            if endpoint == "openai":
+                body: dict[str, Any] = {
+                    "model": model or "default",
+                    "prompt": p.prompt,
+                    "max_tokens": p.max_new_tokens,
+                    "temperature": 0,
+                    "logprobs": 1,
+                }
+                outs.append(from_openai(p.id, _post(client, base_url + "/v1/completions", body)))
+            else:
+                body = {
+                    "text": p.prompt,
+                    "sampling_params": {"temperature": 0, "max_new_tokens": p.max_new_tokens},
+                    "return_logprob": True,
+                    "logprob_start_len": 0,
+                }
+                outs.append(from_native(p.id, _post(client, base_url + "/generate", body)))
+    return outs
+
+
+def teacher_force(base_url: str, reference: Sequence[ProbeOutput]) -> dict[str, list[float]]:
+    """The server's logprobs of each reference output, fed as input after its prompt
+    (``input_ids = prompt_ids + reference``, ``logprob_start_len = len(prompt_ids) - 1``)."""
+    forced: dict[str, list[float]] = {}
+    with httpx.Client(timeout=PROBE_TIMEOUT_S) as client:
+        for o in reference:
+            if not o.prompt_ids or not o.tokens:
+                continue
+            body = {
+                "input_ids": [*o.prompt_ids, *o.tokens],
+                "sampling_params": {"temperature": 0, "max_new_tokens": 1},
+                "return_logprob": True,
+                "logprob_start_len": len(o.prompt_ids) - 1,
+            }
+            forced[o.probe_id] = forced_native(
+                _post(client, base_url + "/generate", body), list(o.tokens)
+            )
+    return forced
+
+
+@dataclass
+class ProbeSpec:
+    """What ``bench --probe`` does after the levels: probe, and judge against a reference."""
+
+    reference: list[ProbeOutput] | None = None
+    reference_id: Any = None  # a bench result id, or a sweep/tune's profile name
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    endpoint: str = "native"
+
+
+def reference_outputs(result: dict[str, Any], what: str) -> list[ProbeOutput]:
+    """A stored result's probe outputs as a reference; ConfigError when it has none or was
+    probed with another probe set (its sha256 differs from the shipped one)."""
+    probe = result.get("probe") or {}
+    if not probe.get("outputs"):
+        raise ConfigError(f"{what} has no probe outputs (bench it with --probe)")
+    current = load_probe_set().sha256
+    if probe.get("sha256") != current:
+        raise ConfigError(
+            f"{what} was probed with another probe set (sha256 {str(probe.get('sha256'))[:12]}, "
+            f"this glmserve ships {current[:12]})"
+        )
+    return [ProbeOutput.from_dict(o) for o in probe["outputs"]]
+
+
+def load_reference(result_id: int) -> list[ProbeOutput]:
+    """``--reference N``: bench result N's probe outputs."""
+    from glmserve.store import RunStore
+
+    with RunStore.open() as store:
+        row = store.get_bench_result(result_id)
+    return reference_outputs(row["result"], f"--reference {result_id}")
+
+
+def probe_step(base_url: str, spec: ProbeSpec, model: str | None = None) -> dict[str, Any]:
+    """Probe the server; with a reference, teacher-force it and judge. The dict is stored in
+    the result as ``probe``; a failed probe is recorded (``error``), never a crash of the bench."""
+    ps = load_probe_set()
+    d: dict[str, Any] = {"set": ps.name, "sha256": ps.sha256, "endpoint": spec.endpoint}
+    try:
+        outs = run_probes(base_url, ps, spec.endpoint, model)
+        d["outputs"] = [o.to_dict() for o in outs]
+        if spec.reference is not None:
+            forced = teacher_force(base_url, spec.reference) if spec.endpoint == "native" else None
+            a = agree(spec.reference, outs, forced, spec.thresholds)
+            d["agreement"] = {**a.to_dict(), "reference": spec.reference_id}
+    except TransportError as exc:
+        d["error"] = str(exc)
+    return d
+
+
+def probe_gate(probe: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The ``output-agreement`` gate of a probed result with a reference (or a failed probe)."""
+    if not probe:
+        return None
+    if probe.get("error"):
+        return {"gate": "output-agreement", "ok": False, "value": None, "bound": None,
+                "reason": f"output probe failed: {probe['error']}"}  # fmt: skip
+    a = probe.get("agreement")
+    if not a:
+        return None
+    ok = a["verdict"] != WRONG_OUTPUT
+    reason = (
+        f"output agrees with reference {a.get('reference')}"
+        if ok
+        else f"{WRONG_OUTPUT} vs reference {a.get('reference')}: " + "; ".join(a["reasons"])
+    )
+    return {"gate": "output-agreement", "ok": ok, "value": a.get("excess_nll"),
+            "bound": a.get("max_excess_nll"), "reason": reason}  # fmt: skip
+
+
+def probe_lines(probe: dict[str, Any] | None) -> list[str]:
+    """What ``bench`` prints under its table about the probe."""
+    if not probe:
+        return []
+    if probe.get("error"):
+        return [f"output probe failed: {probe['error']}"]
+    lines = [
+        f"output probed: {len(probe.get('outputs') or [])} prompts of {probe['set']} "
+        f"(sha256 {probe['sha256'][:12]}, {probe['endpoint']})"
+    ]
+    a = probe.get("agreement")
+    if a:
+        lines.append(describe_agreement(a))
+    return lines
+
+
+def describe_agreement(a: dict[str, Any]) -> str:
+    xn = a.get("excess_nll")
+    figures = f"greedy agreement {a['greedy_agreement']:.2f}, excess NLL " + (
+        f"{xn:.3f} nats/token ({a['nll_method']})" if xn is not None else "n/a"
+    )
+    if a["verdict"] == WRONG_OUTPUT:
+        return f"{WRONG_OUTPUT} vs reference {a.get('reference')}: " + "; ".join(a["reasons"])
+    return f"output agrees with reference {a.get('reference')}: {figures}"
+
+
+def thresholds(max_excess_nll: float | None, min_greedy: float | None) -> Thresholds:
+    """The agreement thresholds from options; a value out of range is a one-line ConfigError."""
+    th = Thresholds()
+    if max_excess_nll is not None:
+        if not (max_excess_nll >= 0 and max_excess_nll < float("inf")):
+            raise ConfigError(f"--max-excess-nll: expected nats/token >= 0, got {max_excess_nll}")
+        th = Thresholds(max_excess_nll, th.min_greedy_agreement)
+    if min_greedy is not None:
+        if not (0 <= min_greedy <= 1):
+            raise ConfigError(f"--min-greedy-agreement: expected 0..1, got {min_greedy}")
+        th = Thresholds(th.max_excess_nll, min_greedy)
+    return th
+
+
+def probe_spec(
+    probe: bool, reference: int | None, max_excess_nll: float | None, min_greedy: float | None
+) -> ProbeSpec | None:
+    """``bench``'s probe options -> a ProbeSpec (None without --probe or --reference)."""
+    th = thresholds(max_excess_nll, min_greedy)
+    if not probe and reference is None:
+        if max_excess_nll is not None or min_greedy is not None:
+            raise ConfigError("--max-excess-nll/--min-greedy-agreement need --reference")
+        return None
+    ref = load_reference(reference) if reference is not None else None
+    return ProbeSpec(ref, reference, th)
+
+
+def compare_agreement(base: dict[str, Any], row: dict[str, Any]) -> dict[str, Any] | None:
+    """``compare``: a stored row's output agreement with the baseline row, when both were
+    probed with the same set. The row's own teacher-forced verdict is used when it was probed
+    against that very baseline; else the agreed-prefix estimate from the two stored outputs. A
+    row judged WRONG_OUTPUT against any reference at bench time stays so."""
+    bp = base["result"].get("probe") or {}
+    rp = row["result"].get("probe") or {}
+    own = rp.get("agreement")
+    if own and str(own.get("reference")) == str(base["id"]):
+        return own
+    if bp.get("outputs") and rp.get("outputs"):
+        if bp.get("sha256") != rp.get("sha256"):
+            return {"verdict": None, "note": "probed with different probe sets: not compared"}
+        a = agree(
+            [ProbeOutput.from_dict(o) for o in bp["outputs"]],
+            [ProbeOutput.from_dict(o) for o in rp["outputs"]],
+        )
+        return {**a.to_dict(), "reference": base["id"]}
+    if own and own.get("verdict") == WRONG_OUTPUT:
+        return own
+    return None
+
+
+def probe_run(run_id: str, spec: ProbeSpec) -> dict[str, Any]:
+    """``probe_step`` on a run's own server (found and verified from the store, as ``bench
+    RUN`` does)."""
+    from glmserve.bench.session import endpoint
+
+    with endpoint(run_id, None) as target:
+        return probe_step(target.base, spec)
