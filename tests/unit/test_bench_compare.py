@@ -8,53 +8,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from tests.fixtures.compare_rows import level, row
 
 from glmserve.bench import comparable
 from glmserve.bench.compare import compare_notes, compare_results
 from glmserve.bench.results import build_result, render_plain
 from glmserve.cli import main
 from glmserve.store import RunStore
-
-
-def level(c: int, tok_s: float, requests: int, seen: int | None = None, errors: int = 0) -> dict:
-    return {
-        "concurrency": c,
-        "request_rate": None,
-        "requests": requests,
-        "completed": requests - errors,
-        "errors": errors,
-        "max_concurrency_seen": min(c, requests) if seen is None else seen,
-        "window_kind": "steady",
-        "output_tok_s": tok_s,
-        "decode_tok_s": {"p50": 200.0},
-        "ttft_ms": {"p50": 5.0},
-    }
-
-
-def row(rid: int, levels: list[dict], num_prompts: int | None = 200, **res: object) -> dict:
-    errors = sum(lv["errors"] for lv in levels)
-    requests = sum(lv["requests"] for lv in levels)
-    result = {
-        "version": 1,
-        "mode": "concurrency",
-        "levels": levels,
-        "complete": not errors,
-        "stopped": f"{errors} of {requests} requests failed" if errors else None,
-        "errors": errors,
-        "settings": {
-            "mode": "concurrency",
-            "api": "native",
-            "input_len": 32,
-            "output_len": 64,
-            "concurrency": [lv["concurrency"] for lv in levels],
-            "num_prompts": num_prompts,
-            "duration": None,
-        },
-        "server": {"sim_speed": 20.0},
-        "meta": {},
-        **res,
-    }
-    return {"id": rid, "run_id": None, "result": result, "meta": {}}
 
 
 def test_num_prompts_difference_is_named_not_a_speedup():

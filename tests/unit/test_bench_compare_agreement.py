@@ -3,7 +3,7 @@ the same set; a WRONG_OUTPUT row gets no speedup (its speed is of another model)
 
 from __future__ import annotations
 
-from tests.unit.test_bench_compare import level, row
+from tests.fixtures.compare_rows import level, row
 
 from glmserve.bench import agreement as ag
 from glmserve.bench.compare import compare_notes, compare_results
