@@ -121,10 +121,15 @@ class FakeServer:
                 }
                 writer.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
             elif path == "/v1/chat/completions":
-                obj = {"choices": [{"index": 0, "delta": {"content": "ab" * self.per_chunk}}]}
+                # the last chunk carries finish_reason "length", as SGLang's does
+                fin = "length" if done else None
+                obj = {"choices": [{"index": 0, "delta": {"content": "ab" * self.per_chunk},
+                                    "finish_reason": fin}]}  # fmt: skip
                 writer.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
             else:
-                obj = {"choices": [{"index": 0, "text": "ab" * self.per_chunk}]}
+                fin = "length" if done else None
+                obj = {"choices": [{"index": 0, "text": "ab" * self.per_chunk,
+                                    "finish_reason": fin}]}  # fmt: skip
                 writer.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
             await writer.drain()
         if path != "/generate":

@@ -197,6 +197,7 @@ class LevelRun:
     rate: float | None = None  # open loop: the offered request rate
     server: dict[str, Any] = field(default_factory=dict)
     stopped: str | None = None  # why the level ended early, if it did
+    not_run: int = 0  # requests of client workers that died, never run or never recorded
 
 
 # -- server probes -------------------------------------------------------------------------
@@ -231,15 +232,28 @@ def resolve_model(base_url: str, timeout: float = 10.0) -> str:
         return "default"
 
 
-def last_gen_throughput(info: dict[str, Any]) -> float | None:
-    """``internal_states[0].last_gen_throughput`` (top level in older releases)."""
+def last_gen_throughput(info: Any) -> float | None:
+    """``internal_states[0].last_gen_throughput`` (top level in older releases); None where
+    the server's answer has another shape (a list, a string or an object for the number)."""
+    if not isinstance(info, dict):
+        return None
     states = info.get("internal_states")
     if isinstance(states, list) and states and isinstance(states[0], dict):
-        v = states[0].get("last_gen_throughput")
+        v = _finite_number(states[0].get("last_gen_throughput"))
         if v is not None:
-            return float(v)
-    v = info.get("last_gen_throughput")
-    return float(v) if v is not None else None
+            return v
+    return _finite_number(info.get("last_gen_throughput"))
+
+
+def _finite_number(v: Any) -> float | None:
+    """``v`` as a float when it is a finite JSON number (not a bool, string or object)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:  # an integer past a double
+        return None
+    return f if math.isfinite(f) else None
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
@@ -429,8 +443,17 @@ async def _closed_loop(
             try:
                 k = i % len(spec.requests)
                 await stream_request(
-                    client, spec.base_url, spec.requests[k], spec.api, rec, prepared[k]
+                    client,
+                    spec.base_url,
+                    spec.requests[k],
+                    spec.api,
+                    rec,
+                    prepared[k],
+                    spec.stall_timeout,
                 )
+            except Exception as exc:  # a client bug fails its request, not the level
+                rec.error = f"client error: {type(exc).__name__}: {exc}"[:200]
+                rec.end = rec.end or perf()
             finally:
                 inflight.pop(id(rec), None)
             if rec.prompt_tokens is None:
@@ -474,14 +497,19 @@ def _split(
 
 
 def _worker_main(spec: _LoopSpec, q: Any, stop: Any, wid: int) -> None:
-    """Body of one forked client process: run its share, stream records back over ``q``."""
+    """Body of one forked client process: run its share, stream records back over ``q``.
+
+    Every record goes back as ``("rec", (wid, record))``, then ``("done", (wid, reason))``;
+    an exception in the loop is reported as the reason (the parent counts what this worker
+    never ran). A worker killed outright (OOM killer, ``kill -9``) sends no "done": the
+    parent finds it by its exit status."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides about Ctrl-C
     records: list[StreamRecord] = []
     inflight: dict[int, StreamRecord] = {}
     reason: str | None = None
 
     def on_record(rec: StreamRecord) -> None:
-        q.put(("rec", rec))
+        q.put(("rec", (wid, rec)))
 
     async def main() -> str | None:
         loop_task = asyncio.create_task(
@@ -501,11 +529,39 @@ def _worker_main(spec: _LoopSpec, q: Any, stop: Any, wid: int) -> None:
 
     try:
         reason = asyncio.run(main())
+    except Exception as exc:  # reported to the parent, which accounts for it
+        reason = f"{WORKER_FAILED} {wid} failed: raised {type(exc).__name__}: {exc}"[:300]
     finally:
         for rec in list(inflight.values()):
             rec.error = rec.error or "interrupted"
-            q.put(("rec", rec))
+            q.put(("rec", (wid, rec)))
         q.put(("done", (wid, reason)))
+
+
+WORKER_FAILED = "client worker"
+
+
+def _exit_how(code: int | None) -> str:
+    """A worker's end as a person reads it: "killed by signal 9 (SIGKILL)", "exit status 1"."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "?"
+        return f"killed by signal {-code} ({name})"
+    return f"exit status {code}"
+
+
+def _not_run_reason(missing: int | None, total: int | None, dead: list[tuple[int, str]]) -> str:
+    """The level's stop reason when client workers died: every request asked is accounted
+    for, as "N of M requests not run" (or, by --duration, without a count to give)."""
+    who = "; ".join(f"worker {w}: {how}" for w, how in dead)
+    noun = "client worker died" if len(dead) == 1 else f"{len(dead)} client workers died"
+    if missing is not None and total is not None:
+        return f"{missing} of {total} requests not run: {noun} ({who})"
+    return f"requests not run or not recorded: {noun} ({who})"
 
 
 # -- levels --------------------------------------------------------------------------------
@@ -635,10 +691,35 @@ def _run_processes(
         procs.append(p)
     live: dict[int, int] = {}
     pending = set(range(len(parts)))
+    received = [0] * len(parts)  # records each worker sent back
     counts = {"n": 0, "err": 0, "tok": 0}
     t0 = time.perf_counter()
     interrupted = False
     reasons: list[str] = []
+    failed_workers: dict[int, str] = {}  # raised inside: its reason
+
+    def handle(kind: str, payload: Any) -> None:
+        if kind == "rec":
+            wid, rec = payload
+            received[wid] += 1
+            run.records.append(rec)
+            counts["n"] += 1
+            counts["err"] += 0 if rec.ok else 1
+            if not rec.ok and settings.failed is not None:
+                settings.failed.set()
+            counts["tok"] += rec.n_tokens
+            if rec.error and rec.error.startswith(CONNECT_FAILED):
+                stop.set()  # the server is gone: no new requests anywhere
+        elif kind == "live":
+            live[payload[0]] = payload[1]
+        elif kind == "done":
+            wid, why = payload
+            pending.discard(wid)
+            if why and why.startswith(WORKER_FAILED):
+                failed_workers[wid] = why
+            elif why:
+                reasons.append(why)
+
     try:
         while pending:
             if settings.aborted and not stop.is_set():
@@ -647,23 +728,11 @@ def _run_processes(
                 kind, payload = q.get(timeout=0.25)
             except queue_mod.Empty:
                 if not any(p.is_alive() for p in procs):
+                    # what a worker wrote just before it exited is still in the pipe
+                    _drain(q, handle, pending, time.perf_counter() + 1.0, idle=0.1)
                     break
                 continue
-            if kind == "rec":
-                run.records.append(payload)
-                counts["n"] += 1
-                counts["err"] += 0 if payload.ok else 1
-                if not payload.ok and settings.failed is not None:
-                    settings.failed.set()
-                counts["tok"] += payload.n_tokens
-                if payload.error and payload.error.startswith(CONNECT_FAILED):
-                    stop.set()  # the server is gone: no new requests anywhere
-            elif kind == "live":
-                live[payload[0]] = payload[1]
-            elif kind == "done":
-                pending.discard(payload[0])
-                if payload[1]:
-                    reasons.append(payload[1])
+            handle(kind, payload)
             progress.update(
                 counts["n"],
                 counts["err"],
@@ -673,7 +742,7 @@ def _run_processes(
     except KeyboardInterrupt:
         interrupted = True
         stop.set()
-        _drain(q, pending, run, time.perf_counter() + 5.0)
+        _drain(q, handle, pending, time.perf_counter() + 5.0)
         raise
     finally:
         for p in procs:
@@ -681,27 +750,46 @@ def _run_processes(
             if p.is_alive():
                 p.terminate()  # our own child, by its Process handle
                 p.join(timeout=1.0)
+        dead = [(w, _exit_how(procs[w].exitcode)) for w in sorted(pending)]
+        dead += [(w, why.partition(" failed: ")[2] or why) for w, why in failed_workers.items()]
         if interrupted:
             run.stopped = "interrupted"
+        elif dead:
+            gone = {w for w, _ in dead}
+            known = [len(parts[w][0]) for w in gone if parts[w][0] is not None]  # type: ignore[arg-type]
+            missing = None
+            if len(known) == len(gone):
+                missing = sum(len(parts[w][0]) - received[w] for w in gone)  # type: ignore[arg-type]
+                run.not_run = missing
+            run.stopped = _not_run_reason(
+                missing, len(indices) if indices is not None else None, sorted(dead)
+            )
         elif settings.aborted:
             run.stopped = ABORTED
         elif reasons:
             run.stopped = next((r for r in reasons if r != "stopped"), reasons[0])
 
 
-def _drain(q: Any, pending: set[int], run: LevelRun, until: float) -> None:
-    """After Ctrl-C: collect what the workers still send (their in-flight records)."""
+def _drain(
+    q: Any,
+    handle: Callable[[str, Any], None],
+    pending: set[int],
+    until: float,
+    idle: float | None = None,
+) -> None:
+    """Collect what the workers still send (their in-flight records): after Ctrl-C, or once
+    every worker exited. Ends at ``until``, when no worker is pending, or (``idle``) after
+    that long without a message."""
     while pending and time.perf_counter() < until:
         try:
-            kind, payload = q.get(timeout=0.2)
+            kind, payload = q.get(timeout=idle if idle is not None else 0.2)
         except queue_mod.Empty:
+            if idle is not None:
+                return
             continue
         except KeyboardInterrupt:
             continue
-        if kind == "rec":
-            run.records.append(payload)
-        elif kind == "done":
-            pending.discard(payload[0])
+        handle(kind, payload)
 
 
 def run_warmup(settings: BenchSettings, requests: list[Request], watch: Any = None) -> None:

@@ -197,8 +197,10 @@ def comparable_meta(
 
 def server_summary(info: dict[str, Any]) -> dict[str, Any]:
     """What the server says about itself: version, throughput gauge, the flags that matter."""
+    version = info.get("version")
     out: dict[str, Any] = {
-        "version": info.get("version"),
+        # a string, or nothing: another shape (a hostile or broken server) is not a version
+        "version": version[:100] if isinstance(version, str) else None,
         "last_gen_throughput": last_gen_throughput(info),
     }
     out["args"] = {k: info[k] for k in SERVER_ARG_KEYS if k in info}
@@ -491,6 +493,7 @@ def run_bench(
                             run.stopped,
                             settings=settings,
                             rate=rate,
+                            not_run=run.not_run,
                         )
                     )
                 if run.stopped or any(not r.ok for r in run.records):
