@@ -41,7 +41,7 @@ class OpenAIStreamSink:
     """OpenAI SSE chunks as sglang 0.5.9's serving_{completions,chat}.py yield them
     (``model_dump_json()``: None fields included; ``model`` echoes the request's)."""
 
-    __slots__ = ("chat", "conn", "created", "group", "model", "rid", "sent", "started")
+    __slots__ = ("chat", "conn", "created", "failed", "group", "model", "rid", "sent", "started")
 
     def __init__(self, conn: Connection, model: str, chat: bool, group: RequestGroup) -> None:
         self.conn = conn
@@ -52,6 +52,7 @@ class OpenAIStreamSink:
         self.group = group
         self.rid = ""
         self.started = False
+        self.failed = False  # the stream ended with an error event: no usage chunk follows
 
     def _chunk(self, choice: dict[str, Any]) -> bytes:
         obj = "chat.completion.chunk" if self.chat else "text_completion"
@@ -71,6 +72,18 @@ class OpenAIStreamSink:
             req.emit_times.extend([time.perf_counter()] * ntokens)
             return
         self.rid = req.rid
+        if req.queue_aborted:
+            # _handle_abort_req's output has no prompt_tokens: 0.5.9's stream generators read
+            # content["meta_info"]["prompt_tokens"] first (serving_completions.py:211,
+            # serving_chat.py:634), so the KeyError ends the stream as an error event
+            # (serving_completions.py:366-368, serving_base.py:228-242), then [DONE]
+            err = {"object": "error", "message": "'prompt_tokens'", "type": "BadRequestError",
+                   "param": None, "code": 400}  # fmt: skip
+            self.conn.write_chunk(b"data: " + json.dumps({"error": err}).encode() + b"\n\n")
+            self.failed = True
+            self.group.finish_one()
+            return
+        reason = _finish_type(req)
         delta = "".join(req.text_parts[self.sent :])
         self.sent = len(req.out_ids)
         if not self.chat:
@@ -78,7 +91,7 @@ class OpenAIStreamSink:
                 "index": 0,
                 "text": delta,
                 "logprobs": None,
-                "finish_reason": "length" if req.finished else None,
+                "finish_reason": reason,
                 "matched_stop": None,
                 "hidden_states": None,
             }
@@ -94,10 +107,17 @@ class OpenAIStreamSink:
             self.conn.write_chunk(self._chunk(choice), req.emit_times, ntokens)
             if req.finished:  # then a separate finish_reason chunk with an empty delta
                 fin = {"index": 0, "delta": _delta(), "logprobs": None,
-                       "finish_reason": "length", "matched_stop": None}  # fmt: skip
+                       "finish_reason": reason, "matched_stop": None}  # fmt: skip
                 self.conn.write_chunk(self._chunk(fin))
         if req.finished:
             self.group.finish_one()
+
+
+def _finish_type(req: Request) -> str | None:
+    """The choice's finish_reason: the type of SGLang's (serving_completions.py:270-276)."""
+    if not req.finished:
+        return None
+    return str(req.abort_reason["type"]) if req.abort_reason is not None else "length"
 
 
 def _usage(req: Request) -> dict[str, Any]:
@@ -167,7 +187,7 @@ async def _serve(
     await group.fut
     created = int(time.time())
     if stream:
-        if include_usage:
+        if include_usage and not sink.failed:
             doc = {
                 "id": rid,
                 "object": "chat.completion.chunk" if chat else "text_completion",
@@ -185,6 +205,9 @@ async def _serve(
         conn.end_stream()
         r.release()
         return None
+    if r.queue_aborted:  # an HTTPException(503) from tokenizer_manager.py:1178-1184
+        r.release()
+        return Response.json({"detail": r.abort_reason["message"]}, 503)  # type: ignore[index]
     text = "".join(r.text_parts)
     r.release()
     if chat:
@@ -195,7 +218,8 @@ async def _serve(
     else:
         choice = {"index": 0, "text": text}
         obj = "text_completion"
-    choice.update(logprobs=None, finish_reason="length", matched_stop=None, hidden_states=None)
+    choice.update(logprobs=None, finish_reason=_finish_type(r), matched_stop=None,
+                  hidden_states=None)  # fmt: skip
     return Response.json(
         {
             "id": rid,
