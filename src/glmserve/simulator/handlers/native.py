@@ -14,7 +14,8 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from glmserve.simulator.engine import Request
+from glmserve.simulator import sampling
+from glmserve.simulator.engine import VOCAB_SIZE, Request
 from glmserve.simulator.handlers.generation import (
     DEFAULT_MAX_NEW_TOKENS,
     CollectSink,
@@ -168,6 +169,15 @@ async def generate(server: SimServer, req: HttpRequest, conn: Connection) -> Res
                 f"{ctx_len} tokens. You requested a total of {plen + max_new} tokens: "
                 f"{plen} tokens from the input messages and {max_new} tokens for the completion."
             )
+        bad = sampling.check(sp, VOCAB_SIZE, server.opts.sglang_version)
+        if bad is not None:  # SamplingParams.verify's ValueError (simulator/sampling.py)
+            if not stream:
+                return error(bad)
+            conn.start_stream(req)  # http_server.py:654-668: one error event, then [DONE]
+            err = json.dumps({"error": {"message": bad}}, separators=(",", ":"))
+            conn.write_chunk(b"data: " + err.encode() + b"\n\ndata: [DONE]\n\n")
+            conn.end_stream()
+            return None
         if isinstance(rid0, list):
             rid = str(rid0[i])
         elif rid0 and len(lens) == 1:

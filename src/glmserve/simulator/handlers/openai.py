@@ -12,7 +12,8 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from glmserve.simulator.engine import Request
+from glmserve.simulator import sampling
+from glmserve.simulator.engine import VOCAB_SIZE, Request
 from glmserve.simulator.handlers.generation import (
     DEFAULT_MAX_NEW_TOKENS,
     CollectSink,
@@ -130,13 +131,13 @@ def _usage(req: Request) -> dict[str, Any]:
     }
 
 
-def _openai_error(message: str) -> Response:
+def _openai_error(message: str, kind: str = "BadRequestError") -> Response:
     """A 400 in the shape of SGLang's OpenAI ``ErrorResponse`` (``BadRequestError``)."""
     return Response.json(
         {
             "object": "error",
             "message": message,
-            "type": "BadRequestError",
+            "type": kind,
             "param": None,
             "code": 400,
         },
@@ -172,8 +173,26 @@ async def _serve(
         else:
             plen = server.prompts.text(str(prompt))
     max_new = body.get("max_completion_tokens") or body.get("max_tokens")
+    if not chat and isinstance(max_new, int) and max_new <= 0:
+        # CompletionRequest's validator (0.5.9 protocol.py:303-308): FastAPI's validation
+        # error, answered 400 by http_server.py:409-441 (its text abridged here)
+        return _openai_error("1 validation error for CompletionRequest max_tokens: Value "
+                             "error, max_tokens must be positive", "Bad Request")  # fmt: skip
     max_new = int(max_new) if max_new else (DEFAULT_MAX_NEW_TOKENS if not chat else 4096)
     stream = bool(body.get("stream"))
+    bad = sampling.check(
+        sampling.from_openai(body, max_new), VOCAB_SIZE, server.opts.sglang_version
+    )
+    if bad is not None:  # SamplingParams.verify (simulator/sampling.py)
+        if not stream:  # serving_completions.py:380-386 (ValueError -> 400)
+            return _openai_error(bad)
+        conn.start_stream(req)  # the stream's error event (serving_completions.py:366-368)
+        err = {"object": "error", "message": bad, "type": "BadRequestError", "param": None,
+               "code": 400}  # fmt: skip
+        conn.write_chunk(b"data: " + json.dumps({"error": err}).encode() + b"\n\n")
+        conn.write_chunk(b"data: [DONE]\n\n")
+        conn.end_stream()
+        return None
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     model = str(body.get("model") or server.opts.served_model_name)  # SGLang echoes request.model
     group = RequestGroup(1)
