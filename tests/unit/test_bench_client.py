@@ -95,7 +95,10 @@ class FakeServer:
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
         )
-        n = self.n_tokens
+        # never more than asked, as a real server (the client fails a request that got more)
+        sp = body.get("sampling_params") or {}
+        asked = sp.get("max_new_tokens") or body.get("max_tokens") or self.n_tokens
+        n = min(self.n_tokens, asked)
         for c in range(self.per_chunk, n + self.per_chunk, self.per_chunk):
             c = min(c, n)
             await asyncio.sleep(self.itl * self.per_chunk)
