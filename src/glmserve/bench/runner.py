@@ -218,7 +218,7 @@ def probe_server(base_url: str, timeout: float = 10.0) -> dict[str, Any]:
             return {}
     except httpx.HTTPError as exc:
         raise TransportError(f"cannot reach server at {base_url}: {exc}") from exc
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past Python's parser
         return {}
 
 
@@ -228,7 +228,7 @@ def resolve_model(base_url: str, timeout: float = 10.0) -> str:
         with httpx.Client(timeout=timeout) as c:
             data = c.get(base_url + "/v1/models").json()
         return str(data["data"][0]["id"])
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, RecursionError):
         return "default"
 
 
@@ -339,7 +339,7 @@ class _ServerSampler:
                 try:
                     r = c.get(self.base_url + "/server_info")
                     v = last_gen_throughput(r.json()) if r.status_code == 200 else None
-                except (httpx.HTTPError, ValueError):
+                except (httpx.HTTPError, ValueError, RecursionError):
                     v = None
                 if v is not None:
                     self.samples.append((time.perf_counter(), v))

@@ -174,7 +174,7 @@ def simulator_speed(base: str) -> dict[str, Any]:
     try:
         r = httpx.get(base + "/sim/config", timeout=5.0)
         scale = float(r.json()["time_scale"]) if r.status_code == 200 else 0.0
-    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+    except (httpx.HTTPError, ValueError, KeyError, TypeError, OverflowError, RecursionError):
         return {}
     return {"simulated": True, "sim_speed": round(1.0 / scale, 6)} if scale > 0 else {}
 
