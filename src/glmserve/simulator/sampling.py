@@ -4,10 +4,10 @@ SGLang builds ``SamplingParams(**sampling_params)`` for every request and calls 
 (0.5.9 ``managers/tokenizer_manager.py:894-913``, after the context-length check of
 ``_validate_one_request`` :751-790); its ``ValueError`` becomes the answer: HTTP 400
 ``{"error": {"message": ...}}`` for ``/generate`` without ``stream``
-(``entrypoints/http_server.py:671-679``, ``_create_error_response`` :1636-1639), and with
+(``entrypoints/http_server.py:675-683``, ``_create_error_response`` :1636-1639), and with
 ``stream`` a 200 whose one event is that error, then ``[DONE]`` (:654-668: the request is
 only tokenized once the stream runs). The OpenAI endpoints answer the same message in their
-``ErrorResponse`` (``serving_completions.py:366-368`` streamed, 400 otherwise).
+``ErrorResponse`` (``serving_completions.py:362-366`` streamed, 400 otherwise).
 
 Rules by release (messages are SGLang's, ``f"{value}"`` as Python prints it):
 

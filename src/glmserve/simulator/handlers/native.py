@@ -201,7 +201,7 @@ async def generate(server: SimServer, req: HttpRequest, conn: Connection) -> Res
     queued = next((r for r in reqs if r.queue_aborted), None)
     if queued is not None:
         # tokenizer_manager.py:1165-1184: status 503 -> fastapi.HTTPException (not a
-        # ValueError, so http_server.py:671-679 lets FastAPI answer {"detail": ...})
+        # ValueError, so http_server.py:675-683 lets FastAPI answer {"detail": ...})
         for r in reqs:
             r.release()
         return Response.json({"detail": queued.abort_reason["message"]}, 503)  # type: ignore[index]

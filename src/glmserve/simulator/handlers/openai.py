@@ -77,7 +77,7 @@ class OpenAIStreamSink:
             # _handle_abort_req's output has no prompt_tokens: 0.5.9's stream generators read
             # content["meta_info"]["prompt_tokens"] first (serving_completions.py:211,
             # serving_chat.py:634), so the KeyError ends the stream as an error event
-            # (serving_completions.py:366-368, serving_base.py:228-242), then [DONE]
+            # (serving_completions.py:362-366, serving_base.py:228-242), then [DONE]
             err = {"object": "error", "message": "'prompt_tokens'", "type": "BadRequestError",
                    "param": None, "code": 400}  # fmt: skip
             self.conn.write_chunk(b"data: " + json.dumps({"error": err}).encode() + b"\n\n")
@@ -184,9 +184,9 @@ async def _serve(
         sampling.from_openai(body, max_new), VOCAB_SIZE, server.opts.sglang_version
     )
     if bad is not None:  # SamplingParams.verify (simulator/sampling.py)
-        if not stream:  # serving_completions.py:380-386 (ValueError -> 400)
+        if not stream:  # serving_completions.py:380-381 (ValueError -> 400)
             return _openai_error(bad)
-        conn.start_stream(req)  # the stream's error event (serving_completions.py:366-368)
+        conn.start_stream(req)  # the stream's error event (serving_completions.py:362-366)
         err = {"object": "error", "message": bad, "type": "BadRequestError", "param": None,
                "code": 400}  # fmt: skip
         conn.write_chunk(b"data: " + json.dumps({"error": err}).encode() + b"\n\n")
