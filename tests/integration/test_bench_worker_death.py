@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import struct
 import subprocess
 import time
 
@@ -98,3 +99,30 @@ def test_a_worker_raising_is_accounted_for_as_not_run(monkeypatch):
     )
     assert len(run.records) == 5 and all(r.ok for r in run.records)
     assert run.not_run == 5
+
+
+def test_a_worker_killed_mid_write_neither_hangs_the_level_nor_loses_the_count(monkeypatch):
+    """Killed while writing a record (a length header, half a message, then SIGKILL): the
+    parent reads EOF on that worker's own pipe instead of waiting for the rest forever, and
+    the other worker is not blocked by a lock the dead one held."""
+    real_put = runner._Outbox.put
+
+    def put(self, item):
+        kind, payload = item
+        if kind == "rec" and payload[0] == 1:
+            os.write(self.conn.fileno(), struct.pack("!i", 4096) + b"half a record")
+            os.kill(os.getpid(), signal.SIGKILL)
+        real_put(self, item)
+
+    monkeypatch.setattr(runner._Outbox, "put", put)  # inherited by the forked workers
+    with HostileServer("ok") as srv:
+        settings = BenchSettings(srv.url, mode="concurrency", concurrency=[2], num_prompts=10,
+                                 output_len=8, warmup=0, workers=2)  # fmt: skip
+        run = LevelRun(concurrency=2, workers=2)
+        t0 = time.monotonic()
+        run_level(settings, 2, prepare_requests(settings, "default"), Progress(), run)
+    assert time.monotonic() - t0 < 30
+    assert run.stopped == (
+        "5 of 10 requests not run: client worker died (worker 1: killed by signal 9 (SIGKILL))"
+    )
+    assert len(run.records) == 5 and run.not_run == 5

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import math
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import os
 import queue as queue_mod
 import random
@@ -496,14 +497,50 @@ def _split(
     return [(i, s) for i, s in out if s > 0]
 
 
-def _worker_main(spec: _LoopSpec, q: Any, stop: Any, wid: int) -> None:
-    """Body of one forked client process: run its share, stream records back over ``q``.
+class _Outbox:
+    """A worker's channel to the parent: a pipe of its own, written by a feeder thread.
+
+    Why not one ``multiprocessing.Queue`` for all workers: its writers share one lock, and a
+    worker killed while holding it (``kill -9`` mid-write) blocked every other worker and so
+    the whole level. A pipe per worker shares nothing, and the parent reads EOF once the
+    worker is gone, whatever it was doing. The feeder thread keeps a slow reader from
+    blocking the worker's event loop (as the Queue's own feeder did)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.items: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
+        self.thread = threading.Thread(target=self._feed, daemon=True)
+        self.thread.start()
+
+    def put(self, item: Any) -> None:
+        self.items.put(item)
+
+    def _feed(self) -> None:
+        while True:
+            item = self.items.get()
+            if item is None:
+                return
+            try:
+                self.conn.send(item)
+            except (OSError, ValueError):  # the parent is gone: nothing to tell
+                return
+
+    def close(self) -> None:
+        """Send what is queued, then end (the parent reads EOF)."""
+        self.items.put(None)
+        self.thread.join(timeout=30.0)
+        self.conn.close()
+
+
+def _worker_main(spec: _LoopSpec, conn: Any, stop: Any, wid: int) -> None:
+    """Body of one forked client process: run its share, stream records back over ``conn``.
 
     Every record goes back as ``("rec", (wid, record))``, then ``("done", (wid, reason))``;
     an exception in the loop is reported as the reason (the parent counts what this worker
     never ran). A worker killed outright (OOM killer, ``kill -9``) sends no "done": the
     parent finds it by its exit status."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides about Ctrl-C
+    q = _Outbox(conn)
     records: list[StreamRecord] = []
     inflight: dict[int, StreamRecord] = {}
     reason: str | None = None
@@ -536,6 +573,7 @@ def _worker_main(spec: _LoopSpec, q: Any, stop: Any, wid: int) -> None:
             rec.error = rec.error or "interrupted"
             q.put(("rec", (wid, rec)))
         q.put(("done", (wid, reason)))
+        q.close()
 
 
 WORKER_FAILED = "client worker"
@@ -668,8 +706,8 @@ def _run_processes(
     arrivals: list[float] | None = None,
 ) -> None:
     ctx = mp.get_context("fork")
-    q = ctx.Queue()
     stop = ctx.Event()
+    readers: dict[Any, int] = {}  # each worker's pipe (read end) -> its id
     parts = _split(indices, concurrency, run.workers)
     start = time.perf_counter() + 0.2 + 0.05 * len(parts)
     deadline = start + settings.duration if settings.duration else None
@@ -686,8 +724,11 @@ def _run_processes(
             deadline,
             arrivals,
         )
-        p = ctx.Process(target=_worker_main, args=(spec, q, stop, wid), daemon=True)
+        r, w = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_worker_main, args=(spec, w, stop, wid), daemon=True)
         p.start()
+        w.close()  # the worker holds the only write end: its death is EOF here
+        readers[r] = wid
         procs.append(p)
     live: dict[int, int] = {}
     pending = set(range(len(parts)))
@@ -721,30 +762,27 @@ def _run_processes(
                 reasons.append(why)
 
     try:
-        while pending:
+        while pending and readers:
             if settings.aborted and not stop.is_set():
                 stop.set()  # the server died: every worker stops and reports what it has
-            try:
-                kind, payload = q.get(timeout=0.25)
-            except queue_mod.Empty:
-                if not any(p.is_alive() for p in procs):
-                    # what a worker wrote just before it exited is still in the pipe
-                    _drain(q, handle, pending, time.perf_counter() + 1.0, idle=0.1)
-                    break
-                continue
-            handle(kind, payload)
-            progress.update(
-                counts["n"],
-                counts["err"],
-                counts["tok"] + sum(live.values()),
-                time.perf_counter() - t0,
-            )
+            if _receive(readers, handle, 0.25):
+                progress.update(
+                    counts["n"],
+                    counts["err"],
+                    counts["tok"] + sum(live.values()),
+                    time.perf_counter() - t0,
+                )
     except KeyboardInterrupt:
         interrupted = True
         stop.set()
-        _drain(q, handle, pending, time.perf_counter() + 5.0)
+        until = time.perf_counter() + 5.0
+        while pending and readers and time.perf_counter() < until:
+            with contextlib.suppress(KeyboardInterrupt):
+                _receive(readers, handle, 0.2)
         raise
     finally:
+        for r in readers:
+            r.close()
         for p in procs:
             p.join(timeout=2.0)
             if p.is_alive():
@@ -770,26 +808,20 @@ def _run_processes(
             run.stopped = next((r for r in reasons if r != "stopped"), reasons[0])
 
 
-def _drain(
-    q: Any,
-    handle: Callable[[str, Any], None],
-    pending: set[int],
-    until: float,
-    idle: float | None = None,
-) -> None:
-    """Collect what the workers still send (their in-flight records): after Ctrl-C, or once
-    every worker exited. Ends at ``until``, when no worker is pending, or (``idle``) after
-    that long without a message."""
-    while pending and time.perf_counter() < until:
+def _receive(readers: dict[Any, int], handle: Callable[[str, Any], None], timeout: float) -> int:
+    """Handle the messages ready within ``timeout``; a pipe at EOF (its worker exited, done
+    or dead) is dropped from ``readers``. Returns how many messages were handled."""
+    n = 0
+    for r in mp_connection.wait(list(readers), timeout):
         try:
-            kind, payload = q.get(timeout=idle if idle is not None else 0.2)
-        except queue_mod.Empty:
-            if idle is not None:
-                return
-            continue
-        except KeyboardInterrupt:
+            kind, payload = r.recv()  # type: ignore[union-attr]
+        except Exception:  # EOF, or a message cut short: the worker died mid-write
+            readers.pop(r, None)
+            r.close()  # type: ignore[union-attr]
             continue
         handle(kind, payload)
+        n += 1
+    return n
 
 
 def run_warmup(settings: BenchSettings, requests: list[Request], watch: Any = None) -> None:
