@@ -211,7 +211,7 @@ def bench(
     api: str = typer.Option("native", "--api", help="native (/generate) | openai | chat"),
     seed: int = typer.Option(0, "--seed", help="Seed of the random token-id prompts."),
     stall_timeout: float = typer.Option(
-        120.0, "--stall-timeout", help="Abandon a request that sends nothing for this long (s)."
+        120.0, "--stall-timeout", help="Fail a request that brings no token for this long (s)."
     ),
     workers: int | None = typer.Option(
         None, "--workers", help="Client processes per level (default: 1 per 128 streams)."
