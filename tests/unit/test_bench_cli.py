@@ -97,6 +97,7 @@ def test_request_errors_are_counted_and_saved(capsys, fake, tmp_path):
 
 
 def test_table_output_without_json(capsys, fake):
+    fake.n_tokens = 4  # as asked: fewer or more is a failed request
     code, out, _ = run_cli(capsys, "bench", "--url", fake.url, "--warmup", "0",
                            "--output-len", "4", "--num-prompts", "2")  # fmt: skip
     assert code == 0

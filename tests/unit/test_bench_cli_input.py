@@ -137,7 +137,7 @@ def test_nan_slo_against_a_live_server_is_refused_and_nothing_stored(capsys, fak
 
 
 def test_open_loop_is_implied_and_explicit_rate_mode_still_works(capsys, fake):
-    fake.n_tokens, fake.itl = 4, 0.001
+    fake.n_tokens, fake.itl = 8, 0.001  # as asked (--output-len 8)
     code, data, err = bench_json(capsys, fake, "--request-rate", "inf", "--burstiness", "2")
     assert code == 0, err
     assert data["mode"] == "rate" and data["settings"]["burstiness"] == 2.0
@@ -146,7 +146,7 @@ def test_open_loop_is_implied_and_explicit_rate_mode_still_works(capsys, fake):
 
 
 def test_output_file_in_a_writable_directory_is_written(capsys, fake, tmp_path):
-    fake.n_tokens, fake.itl = 4, 0.001
+    fake.n_tokens, fake.itl = 8, 0.001  # as asked (--output-len 8)
     dest = tmp_path / "r.json"
     code, data, _ = bench_json(capsys, fake, "--output", str(dest))
     assert code == 0 and json.loads(dest.read_text())["id"] == data["id"]

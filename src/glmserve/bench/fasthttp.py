@@ -39,6 +39,10 @@ SENT_AT = "glmserve.sent_at"
 ARRIVAL = "glmserve.arrival"
 
 
+class FramingError(httpx.RemoteProtocolError):
+    """The response's HTTP framing is malformed (not a connection that merely ended)."""
+
+
 class ArrivalClock:
     """``last``: perf_counter time the socket delivered the bytes last yielded by the body.
 
@@ -46,13 +50,15 @@ class ArrivalClock:
     client's processing of a chunk but not the time recorded for it.
     """
 
-    __slots__ = ("last",)
+    __slots__ = ("deadline", "last")
 
     def __init__(self) -> None:
         self.last = 0.0
+        self.deadline: float | None = None  # perf_counter; None: the read timeout alone
 
 
 _MAX_HEAD = 64 * 1024
+_MAX_SIZE_LINE = 1024  # a chunk-size line (hex size and extensions) longer than this is junk
 KEEPALIVE_EXPIRY_S = 4.0  # below uvicorn's 5 s timeout_keep_alive, so it closes nothing we use
 
 
@@ -84,7 +90,22 @@ class _Conn(asyncio.Protocol):
         self.t_recv = time.perf_counter()
         self.got_bytes = True
         self.buf += data
-        self._parse()
+        try:
+            self._parse()
+        except Exception as exc:  # any parse failure is this response's error
+            self._framing_error(f"bad response framing: {type(exc).__name__}: {exc}")
+
+    def _framing_error(self, why: str) -> None:
+        """End this response with a protocol error and drop the connection."""
+        err = FramingError(why[:200])
+        if self.head is not None and not self.head.done():
+            self.head.set_exception(err)
+        self.lost = err
+        self.keep_alive = False
+        self.buf.clear()
+        if self.transport is not None:
+            self.transport.close()
+        self._wake()
 
     def eof_received(self) -> bool | None:
         return False  # close the transport; connection_lost follows
@@ -93,7 +114,7 @@ class _Conn(asyncio.Protocol):
         self.closed = True
         if self.mode == "close":
             self.mode = "done"
-        elif self.mode != "done" and self.mode != "idle":
+        elif self.mode != "done" and self.mode != "idle" and self.lost is None:
             self.lost = exc or ConnectionResetError("server closed the connection")
         if self.head is not None and not self.head.done():
             self.head.set_exception(
@@ -137,7 +158,17 @@ class _Conn(asyncio.Protocol):
                 if lk == b"transfer-encoding" and b"chunked" in v.lower():
                     chunked = True
                 elif lk == b"content-length":
-                    length = int(v)
+                    # RFC 9110 8.6: 1*DIGIT; a list of equal values may be folded into one
+                    values = {x.strip() for x in v.split(b",")}
+                    if (
+                        len(values) != 1
+                        or not v
+                        or not next(iter(values)).isdigit()
+                        or (length is not None and int(next(iter(values))) != length)
+                    ):
+                        self._framing_error(f"bad Content-Length {v[:40]!r}")
+                        return
+                    length = int(next(iter(values)))
                 elif lk == b"connection" and v.lower() == b"close":
                     self.keep_alive = False
             if chunked:
@@ -181,16 +212,17 @@ class _Conn(asyncio.Protocol):
                     break
                 pos += 2  # CRLF after the chunk data
                 self.in_chunk = False
-            i = buf.find(b"\r\n", pos)
+            i = buf.find(b"\r\n", pos, pos + _MAX_SIZE_LINE)
             if i < 0:
+                if n - pos >= _MAX_SIZE_LINE:
+                    self._framing_error(f"chunk size line longer than {_MAX_SIZE_LINE} bytes")
+                    return
                 break
             size_line = bytes(buf[pos:i]).split(b";", 1)[0].strip()
-            try:
-                size = int(size_line, 16)
-            except ValueError:
-                self.lost = httpx.RemoteProtocolError(f"bad chunk size {size_line[:20]!r}")
-                self.mode = "done"
-                break
+            if not size_line or size_line.strip(b"0123456789abcdefABCDEF"):
+                self._framing_error(f"bad chunk size {size_line[:20]!r}")
+                return
+            size = int(size_line, 16)
             if size == 0:
                 # the last chunk; optional trailers end with an empty line
                 j = buf.find(b"\r\n\r\n", i)
@@ -209,6 +241,8 @@ class _Conn(asyncio.Protocol):
         while True:
             if self.pieces:
                 return self.pieces.popleft()
+            if isinstance(self.lost, FramingError):
+                raise self.lost
             if self.lost is not None:
                 raise httpx.RemoteProtocolError(
                     f"peer closed connection without sending complete message body ({self.lost})"
@@ -265,8 +299,13 @@ class _Body(httpx.AsyncByteStream):
         self.released = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        clock = self.clock
         while True:
-            piece = await self.conn.wait_piece(self.read_timeout)
+            timeout = self.read_timeout
+            if clock.deadline is not None:
+                left = max(0.0, clock.deadline - time.perf_counter())
+                timeout = left if timeout is None else min(timeout, left)
+            piece = await self.conn.wait_piece(timeout)
             if piece is None:
                 return
             self.clock.last = piece[0]

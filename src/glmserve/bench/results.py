@@ -72,11 +72,14 @@ def summarize_level(
     stopped: str | None,
     settings: Any = None,
     rate: float | None = None,
+    not_run: int = 0,
 ) -> dict[str, Any]:
     """One level's JSON-ready summary from raw records (metrics) and server readings.
 
     ``settings`` (a ``BenchSettings``) supplies percentiles, SLOs and the per-request opt-in;
     an open-loop level (``rate`` set) measures output tok/s over its full window.
+    ``not_run``: requests of client workers that died (never run, or never recorded); the
+    level's ``stopped`` says so.
     """
     lm = asdict(
         level_metrics(
@@ -108,6 +111,7 @@ def summarize_level(
         tokens_estimated=any(getattr(r, "tokens_estimated", False) for r in records),
         server=srv,
         stopped=stopped,
+        not_run=not_run,
     )
     return lm
 

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import math
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import os
 import queue as queue_mod
 import random
@@ -197,6 +198,7 @@ class LevelRun:
     rate: float | None = None  # open loop: the offered request rate
     server: dict[str, Any] = field(default_factory=dict)
     stopped: str | None = None  # why the level ended early, if it did
+    not_run: int = 0  # requests of client workers that died, never run or never recorded
 
 
 # -- server probes -------------------------------------------------------------------------
@@ -217,7 +219,7 @@ def probe_server(base_url: str, timeout: float = 10.0) -> dict[str, Any]:
             return {}
     except httpx.HTTPError as exc:
         raise TransportError(f"cannot reach server at {base_url}: {exc}") from exc
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past Python's parser
         return {}
 
 
@@ -227,19 +229,32 @@ def resolve_model(base_url: str, timeout: float = 10.0) -> str:
         with httpx.Client(timeout=timeout) as c:
             data = c.get(base_url + "/v1/models").json()
         return str(data["data"][0]["id"])
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, RecursionError):
         return "default"
 
 
-def last_gen_throughput(info: dict[str, Any]) -> float | None:
-    """``internal_states[0].last_gen_throughput`` (top level in older releases)."""
+def last_gen_throughput(info: Any) -> float | None:
+    """``internal_states[0].last_gen_throughput`` (top level in older releases); None where
+    the server's answer has another shape (a list, a string or an object for the number)."""
+    if not isinstance(info, dict):
+        return None
     states = info.get("internal_states")
     if isinstance(states, list) and states and isinstance(states[0], dict):
-        v = states[0].get("last_gen_throughput")
+        v = _finite_number(states[0].get("last_gen_throughput"))
         if v is not None:
-            return float(v)
-    v = info.get("last_gen_throughput")
-    return float(v) if v is not None else None
+            return v
+    return _finite_number(info.get("last_gen_throughput"))
+
+
+def _finite_number(v: Any) -> float | None:
+    """``v`` as a float when it is a finite JSON number (not a bool, string or object)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:  # an integer past a double
+        return None
+    return f if math.isfinite(f) else None
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
@@ -325,7 +340,7 @@ class _ServerSampler:
                 try:
                     r = c.get(self.base_url + "/server_info")
                     v = last_gen_throughput(r.json()) if r.status_code == 200 else None
-                except (httpx.HTTPError, ValueError):
+                except (httpx.HTTPError, ValueError, RecursionError):
                     v = None
                 if v is not None:
                     self.samples.append((time.perf_counter(), v))
@@ -429,8 +444,17 @@ async def _closed_loop(
             try:
                 k = i % len(spec.requests)
                 await stream_request(
-                    client, spec.base_url, spec.requests[k], spec.api, rec, prepared[k]
+                    client,
+                    spec.base_url,
+                    spec.requests[k],
+                    spec.api,
+                    rec,
+                    prepared[k],
+                    spec.stall_timeout,
                 )
+            except Exception as exc:  # a client bug fails its request, not the level
+                rec.error = f"client error: {type(exc).__name__}: {exc}"[:200]
+                rec.end = rec.end or perf()
             finally:
                 inflight.pop(id(rec), None)
             if rec.prompt_tokens is None:
@@ -473,15 +497,56 @@ def _split(
     return [(i, s) for i, s in out if s > 0]
 
 
-def _worker_main(spec: _LoopSpec, q: Any, stop: Any, wid: int) -> None:
-    """Body of one forked client process: run its share, stream records back over ``q``."""
+class _Outbox:
+    """A worker's channel to the parent: a pipe of its own, written by a feeder thread.
+
+    Why not one ``multiprocessing.Queue`` for all workers: its writers share one lock, and a
+    worker killed while holding it (``kill -9`` mid-write) blocked every other worker and so
+    the whole level. A pipe per worker shares nothing, and the parent reads EOF once the
+    worker is gone, whatever it was doing. The feeder thread keeps a slow reader from
+    blocking the worker's event loop (as the Queue's own feeder did)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.items: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
+        self.thread = threading.Thread(target=self._feed, daemon=True)
+        self.thread.start()
+
+    def put(self, item: Any) -> None:
+        self.items.put(item)
+
+    def _feed(self) -> None:
+        while True:
+            item = self.items.get()
+            if item is None:
+                return
+            try:
+                self.conn.send(item)
+            except (OSError, ValueError):  # the parent is gone: nothing to tell
+                return
+
+    def close(self) -> None:
+        """Send what is queued, then end (the parent reads EOF)."""
+        self.items.put(None)
+        self.thread.join(timeout=30.0)
+        self.conn.close()
+
+
+def _worker_main(spec: _LoopSpec, conn: Any, stop: Any, wid: int) -> None:
+    """Body of one forked client process: run its share, stream records back over ``conn``.
+
+    Every record goes back as ``("rec", (wid, record))``, then ``("done", (wid, reason))``;
+    an exception in the loop is reported as the reason (the parent counts what this worker
+    never ran). A worker killed outright (OOM killer, ``kill -9``) sends no "done": the
+    parent finds it by its exit status."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides about Ctrl-C
+    q = _Outbox(conn)
     records: list[StreamRecord] = []
     inflight: dict[int, StreamRecord] = {}
     reason: str | None = None
 
     def on_record(rec: StreamRecord) -> None:
-        q.put(("rec", rec))
+        q.put(("rec", (wid, rec)))
 
     async def main() -> str | None:
         loop_task = asyncio.create_task(
@@ -501,11 +566,40 @@ def _worker_main(spec: _LoopSpec, q: Any, stop: Any, wid: int) -> None:
 
     try:
         reason = asyncio.run(main())
+    except Exception as exc:  # reported to the parent, which accounts for it
+        reason = f"{WORKER_FAILED} {wid} failed: raised {type(exc).__name__}: {exc}"[:300]
     finally:
         for rec in list(inflight.values()):
             rec.error = rec.error or "interrupted"
-            q.put(("rec", rec))
+            q.put(("rec", (wid, rec)))
         q.put(("done", (wid, reason)))
+        q.close()
+
+
+WORKER_FAILED = "client worker"
+
+
+def _exit_how(code: int | None) -> str:
+    """A worker's end as a person reads it: "killed by signal 9 (SIGKILL)", "exit status 1"."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "?"
+        return f"killed by signal {-code} ({name})"
+    return f"exit status {code}"
+
+
+def _not_run_reason(missing: int | None, total: int | None, dead: list[tuple[int, str]]) -> str:
+    """The level's stop reason when client workers died: every request asked is accounted
+    for, as "N of M requests not run" (or, by --duration, without a count to give)."""
+    who = "; ".join(f"worker {w}: {how}" for w, how in dead)
+    noun = "client worker died" if len(dead) == 1 else f"{len(dead)} client workers died"
+    if missing is not None and total is not None:
+        return f"{missing} of {total} requests not run: {noun} ({who})"
+    return f"requests not run or not recorded: {noun} ({who})"
 
 
 # -- levels --------------------------------------------------------------------------------
@@ -612,8 +706,8 @@ def _run_processes(
     arrivals: list[float] | None = None,
 ) -> None:
     ctx = mp.get_context("fork")
-    q = ctx.Queue()
     stop = ctx.Event()
+    readers: dict[Any, int] = {}  # each worker's pipe (read end) -> its id
     parts = _split(indices, concurrency, run.workers)
     start = time.perf_counter() + 0.2 + 0.05 * len(parts)
     deadline = start + settings.duration if settings.duration else None
@@ -630,78 +724,104 @@ def _run_processes(
             deadline,
             arrivals,
         )
-        p = ctx.Process(target=_worker_main, args=(spec, q, stop, wid), daemon=True)
+        r, w = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_worker_main, args=(spec, w, stop, wid), daemon=True)
         p.start()
+        w.close()  # the worker holds the only write end: its death is EOF here
+        readers[r] = wid
         procs.append(p)
     live: dict[int, int] = {}
     pending = set(range(len(parts)))
+    received = [0] * len(parts)  # records each worker sent back
     counts = {"n": 0, "err": 0, "tok": 0}
     t0 = time.perf_counter()
     interrupted = False
     reasons: list[str] = []
+    failed_workers: dict[int, str] = {}  # raised inside: its reason
+
+    def handle(kind: str, payload: Any) -> None:
+        if kind == "rec":
+            wid, rec = payload
+            received[wid] += 1
+            run.records.append(rec)
+            counts["n"] += 1
+            counts["err"] += 0 if rec.ok else 1
+            if not rec.ok and settings.failed is not None:
+                settings.failed.set()
+            counts["tok"] += rec.n_tokens
+            if rec.error and rec.error.startswith(CONNECT_FAILED):
+                stop.set()  # the server is gone: no new requests anywhere
+        elif kind == "live":
+            live[payload[0]] = payload[1]
+        elif kind == "done":
+            wid, why = payload
+            pending.discard(wid)
+            if why and why.startswith(WORKER_FAILED):
+                failed_workers[wid] = why
+            elif why:
+                reasons.append(why)
+
     try:
-        while pending:
+        while pending and readers:
             if settings.aborted and not stop.is_set():
                 stop.set()  # the server died: every worker stops and reports what it has
-            try:
-                kind, payload = q.get(timeout=0.25)
-            except queue_mod.Empty:
-                if not any(p.is_alive() for p in procs):
-                    break
-                continue
-            if kind == "rec":
-                run.records.append(payload)
-                counts["n"] += 1
-                counts["err"] += 0 if payload.ok else 1
-                if not payload.ok and settings.failed is not None:
-                    settings.failed.set()
-                counts["tok"] += payload.n_tokens
-                if payload.error and payload.error.startswith(CONNECT_FAILED):
-                    stop.set()  # the server is gone: no new requests anywhere
-            elif kind == "live":
-                live[payload[0]] = payload[1]
-            elif kind == "done":
-                pending.discard(payload[0])
-                if payload[1]:
-                    reasons.append(payload[1])
-            progress.update(
-                counts["n"],
-                counts["err"],
-                counts["tok"] + sum(live.values()),
-                time.perf_counter() - t0,
-            )
+            if _receive(readers, handle, 0.25):
+                progress.update(
+                    counts["n"],
+                    counts["err"],
+                    counts["tok"] + sum(live.values()),
+                    time.perf_counter() - t0,
+                )
     except KeyboardInterrupt:
         interrupted = True
         stop.set()
-        _drain(q, pending, run, time.perf_counter() + 5.0)
+        until = time.perf_counter() + 5.0
+        while pending and readers and time.perf_counter() < until:
+            with contextlib.suppress(KeyboardInterrupt):
+                _receive(readers, handle, 0.2)
         raise
     finally:
+        for r in readers:
+            r.close()
         for p in procs:
             p.join(timeout=2.0)
             if p.is_alive():
                 p.terminate()  # our own child, by its Process handle
                 p.join(timeout=1.0)
+        dead = [(w, _exit_how(procs[w].exitcode)) for w in sorted(pending)]
+        dead += [(w, why.partition(" failed: ")[2] or why) for w, why in failed_workers.items()]
         if interrupted:
             run.stopped = "interrupted"
+        elif dead:
+            gone = {w for w, _ in dead}
+            known = [len(parts[w][0]) for w in gone if parts[w][0] is not None]  # type: ignore[arg-type]
+            missing = None
+            if len(known) == len(gone):
+                missing = sum(len(parts[w][0]) - received[w] for w in gone)  # type: ignore[arg-type]
+                run.not_run = missing
+            run.stopped = _not_run_reason(
+                missing, len(indices) if indices is not None else None, sorted(dead)
+            )
         elif settings.aborted:
             run.stopped = ABORTED
         elif reasons:
             run.stopped = next((r for r in reasons if r != "stopped"), reasons[0])
 
 
-def _drain(q: Any, pending: set[int], run: LevelRun, until: float) -> None:
-    """After Ctrl-C: collect what the workers still send (their in-flight records)."""
-    while pending and time.perf_counter() < until:
+def _receive(readers: dict[Any, int], handle: Callable[[str, Any], None], timeout: float) -> int:
+    """Handle the messages ready within ``timeout``; a pipe at EOF (its worker exited, done
+    or dead) is dropped from ``readers``. Returns how many messages were handled."""
+    n = 0
+    for r in mp_connection.wait(list(readers), timeout):
         try:
-            kind, payload = q.get(timeout=0.2)
-        except queue_mod.Empty:
+            kind, payload = r.recv()  # type: ignore[union-attr]
+        except Exception:  # EOF, or a message cut short: the worker died mid-write
+            readers.pop(r, None)
+            r.close()  # type: ignore[union-attr]
             continue
-        except KeyboardInterrupt:
-            continue
-        if kind == "rec":
-            run.records.append(payload)
-        elif kind == "done":
-            pending.discard(payload[0])
+        handle(kind, payload)
+        n += 1
+    return n
 
 
 def run_warmup(settings: BenchSettings, requests: list[Request], watch: Any = None) -> None:

@@ -177,7 +177,7 @@ def simulator_speed(base: str) -> dict[str, Any]:
     try:
         r = httpx.get(base + "/sim/config", timeout=5.0)
         scale = float(r.json()["time_scale"]) if r.status_code == 200 else 0.0
-    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+    except (httpx.HTTPError, ValueError, KeyError, TypeError, OverflowError, RecursionError):
         return {}
     return {"simulated": True, "sim_speed": round(1.0 / scale, 6)} if scale > 0 else {}
 
@@ -200,8 +200,10 @@ def comparable_meta(
 
 def server_summary(info: dict[str, Any]) -> dict[str, Any]:
     """What the server says about itself: version, throughput gauge, the flags that matter."""
+    version = info.get("version")
     out: dict[str, Any] = {
-        "version": info.get("version"),
+        # a string, or nothing: another shape (a hostile or broken server) is not a version
+        "version": version[:100] if isinstance(version, str) else None,
         "last_gen_throughput": last_gen_throughput(info),
     }
     out["args"] = {k: info[k] for k in SERVER_ARG_KEYS if k in info}
@@ -499,6 +501,7 @@ def run_bench(
                             run.stopped,
                             settings=settings,
                             rate=rate,
+                            not_run=run.not_run,
                         )
                     )
                     judge_contention(view.stop(), levels[-1])

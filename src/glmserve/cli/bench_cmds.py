@@ -209,7 +209,7 @@ def bench(
     api: str = typer.Option("native", "--api", help="native (/generate) | openai | chat"),
     seed: int = typer.Option(0, "--seed", help="Seed of the random token-id prompts."),
     stall_timeout: float = typer.Option(
-        120.0, "--stall-timeout", help="Abandon a request that sends nothing for this long (s)."
+        120.0, "--stall-timeout", help="Fail a request that brings no token for this long (s)."
     ),
     workers: int | None = typer.Option(
         None, "--workers", help="Client processes per level (default: 1 per 128 streams)."
@@ -324,9 +324,15 @@ def bench(
     With --url there is no run to watch: after a failed request /health is asked, and a 5xx
     (a dead worker) ends the bench (exit 3); a server gone entirely is exit 5.
 
+    A request is ok only when its stream ends with finish_reason length and exactly the
+    asked number of tokens; an abort, fewer or more tokens, a payload of the wrong shape or
+    no token for --stall-timeout seconds fails it, with the reason. A client worker that
+    dies leaves its requests counted as not run.
+
     Exit codes: 0 ok, 1 a gate missed, 2 bad options or a stopped run, 3 the server crashed,
-    4 not ready, 5 server unreachable or no request succeeded, 7 some requests failed (the
-    result is stored, marked incomplete), 130 Ctrl-C (partial results stored, incomplete).
+    4 not ready, 5 server unreachable or no request succeeded, 7 some requests failed or
+    were not run (the result is stored, marked incomplete), 130 Ctrl-C (partial results
+    stored, incomplete).
     """
     check_dataset_name(dataset_name, dataset_path)
     output_len = pick_output_len(output_len, random_output_len, sharegpt_output_len, dataset_path)

@@ -49,10 +49,12 @@ Every sglang.launch_server flag is accepted; these are modelled: --model-path/--
 --cuda-graph-backend-decode disabled), --cuda-graph-max-bs, --chunked-prefill-size,
 --num-continuous-decode-steps (accepted and ignored, as SGLang 0.5.9 does), --enable-metrics,
 --context-length, --max-prefill-tokens, --decode-log-interval,
---skip-server-warmup, --stream-output, --nnodes, --node-rank, --dist-init-addr. Others are
-listed once in the log. With --nnodes N > 1 and --node-rank > 0 only this node's scheduler
-ranks start (TP ranks node_rank*tp/N ...) and no HTTP port is bound (SGLang answers a dummy
-/health there; the simulator binds nothing so several nodes can share one machine).
+--skip-server-warmup, --stream-output, --nnodes, --node-rank, --dist-init-addr,
+--max-queued-requests (a request that finds the waiting queue full is aborted: "The request
+queue is full.", status 503). Others are listed once in the log. With --nnodes N > 1 and
+--node-rank > 0 only this node's scheduler ranks start (TP ranks node_rank*tp/N ...) and no
+HTTP port is bound (SGLang answers a dummy /health there; the simulator binds nothing so
+several nodes can share one machine).
 
 Simulator options:
   --sim-speed X               run X times faster than real time (steps and phases)
@@ -74,6 +76,9 @@ Simulator options:
   --sim-run-variation SD      each run (busy period after 0.1 s idle) exp(N(0,SD)) slower
   --sim-step-jitter SD        each step's duration times exp(N(0,SD))
   --sim-variation-seed N      the same variation sequence on every server with that seed
+  --sim-abort-after-tokens N  abort each request once it has N tokens, as SGLang's
+                              /abort_request does (finish_reason {{"type": "abort", ...}},
+                              then [DONE]); --sim-abort-every K: only every K-th request
   --sim-config FILE.yaml      cost-model overrides (field: value)
   --sim-<field> VALUE         one cost-model field, e.g. --sim-bandwidth-gbps 1500
                               ({", ".join(costmodel.CostModel.field_names())})

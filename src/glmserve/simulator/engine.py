@@ -6,6 +6,15 @@ pool) and run as one prefill step that yields their first token; otherwise one d
 yields one token for every running request. ``--num-continuous-decode-steps`` is accepted and
 ignored, as SGLang 0.5.9 does (server_args.py:616 defines it; no scheduler code reads it).
 
+Aborts, as SGLang ends a request early: ``--max-queued-requests`` aborts a request that
+arrives with the waiting queue full (0.5.9 ``managers/scheduler.py:1726-1770``
+``_abort_on_queued_limit``: finish_reason ``{"type": "abort", "status_code": 503, "message":
+"The request queue is full."}``, sent from ``_handle_abort_req``,
+``managers/tokenizer_manager.py:2155-2190``); ``--sim-abort-after-tokens`` ends a running
+request as ``/abort_request`` does (``scheduler.py:2820-2834``: ``req.to_finish =
+FINISH_ABORT()``, the request still runs one forward, so its last chunk carries the token of
+that step and ``FINISH_ABORT().to_json()``, ``managers/schedule_batch.py:179-192``).
+
 Pacing is absolute: step i ends at ``t0 + sum(d_0..d_i)`` (each d from the cost model, divided
 by ``--sim-speed``), so event-loop wake-up jitter never accumulates. Every token's generation
 time (step end) and emission time (when its chunk was written) are recorded on the server's
@@ -82,6 +91,13 @@ _WORDS = [
     "memory",
 ]
 TOKEN_TEXT = [" " + _WORDS[i % len(_WORDS)] for i in range(4096)]
+# finish_reason of a request aborted while waiting (scheduler.py:1762-1769) and of a running
+# one aborted by /abort_request (FINISH_ABORT() with its defaults, schedule_batch.py:180-192)
+QUEUE_FULL: dict[str, Any] = {
+    "type": "abort", "message": "The request queue is full.", "status_code": 503,
+}  # fmt: skip
+ABORTED: dict[str, Any] = {"type": "abort", "message": "Aborted", "status_code": None,
+                           "err_type": None}  # fmt: skip
 
 
 def token_id(seed: int, n: int) -> int:
@@ -106,6 +122,8 @@ class Request:
     """One generation request as the scheduler sees it."""
 
     __slots__ = (
+        "abort_at",
+        "abort_reason",
         "admitted",
         "arrival",
         "emit_times",
@@ -149,6 +167,13 @@ class Request:
         self.finished = False
         self.traced = True
         self.gen: Any = None  # a textmodel.Generation when the request asked for logprobs
+        self.abort_at = 0  # aborted once it has this many tokens (0: never)
+        self.abort_reason: dict[str, Any] | None = None  # QUEUE_FULL or ABORTED
+
+    @property
+    def queue_aborted(self) -> bool:
+        """Aborted before it ran (the queue was full): answered as _handle_abort_req does."""
+        return self.abort_reason is QUEUE_FULL
 
     @property
     def completion_tokens(self) -> int:
@@ -218,6 +243,8 @@ class Engine:
         self.quiet_rids: set[str] = set()
         # --sim-run-variation / --sim-step-jitter (simulator/variation.py)
         self.variation = Variation(opts.run_variation, opts.step_jitter, opts.variation_seed)
+        self.max_queued: int | None = getattr(opts.server, "max_queued_requests", None)
+        self.submitted = 0  # requests submitted (the abort fault picks every k-th)
 
     # -- public -----------------------------------------------------------------------
     def submit(self, req: Request, traced: bool = True) -> None:
@@ -227,8 +254,29 @@ class Engine:
             self.trace_order.append(req.rid)
             while len(self.trace_order) > self.opts.trace_max_requests:
                 self.trace.pop(self.trace_order.popleft(), None)
+        if traced:  # a health check's request is no client's: the faults leave it alone
+            self.submitted += 1
+            after = self.opts.abort_after_tokens
+            if after is not None and self.submitted % self.opts.abort_every == 0:
+                req.abort_at = after
+            if self.max_queued is not None:
+                queued = sum(1 for r in self.waiting if not r.finished)
+                if queued + 1 > self.max_queued:  # scheduler.py:1729-1731
+                    self._abort_queued(req)
+                    return
         self.waiting.append(req)
         self._wake.set()
+
+    def _abort_queued(self, req: Request) -> None:
+        """The waiting queue is full: the new request is aborted at once (SGLang rejects the
+        incoming one unless priority scheduling picks another, scheduler.py:1735-1760)."""
+        req.finished = True
+        req.abort_reason = QUEUE_FULL
+        req.finish = -1.0  # an abort in the ground truth
+        self.counters["num_aborted_requests_total"] += 1
+        sink, req.sink = req.sink, None
+        if sink is not None:
+            sink.flush(req, 0)
 
     def used_tokens(self) -> int:
         return sum(r.prompt_tokens + len(r.out_ids) for r in self.running)
@@ -354,6 +402,11 @@ class Engine:
             r.gen_times.append(gen_t)
             n_tokens += 1
             done = n + 1 >= r.max_new
+            # to_finish is checked before the length (schedule_batch.py:1076-1086)
+            if r.abort_at and n + 1 >= r.abort_at:
+                done = True
+                r.abort_reason = ABORTED
+                self.counters["num_aborted_requests_total"] += 1
             if done:
                 r.finished = True
                 r.finish = gen_t

@@ -101,6 +101,8 @@ def sglang_parser() -> argparse.ArgumentParser:
         "--tensor-parallel-size", "--tp-size", "--tp", dest="tp_size", type=int, default=1
     )
     p.add_argument("--max-running-requests", type=int, default=None)
+    # sglang 0.5.9 server_args.py:3150-3155; over it a new request is aborted (engine.py)
+    p.add_argument("--max-queued-requests", type=int, default=None)
     p.add_argument("--max-total-tokens", type=int, default=None)
     p.add_argument("--mem-fraction-static", type=float, default=None)
     p.add_argument("--attention-backend", type=str, choices=ATTENTION_BACKEND_CHOICES, default=None)
@@ -163,6 +165,8 @@ def sim_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-worker-death-after", type=float, default=None)
     p.add_argument("--sim-fault-node-rank", type=int, default=None)
     p.add_argument("--sim-send-threads", type=int, default=0)
+    p.add_argument("--sim-abort-after-tokens", type=int, default=None)
+    p.add_argument("--sim-abort-every", type=int, default=1)
     p.add_argument("--sim-trace-max-requests", type=int, default=20000)
     p.add_argument("--sim-trace-max-steps", type=int, default=200000)
     p.add_argument("--sim-output-fault", type=str, default=None)  # simulator/textmodel.py
@@ -192,6 +196,10 @@ class SimOptions:
     crash_kind: str | None = None
     hang_at: str | None = None
     worker_death_after: float | None = None
+    # Fault: every ``abort_every``-th request is aborted once it has ``abort_after_tokens``
+    # tokens, as SGLang's /abort_request ends a running request (engine.py)
+    abort_after_tokens: int | None = None
+    abort_every: int = 1
     trace_max_requests: int = 20000
     send_threads: int = 0
     trace_max_steps: int = 200000
@@ -442,6 +450,18 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:
         raise SimUsageError("--sim-speed must be > 0")
     if sim.sim_tokens_per_chunk < 1:
         raise SimUsageError("--sim-tokens-per-chunk must be >= 1")
+    if sim.sim_abort_after_tokens is not None and sim.sim_abort_after_tokens < 1:
+        # SGLang's abort of a running request still runs one forward (scheduler.py:2833):
+        # at least one token; a request aborted before any is --max-queued-requests' case
+        raise SimUsageError("--sim-abort-after-tokens must be >= 1")
+    if sim.sim_abort_every < 1:
+        raise SimUsageError("--sim-abort-every must be >= 1")
+    mq = server.max_queued_requests
+    if mq is not None and mq < 1:
+        # SGLang asserts it at start-up (0.5.9 managers/tp_worker.py:283-286)
+        raise SimUsageError(
+            f"--max-queued-requests {mq}: must be at least 1 for any work to be scheduled"
+        )
     crash_at, crash_after = None, 0.0
     if sim.sim_crash_at:
         crash_at = sim.sim_crash_at
@@ -502,6 +522,8 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:
         crash_kind=kind,
         hang_at=hang_at,
         worker_death_after=worker_death,
+        abort_after_tokens=sim.sim_abort_after_tokens,
+        abort_every=sim.sim_abort_every,
         trace_max_requests=sim.sim_trace_max_requests,
         send_threads=max(0, sim.sim_send_threads),
         trace_max_steps=sim.sim_trace_max_steps,

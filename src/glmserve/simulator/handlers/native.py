@@ -9,11 +9,13 @@ total_retractions, completion_tokens, cached_tokens`` (+ ``e2e_latency`` once fi
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from glmserve.simulator.engine import Request
+from glmserve.simulator import sampling
+from glmserve.simulator.engine import VOCAB_SIZE, Request
 from glmserve.simulator.handlers import logprobs as lp
 from glmserve.simulator.handlers.generation import (
     DEFAULT_MAX_NEW_TOKENS,
@@ -33,7 +35,19 @@ if TYPE_CHECKING:
 def _finish_reason(req: Request) -> dict[str, Any] | None:
     if not req.finished:
         return None
+    if req.abort_reason is not None:
+        return dict(req.abort_reason)
     return {"type": "length", "length": len(req.out_ids)}
+
+
+def queue_abort_chunk(req: Request, created: float) -> bytes:
+    """What a stream of a request aborted in the waiting queue gets: ``_handle_abort_req``'s
+    output (0.5.9 managers/tokenizer_manager.py:2170-2188: no prompt_tokens, streamed
+    output_ids only the last id), yielded before ``[DONE]`` (tokenizer_manager.py:1165-1187)."""
+    meta = {"id": req.rid, "finish_reason": req.abort_reason, "weight_version": "default",
+            "e2e_latency": time.time() - created, "completion_tokens": 0}  # fmt: skip
+    doc = {"text": "", "output_ids": [], "meta_info": meta}
+    return b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
 
 
 def native_payload(req: Request, created: float, incremental: bool, last_sent: int) -> dict:
@@ -71,11 +85,20 @@ class NativeStreamSink:
         if self.conn.closed:
             req.emit_times.extend([time.perf_counter()] * ntokens)
             return
+        if req.queue_aborted:
+            self.conn.write_chunk(queue_abort_chunk(req, self.created))
+            self.group.finish_one()
+            return
         ids = ",".join(map(str, req.out_ids[self.sent :])) if self.incremental else req.ids_csv
         self.sent = n = len(req.out_ids)
         if req.finished:
+            reason = (
+                json.dumps(req.abort_reason, separators=(",", ":"))
+                if req.abort_reason is not None
+                else f'{{"type":"length","length":{n}}}'
+            )
             tail = (
-                f'"finish_reason":{{"type":"length","length":{n}}},"prompt_tokens":'
+                f'"finish_reason":{reason},"prompt_tokens":'
                 f'{req.prompt_tokens},"weight_version":"default","total_retractions":0,'
                 f'"completion_tokens":{n},"cached_tokens":0,'
                 f'"e2e_latency":{time.time() - self.created}}}}}\n\n'
@@ -156,6 +179,15 @@ async def generate(server: SimServer, req: HttpRequest, conn: Connection) -> Res
                 f"{ctx_len} tokens. You requested a total of {plen + max_new} tokens: "
                 f"{plen} tokens from the input messages and {max_new} tokens for the completion."
             )
+        bad = sampling.check(sp, VOCAB_SIZE, server.opts.sglang_version)
+        if bad is not None:  # SamplingParams.verify's ValueError (simulator/sampling.py)
+            if not stream:
+                return error(bad)
+            conn.start_stream(req)  # http_server.py:654-668: one error event, then [DONE]
+            err = json.dumps({"error": {"message": bad}}, separators=(",", ":"))
+            conn.write_chunk(b"data: " + err.encode() + b"\n\ndata: [DONE]\n\n")
+            conn.end_stream()
+            return None
         if isinstance(rid0, list):
             rid = str(rid0[i])
         elif rid0 and len(lens) == 1:
@@ -180,6 +212,13 @@ async def generate(server: SimServer, req: HttpRequest, conn: Connection) -> Res
         for r in reqs:
             r.release()
         return None
+    queued = next((r for r in reqs if r.queue_aborted), None)
+    if queued is not None:
+        # tokenizer_manager.py:1165-1184: status 503 -> fastapi.HTTPException (not a
+        # ValueError, so http_server.py:675-683 lets FastAPI answer {"detail": ...})
+        for r in reqs:
+            r.release()
+        return Response.json({"detail": queued.abort_reason["message"]}, 503)  # type: ignore[index]
     outs = [native_payload(r, created, False, 0) for r in reqs]
     for r, out in zip(reqs, outs, strict=True):
         lp.native_meta(r, out["meta_info"], int(lp.pick(body.get("top_logprobs_num"), 0) or 0))

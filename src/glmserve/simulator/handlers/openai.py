@@ -12,7 +12,8 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from glmserve.simulator.engine import Request
+from glmserve.simulator import sampling
+from glmserve.simulator.engine import VOCAB_SIZE, Request
 from glmserve.simulator.handlers import logprobs as lp
 from glmserve.simulator.handlers.generation import (
     DEFAULT_MAX_NEW_TOKENS,
@@ -42,7 +43,7 @@ class OpenAIStreamSink:
     """OpenAI SSE chunks as sglang 0.5.9's serving_{completions,chat}.py yield them
     (``model_dump_json()``: None fields included; ``model`` echoes the request's)."""
 
-    __slots__ = ("chat", "conn", "created", "group", "model", "rid", "sent", "started")
+    __slots__ = ("chat", "conn", "created", "failed", "group", "model", "rid", "sent", "started")
 
     def __init__(self, conn: Connection, model: str, chat: bool, group: RequestGroup) -> None:
         self.conn = conn
@@ -53,6 +54,7 @@ class OpenAIStreamSink:
         self.group = group
         self.rid = ""
         self.started = False
+        self.failed = False  # the stream ended with an error event: no usage chunk follows
 
     def _chunk(self, choice: dict[str, Any]) -> bytes:
         obj = "chat.completion.chunk" if self.chat else "text_completion"
@@ -72,6 +74,18 @@ class OpenAIStreamSink:
             req.emit_times.extend([time.perf_counter()] * ntokens)
             return
         self.rid = req.rid
+        if req.queue_aborted:
+            # _handle_abort_req's output has no prompt_tokens: 0.5.9's stream generators read
+            # content["meta_info"]["prompt_tokens"] first (serving_completions.py:211,
+            # serving_chat.py:634), so the KeyError ends the stream as an error event
+            # (serving_completions.py:362-366, serving_base.py:228-242), then [DONE]
+            err = {"object": "error", "message": "'prompt_tokens'", "type": "BadRequestError",
+                   "param": None, "code": 400}  # fmt: skip
+            self.conn.write_chunk(b"data: " + json.dumps({"error": err}).encode() + b"\n\n")
+            self.failed = True
+            self.group.finish_one()
+            return
+        reason = _finish_type(req)
         delta = "".join(req.text_parts[self.sent :])
         self.sent = len(req.out_ids)
         if not self.chat:
@@ -79,7 +93,7 @@ class OpenAIStreamSink:
                 "index": 0,
                 "text": delta,
                 "logprobs": None,
-                "finish_reason": "length" if req.finished else None,
+                "finish_reason": reason,
                 "matched_stop": None,
                 "hidden_states": None,
             }
@@ -95,10 +109,17 @@ class OpenAIStreamSink:
             self.conn.write_chunk(self._chunk(choice), req.emit_times, ntokens)
             if req.finished:  # then a separate finish_reason chunk with an empty delta
                 fin = {"index": 0, "delta": _delta(), "logprobs": None,
-                       "finish_reason": "length", "matched_stop": None}  # fmt: skip
+                       "finish_reason": reason, "matched_stop": None}  # fmt: skip
                 self.conn.write_chunk(self._chunk(fin))
         if req.finished:
             self.group.finish_one()
+
+
+def _finish_type(req: Request) -> str | None:
+    """The choice's finish_reason: the type of SGLang's (serving_completions.py:270-276)."""
+    if not req.finished:
+        return None
+    return str(req.abort_reason["type"]) if req.abort_reason is not None else "length"
 
 
 def _usage(req: Request) -> dict[str, Any]:
@@ -111,13 +132,13 @@ def _usage(req: Request) -> dict[str, Any]:
     }
 
 
-def _openai_error(message: str) -> Response:
+def _openai_error(message: str, kind: str = "BadRequestError") -> Response:
     """A 400 in the shape of SGLang's OpenAI ``ErrorResponse`` (``BadRequestError``)."""
     return Response.json(
         {
             "object": "error",
             "message": message,
-            "type": "BadRequestError",
+            "type": kind,
             "param": None,
             "code": 400,
         },
@@ -153,8 +174,26 @@ async def _serve(
         else:
             plen = server.prompts.text(str(prompt))
     max_new = body.get("max_completion_tokens") or body.get("max_tokens")
+    if not chat and isinstance(max_new, int) and max_new <= 0:
+        # CompletionRequest's validator (0.5.9 protocol.py:303-308): FastAPI's validation
+        # error, answered 400 by http_server.py:409-441 (its text abridged here)
+        return _openai_error("1 validation error for CompletionRequest max_tokens: Value "
+                             "error, max_tokens must be positive", "Bad Request")  # fmt: skip
     max_new = int(max_new) if max_new else (DEFAULT_MAX_NEW_TOKENS if not chat else 4096)
     stream = bool(body.get("stream"))
+    bad = sampling.check(
+        sampling.from_openai(body, max_new), VOCAB_SIZE, server.opts.sglang_version
+    )
+    if bad is not None:  # SamplingParams.verify (simulator/sampling.py)
+        if not stream:  # serving_completions.py:380-381 (ValueError -> 400)
+            return _openai_error(bad)
+        conn.start_stream(req)  # the stream's error event (serving_completions.py:362-366)
+        err = {"object": "error", "message": bad, "type": "BadRequestError", "param": None,
+               "code": 400}  # fmt: skip
+        conn.write_chunk(b"data: " + json.dumps({"error": err}).encode() + b"\n\n")
+        conn.write_chunk(b"data: [DONE]\n\n")
+        conn.end_stream()
+        return None
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     model = str(body.get("model") or server.opts.served_model_name)  # SGLang echoes request.model
     group = RequestGroup(1)
@@ -174,7 +213,7 @@ async def _serve(
     await group.fut
     created = int(time.time())
     if stream:
-        if include_usage:
+        if include_usage and not sink.failed:
             doc = {
                 "id": rid,
                 "object": "chat.completion.chunk" if chat else "text_completion",
@@ -192,6 +231,9 @@ async def _serve(
         conn.end_stream()
         r.release()
         return None
+    if r.queue_aborted:  # an HTTPException(503) from tokenizer_manager.py:1178-1184
+        r.release()
+        return Response.json({"detail": r.abort_reason["message"]}, 503)  # type: ignore[index]
     text = "".join(r.text_parts)
     top = int(body.get("top_logprobs") or 0) if chat else int(body.get("logprobs") or 0)
     logprobs = lp.openai_logprobs(r, chat, top, bool(body.get("echo")) and not chat)
@@ -206,7 +248,8 @@ async def _serve(
         obj = "text_completion"
     if body.get("echo") and not chat and isinstance(body.get("prompt"), str):
         choice["text"] = body["prompt"] + text  # serving_completions prepends the prompt
-    choice.update(logprobs=logprobs, finish_reason="length", matched_stop=None, hidden_states=None)
+    choice.update(logprobs=logprobs, finish_reason=_finish_type(r), matched_stop=None,
+                  hidden_states=None)  # fmt: skip
     return Response.json(
         {
             "id": rid,
