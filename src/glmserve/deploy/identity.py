@@ -33,6 +33,7 @@ from typing import Any
 
 import httpx
 
+from glmserve.config.flags import Flags
 from glmserve.diagnose import Diagnosis, LogDiagnoser, State
 from glmserve.errors import (
     JOB_END_ERRORS,
@@ -55,6 +56,7 @@ IDENTITY_FLAGS = {
     "--attention-backend": "attention_backend",
     "--tp-size": "tp_size",
     "--tp": "tp_size",
+    "--tensor-parallel-size": "tp_size",
 }
 _GONE_STATES = ("CRASHED", "EXITED", "FAILED")
 HEALTH_TIMEOUT_S = 25.0  # SGLang's own /health gives up after 20 s (SGLANG_HEALTH_CHECK_TIMEOUT)
@@ -81,24 +83,13 @@ class Identity:
 
 
 # -- what the run should be ----------------------------------------------------------------
-def argv_flag(argv: list[str], flag: str) -> str | None:
-    """Value of ``--flag V`` or ``--flag=V`` in ``argv`` (the last one wins, as argparse)."""
-    value = None
-    for i, tok in enumerate(argv):
-        if tok == flag and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif tok.startswith(flag + "="):
-            value = tok.split("=", 1)[1]
-    return value
-
-
 def expected_server_args(run: RunRecord) -> dict[str, str]:
     """The ServerArgs fields the run's recorded argv pins down (absent flags: not compared)."""
-    argv = [str(a) for a in (run.spec or {}).get("argv") or []]
+    flags = Flags.parse((run.spec or {}).get("argv"))
     out: dict[str, str] = {}
-    for flag, name in IDENTITY_FLAGS.items():
-        v = argv_flag(argv, flag)
-        if v is not None:
+    for name in dict.fromkeys(IDENTITY_FLAGS.values()):
+        v = flags.get_any(f for f, n in IDENTITY_FLAGS.items() if n == name)
+        if isinstance(v, str):
             out[name] = v
     out["port"] = str(run.port)
     return out

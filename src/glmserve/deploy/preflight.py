@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from glmserve.argspec.releases import argspec_cache_path
-from glmserve.config.spec import LaunchSpec
+from glmserve.config.spec import MODEL_FLAGS, LaunchSpec
 from glmserve.errors import ConfigError, FlagValidationError, GlmserveError, TransportError
 from glmserve.remote.hosts import HostConfig
 from glmserve.remote.transport import Transport, shell_path
@@ -245,7 +245,7 @@ def check_port(
 
 
 def check_model(t: Transport, spec: LaunchSpec) -> CheckRow:
-    model = spec.flag_value("--model") or spec.flag_value("--model-path")
+    model = spec.flags.get_any(MODEL_FLAGS)
     if not isinstance(model, str):
         return CheckRow("model", "warn", "no --model in the profile")
     if model.startswith(("/", "~", ".")):
