@@ -123,6 +123,7 @@ def test_the_script_puts_each_flag_on_its_own_line():
 SCANNING = re.compile(
     r"argv\[\s*[a-z_]\w*\s*(?:[+-]\s*1\s*)?\]"  # argv[i], argv[i + 1]
     r"|\.startswith\(\s*(?:f?[\"']--|flag\b)"  # tok.startswith("--"), tok.startswith(flag + "=")
+    r"|argv\.index\("  # argv[argv.index("--x") + 1]: the first one, where argparse takes the last
 )
 READERS = ("config/flags.py", "argspec/emulator.py", "simulator/", "runtime/")
 # Lines that match the pattern but read no argv, each with why.
@@ -157,6 +158,7 @@ def test_no_stage_rescans_an_argv():
         "            value = argv[i + 1]",
         '        if tok.startswith("--"):',
         '        elif tok.startswith(flag + "="):',
+        '        version = argv[argv.index("--sim-sglang-version") + 1]',
     ],
 )
 def test_the_scanner_check_sees_a_scanner(line):
