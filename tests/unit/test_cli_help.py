@@ -118,8 +118,6 @@ def test_the_command_list_has_one_line_per_verb(width, monkeypatch, capsys):
 
 @pytest.mark.parametrize("path", _verbs(), ids=" ".join)
 def test_metavars_name_the_value(path, monkeypatch, capsys):
-    if path == ("simulate",):
-        pytest.skip("no click options: the simulator's argparse")
     rendered = "\n".join(_help(path, 200, monkeypatch, capsys))
     assert not re.search(r"<(bool|str|int|float|path|list\[\w+\])[^>]*>", rendered), rendered
 

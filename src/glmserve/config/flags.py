@@ -37,9 +37,6 @@ class Flag:
         """The first value, or True for a bare flag (``--enable-metrics``)."""
         return self.values[0] if self.values else True
 
-    def tokens(self, argv: list[str]) -> list[str]:
-        return argv[self.start : self.end]
-
 
 @dataclass(frozen=True)
 class Flags:
@@ -99,9 +96,6 @@ class Flags:
         item = self.last_of(names)
         return None if item is None else item.value
 
-    def __contains__(self, name: object) -> bool:
-        return any(item.name == name for item in self.items)
-
     def as_dict(self, bare: str = "(set)") -> dict[str, str]:
         """``{--name: value}`` in first-appearance order, each the last occurrence's values
         joined by spaces (``bare`` for a flag without one)."""
@@ -117,6 +111,7 @@ class Flags:
         return [t for item in self.items if item.name not in drop for t in self.group(item)]
 
     def group(self, item: Flag) -> list[str]:
+        """``item``'s tokens as written."""
         return list(self.argv[item.start : item.end])
 
     def groups(self) -> list[list[str]]:
