@@ -27,6 +27,7 @@ from typing import Any
 
 from glmserve.argspec.model import ArgSpec, FlagIssue
 from glmserve.argspec.releases import available_versions, data_dir, version_key
+from glmserve.config.flags import Flags, is_flag
 from glmserve.config.spec import LaunchSpec
 from glmserve.errors import ConfigError, FlagValidationError
 
@@ -198,7 +199,7 @@ def _successor(name: str, spec: ArgSpec, table: Table) -> tuple[tuple[str, ...],
 def _accepts(tokens: tuple[str, ...], i: int, spec: ArgSpec) -> bool:
     """Token ``i`` of a replacement is a usable flag, or a value the flag before it allows."""
     tok = tokens[i]
-    if tok.startswith("--"):
+    if is_flag(tok):
         return _usable(tok, spec)
     act = spec.by_option.get(tokens[i - 1]) if i else None
     return act is not None and (act.choices is None or tok in act.choices)
@@ -213,23 +214,24 @@ def translate_argv(argv: list[str], spec: ArgSpec, table: Table | None = None) -
     out: list[str] = []
     origin: list[int] = []
     changes: list[Change] = []
-    for i, tok in enumerate(argv):
-        name, eq, value = tok.partition("=")
-        hit = _rename(name, spec, table) if tok.startswith("--") else None
-        if hit is not None:
-            new_tok = hit[0] + eq + value
-            changes.append(Change(i, tok, (new_tok,), hit[1]))
-            out.append(new_tok)
-            origin.append(i)
-            continue
-        succ = _successor(tok, spec, table) if tok.startswith("--") and not eq else None
-        if succ is not None:
-            changes.append(Change(i, tok, succ[0], succ[1]))
-            out.extend(succ[0])
-            origin.extend([i] * len(succ[0]))
-            continue
-        out.append(tok)
-        origin.append(i)
+    for item in Flags.parse(argv).items:
+        i, tok = item.start, argv[item.start]
+        if item.name is not None:
+            hit = _rename(item.name, spec, table)
+            succ = None if hit or item.inline else _successor(tok, spec, table)
+            if hit is not None:
+                new: tuple[str, ...] = (hit[0] + ("=" + item.values[0] if item.inline else ""),)
+                changes.append(Change(i, tok, new, hit[1]))
+            elif succ is not None:
+                new = succ[0]
+                changes.append(Change(i, tok, new, succ[1]))
+            else:
+                new = (tok,)
+            out.extend(new)
+            origin.extend([i] * len(new))
+            i += 1
+        out.extend(argv[i : item.end])  # values (or words before the first flag) verbatim
+        origin.extend(range(i, item.end))
     return Translation(spec.version, out, changes, origin)
 
 
@@ -237,10 +239,9 @@ def refusals(argv: list[str], spec: ArgSpec) -> list[FlagIssue]:
     """Errors for choices the table says ``spec``'s release dropped (``--attention-backend
     cutlass_mla`` on 0.5.20+): not guessed at, refused with what the release offers."""
     out: list[FlagIssue] = []
-    for i, tok in enumerate(argv):
-        flag, eq, value = tok.partition("=")
-        if not eq:
-            value = argv[i + 1] if i + 1 < len(argv) else ""
+    for item in Flags.parse(argv).items:
+        flag, i = item.name or "", item.start
+        value = item.values[0] if item.values else ""
         act = spec.by_option.get(flag)
         if act is None or act.choices is None or value in act.choices:
             continue
@@ -300,7 +301,7 @@ def port_spec(spec: LaunchSpec, argspec: ArgSpec) -> tuple[LaunchSpec, list[Chan
         if old is None:
             continue
         for tok in change.new:
-            if tok.startswith("--"):
+            if is_flag(tok):
                 origins.setdefault(tok.split("=", 1)[0], old)
     extra = {**spec.extra, "translations": [c.to_dict() for c in result.changes]}
     return replace(spec, argv=result.argv, origins=origins, extra=extra), result.changes
@@ -403,6 +404,7 @@ def fix_script(text: str, source: str, spec: ArgSpec) -> ScriptFix:
         )
     lines = text.splitlines(keepends=True)
     edits: list[tuple[int, int, int, str, Change]] = []  # (line index, start, end, new, change)
+    flags = Flags.parse(inv.argv)
     for change in result.changes:
         line_no = inv.token_lines[change.index]
         name = change.old.split("=", 1)[0]
@@ -413,8 +415,10 @@ def fix_script(text: str, source: str, spec: ArgSpec) -> ScriptFix:
             )
         nth = sum(
             1
-            for j in range(change.index)
-            if inv.token_lines[j] == line_no and inv.argv[j].split("=", 1)[0] == name
+            for item in flags.items
+            if item.start < change.index
+            and inv.token_lines[item.start] == line_no
+            and item.name == name
         )
         span = _word_at(lines[line_no - 1], name, nth)
         if span is None:

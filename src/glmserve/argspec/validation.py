@@ -5,24 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from glmserve.config.flags import Flags
 from glmserve.config.spec import LaunchSpec
 from glmserve.errors import FlagValidationError
 
 
-def flag_at(argv: list[str], index: int | None) -> str | None:
-    """The flag an argv token belongs to (the token itself, or the nearest flag before it)."""
-    if index is None or not argv:
-        return None
-    for i in range(min(index, len(argv) - 1), -1, -1):
-        tok = argv[i]
-        if tok.startswith("--"):
-            return tok.split("=", 1)[0]
-    return None
-
-
 def locate(spec: LaunchSpec, finding: Any) -> str:
     """``file:line (key server.x)`` for a finding, falling back to the profile name."""
-    flag = flag_at(spec.argv, getattr(finding, "index", None)) or getattr(finding, "flag", None)
+    index = getattr(finding, "index", None)
+    flag = spec.flags.flag_at(index) or getattr(finding, "flag", None)
     origin = spec.origins.get(flag or "")
     if origin is None:
         return f"profile {spec.profile}"
@@ -81,8 +72,9 @@ def spec_backends(spec: LaunchSpec) -> dict[str, str]:
     """``role -> attention backend`` a launch asks for (only the roles it names)."""
     from glmserve.argspec.backend_table import roles_of
 
+    given = spec.flags
     flags = {
-        dest: spec.flag_value("--" + dest.replace("_", "-"))
+        dest: given.get("--" + dest.replace("_", "-"))
         for dest in ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
     }
     named = {d: v for d, v in flags.items() if isinstance(v, str)}
@@ -93,8 +85,8 @@ def spec_kv_dtype(spec: LaunchSpec) -> str:
     """The KV dtype the launch resolves to (``auto`` is FP8 for FP8/FP4 checkpoints)."""
     from glmserve.argspec.backend_facts import resolve_kv_dtype
 
-    kv = spec.flag_value("--kv-cache-dtype")
-    quant = spec.flag_value("--quantization")
+    kv = spec.flags.get("--kv-cache-dtype")
+    quant = spec.flags.get("--quantization")
     fp8_ckpt = isinstance(quant, str) and quant.startswith(("modelopt", "fp8"))
     return resolve_kv_dtype(kv if isinstance(kv, str) else None, fp8_ckpt)
 
@@ -134,15 +126,14 @@ _PATCH_ARG_FLAGS = {  # SGLang flag -> dest, the args the patch's requirements r
 def patch_args(argv: list[str]) -> dict[str, Any]:
     """The few server args the runtime patch's requirements read, from a rendered argv."""
     out: dict[str, Any] = {}
-    for i, tok in enumerate(argv):
-        flag, eq, inline = tok.partition("=")
-        dest = _PATCH_ARG_FLAGS.get(flag)
+    for item in Flags.parse(argv).items:
+        dest = _PATCH_ARG_FLAGS.get(item.name or "")
         if dest is None:
             continue
         if dest == "disable_cuda_graph":
-            out[dest] = inline.lower() not in ("false", "0") if eq else True
+            out[dest] = item.values[0].lower() not in ("false", "0") if item.inline else True
             continue
-        value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+        value = item.values[0] if item.values else ""
         out[dest] = int(value) if dest == "cuda_graph_max_bs" and value.isdigit() else value
     return out
 

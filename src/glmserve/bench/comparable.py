@@ -25,6 +25,8 @@ import hashlib
 import json
 from typing import Any
 
+from glmserve.config.flags import Flags
+
 # Settings that must be equal for a speedup to mean anything (key in result["settings"]).
 SETTING_FIELDS: tuple[str, ...] = ("mode", "api", "input_len", "output_len", "random_range_ratio",
                                    "dataset_path", "request_rate", "burstiness",
@@ -54,19 +56,7 @@ def config_argv(argv: Any) -> list[str]:
     if not argv:
         return []
     toks = shlex.split(argv) if isinstance(argv, str) else [str(a) for a in argv]
-    out: list[str] = []
-    skip = False
-    for tok in toks:
-        if skip:
-            skip = False
-            continue
-        if tok in PLACEMENT_FLAGS:
-            skip = True
-            continue
-        if tok.split("=", 1)[0] in PLACEMENT_FLAGS and "=" in tok:
-            continue
-        out.append(tok)
-    return out
+    return Flags.parse(toks).without(PLACEMENT_FLAGS)
 
 
 def _hash(obj: Any) -> str:

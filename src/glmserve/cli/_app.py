@@ -2,7 +2,7 @@
 
 Verb modules (``cli/<area>.py``) parse options (the shared ones declared once in
 ``cli/options.py``), call one library function per verb and render what it returns through
-``cli/views.py``; they raise ``glmserve.errors`` exceptions (Ctrl-C included: ``Interrupted``)
+``cli/views/``; they raise ``glmserve.errors`` exceptions (Ctrl-C included: ``Interrupted``)
 and never call ``sys.exit`` themselves: ``cli.main`` returns the exit status.
 """
 

@@ -70,9 +70,9 @@ def _verb(path: tuple[str, ...], cmd: Any, ctx: Any) -> list[str]:
     out += ["```text", usage, "```", ""]
     out += _description(cmd.help or "")
     if name == "simulate":  # its options are the simulator's own (argparse), not click's
-        from glmserve.simulator import SIM_HELP
+        from glmserve.simulator import sim_help
 
-        out += ["```text", SIM_HELP.rstrip(), "```", ""]
+        out += ["```text", sim_help(80).rstrip(), "```", ""]  # as a terminal shows it
         return out
     for kind, title in (("argument", "Arguments"), ("option", "Options")):
         rows = _params_table(cmd, ctx, kind)

@@ -24,11 +24,11 @@ _SHORT = (
 )
 def simulate(ctx: typer.Context) -> None:
     """Pass every argument to the simulator; its exit status becomes ours."""
-    from glmserve.simulator import SIM_HELP, main
+    from glmserve.simulator import main, sim_help
 
     args = list(ctx.args)
     if not args or any(a in ("--help", "-h", "--sim-help") for a in args):
-        typer.echo(SIM_HELP, nl=False)
+        typer.echo(sim_help(), nl=False)
         raise typer.Exit(0)
     # SystemExit, not typer.Exit: with standalone_mode=False click would swallow the latter's
     # code, and the simulator's status (2 usage, 1 port in use) is the contract.

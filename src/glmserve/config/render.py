@@ -11,6 +11,7 @@ import shlex
 from typing import Any
 
 from glmserve import __version__
+from glmserve.config.flags import Flags
 from glmserve.config.spec import LaunchSpec
 from glmserve.errors import ConfigError
 
@@ -66,7 +67,7 @@ def render_script(spec: LaunchSpec) -> str:
         )
     cmd = spec.command()
     head = " ".join(_q(tok) for tok in cmd[:4])
-    body = _group_flags(cmd[4:])
+    body = Flags.parse(cmd[4:]).groups()
     if body:
         lines.append(f"exec {head} \\")
         for i, group in enumerate(body):
@@ -75,17 +76,6 @@ def render_script(spec: LaunchSpec) -> str:
     else:
         lines.append(f"exec {head}")
     return "\n".join(lines) + "\n"
-
-
-def _group_flags(argv: list[str]) -> list[list[str]]:
-    """One line per flag with its values, for a readable script."""
-    groups: list[list[str]] = []
-    for tok in argv:
-        if tok.startswith("--") or not groups:
-            groups.append([tok])
-        else:
-            groups[-1].append(tok)
-    return groups
 
 
 def render_json(spec: LaunchSpec, warnings: list[str] | None = None) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from glmserve.config.flags import Flags
 from glmserve.errors import ConfigError
 
 SGLANG_MODULE = "sglang.launch_server"
@@ -19,6 +20,11 @@ PATCHES_ENV = "GLMSERVE_PATCHES"
 # SM120 (RTX PRO 6000) the first decode fails (sources in simulator/faults.py). The simulator
 # crashes them off sm100; diagnose says "switch backend", not "rebuild", when they fail.
 SM100_ONLY_ATTENTION_BACKENDS = ("trtllm_mla", "cutlass_mla")
+# Option strings of one SGLang dest: whichever is written last wins (sglang 0.5.9
+# server_args.py:3302-3303 ``--tensor-parallel-size``/``--tp-size``, ``--tp`` being an
+# abbreviation argparse expands; :2894-2895 ``--model-path``/``--model``).
+TP_SIZE_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
+MODEL_FLAGS = ("--model-path", "--model")
 
 
 @dataclass(frozen=True)
@@ -55,28 +61,29 @@ class LaunchSpec:
         sim = self.sim_args if self.launcher == "simulator" else []
         return [self.python, "-u", "-m", self.module, *self.argv, *sim]
 
+    @property
+    def flags(self) -> Flags:
+        """``argv`` read once with argparse's semantics (``config/flags.py``): every stage
+        asks this, none scans ``argv`` itself. Built on each call, as ``argv`` is a list a
+        caller may still replace."""
+        return Flags.parse(self.argv)
+
     def flag_value(self, flag: str) -> str | bool | None:
-        """Value of ``--flag`` in argv (True for a bare flag, None if absent)."""
-        for i, tok in enumerate(self.argv):
-            if tok == flag:
-                nxt = self.argv[i + 1] if i + 1 < len(self.argv) else None
-                return nxt if nxt is not None and not nxt.startswith("--") else True
-            if tok.startswith(flag + "="):
-                return tok.split("=", 1)[1]
-        return None
+        """Value of ``--flag`` (the last one, as argparse; True for a bare flag, None if
+        absent)."""
+        return self.flags.get(flag)
 
     @property
     def port(self) -> int:
-        v = self.flag_value("--port")
+        v = self.flags.get("--port")
         if v is None:
             return 30000  # SGLang's default port
         return self._int_flag("--port", v, 1, 65535)
 
     @property
     def tp_size(self) -> int:
-        flag = "--tp-size" if self.flag_value("--tp-size") is not None else "--tp"
-        v = self.flag_value(flag)
-        return 1 if v is None else self._int_flag(flag, v, 1, 1 << 16)
+        item = self.flags.last_of(TP_SIZE_FLAGS)
+        return 1 if item is None else self._int_flag(str(item.name), item.value, 1, 1 << 16)
 
     def _int_flag(self, flag: str, value: str | bool, low: int, high: int) -> int:
         """An integer flag glmserve itself needs (where to connect, how many GPUs): a bad one

@@ -33,6 +33,8 @@ from typing import Any
 
 import httpx
 
+from glmserve.config.flags import Flags
+from glmserve.config.spec import MODEL_FLAGS, TP_SIZE_FLAGS
 from glmserve.diagnose import Diagnosis, LogDiagnoser, State
 from glmserve.errors import (
     JOB_END_ERRORS,
@@ -47,14 +49,13 @@ from glmserve.remote.address import run_probe_host
 from glmserve.remote.transport import Transport
 from glmserve.store import RunRecord, RunStore
 
-# What the run's argv says -> the ServerArgs field /server_info reports it under.
-IDENTITY_FLAGS = {
-    "--model-path": "model_path",
-    "--model": "model_path",
-    "--served-model-name": "served_model_name",
-    "--attention-backend": "attention_backend",
-    "--tp-size": "tp_size",
-    "--tp": "tp_size",
+# The ServerArgs field /server_info reports -> the option strings that set it in the argv
+# (of one dest, so the last written wins: ``Flags.get_any``).
+IDENTITY_FLAGS: dict[str, tuple[str, ...]] = {
+    "model_path": MODEL_FLAGS,
+    "served_model_name": ("--served-model-name",),
+    "attention_backend": ("--attention-backend",),
+    "tp_size": TP_SIZE_FLAGS,
 }
 _GONE_STATES = ("CRASHED", "EXITED", "FAILED")
 HEALTH_TIMEOUT_S = 25.0  # SGLang's own /health gives up after 20 s (SGLANG_HEALTH_CHECK_TIMEOUT)
@@ -81,24 +82,13 @@ class Identity:
 
 
 # -- what the run should be ----------------------------------------------------------------
-def argv_flag(argv: list[str], flag: str) -> str | None:
-    """Value of ``--flag V`` or ``--flag=V`` in ``argv`` (the last one wins, as argparse)."""
-    value = None
-    for i, tok in enumerate(argv):
-        if tok == flag and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif tok.startswith(flag + "="):
-            value = tok.split("=", 1)[1]
-    return value
-
-
 def expected_server_args(run: RunRecord) -> dict[str, str]:
     """The ServerArgs fields the run's recorded argv pins down (absent flags: not compared)."""
-    argv = [str(a) for a in (run.spec or {}).get("argv") or []]
+    flags = Flags.parse((run.spec or {}).get("argv"))
     out: dict[str, str] = {}
-    for flag, name in IDENTITY_FLAGS.items():
-        v = argv_flag(argv, flag)
-        if v is not None:
+    for name, spellings in IDENTITY_FLAGS.items():
+        v = flags.get_any(spellings)
+        if isinstance(v, str):
             out[name] = v
     out["port"] = str(run.port)
     return out

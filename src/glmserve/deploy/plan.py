@@ -17,6 +17,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from glmserve.config.flags import Flags
 from glmserve.config.spec import LaunchSpec
 from glmserve.errors import ConfigError
 from glmserve.remote.address import check_bind
@@ -157,11 +158,8 @@ def _origin(spec: LaunchSpec, flag: str) -> str:
 
 # -- per-node launch specs (pure) ----------------------------------------------------------------
 def _flag(spec: LaunchSpec, names: tuple[str, ...]) -> str | bool | None:
-    for n in names:
-        v = spec.flag_value(n)
-        if v is not None:
-            return v
-    return None
+    """The value of one dest spelled as any of ``names`` (the last written wins)."""
+    return spec.flags.get_any(names)
 
 
 def _where(spec: LaunchSpec, names: tuple[str, ...]) -> str:
@@ -175,18 +173,7 @@ def _where(spec: LaunchSpec, names: tuple[str, ...]) -> str:
 
 def drop_flags(argv: list[str], names: tuple[str, ...]) -> list[str]:
     """``argv`` without ``--name value`` / ``--name=value`` / bare ``--name`` for ``names``."""
-    out: list[str] = []
-    i = 0
-    while i < len(argv):
-        tok = argv[i]
-        name = tok.split("=", 1)[0]
-        if name in names:
-            has_value = "=" not in tok and i + 1 < len(argv) and not argv[i + 1].startswith("--")
-            i += 2 if has_value else 1
-            continue
-        out.append(tok)
-        i += 1
-    return out
+    return Flags.parse(argv).without(names)
 
 
 def format_addr(host: str, port: int) -> str:

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from glmserve.argspec.releases import argspec_cache_path
-from glmserve.config.spec import LaunchSpec
+from glmserve.config.flags import Flags
+from glmserve.config.spec import MODEL_FLAGS, LaunchSpec
 from glmserve.errors import ConfigError, FlagValidationError, GlmserveError, TransportError
 from glmserve.remote.hosts import HostConfig
 from glmserve.remote.transport import Transport, shell_path
@@ -162,10 +163,11 @@ def check_simulated(t: Transport, spec: LaunchSpec) -> CheckRow:
     workers refuse them at init exactly as the real patch does, so they fail here too."""
     from glmserve.argspec.validation import patch_requirement_errors
 
+    # the version the simulator will report: its --sim-sglang-version (the last one, in
+    # either form, as its argparse reads it), by default 0.5.9
     argv = [*spec.argv, *spec.sim_args]
-    version = "0.5.9"  # the simulator's default --sim-sglang-version
-    if "--sim-sglang-version" in argv[:-1]:
-        version = argv[argv.index("--sim-sglang-version") + 1]
+    given = Flags.parse(argv).get("--sim-sglang-version")
+    version = given if isinstance(given, str) else "0.5.9"
     errors = patch_requirement_errors(spec, version)
     if errors:
         return CheckRow("flags", "fail", "; ".join(errors))
@@ -245,7 +247,7 @@ def check_port(
 
 
 def check_model(t: Transport, spec: LaunchSpec) -> CheckRow:
-    model = spec.flag_value("--model") or spec.flag_value("--model-path")
+    model = spec.flags.get_any(MODEL_FLAGS)
     if not isinstance(model, str):
         return CheckRow("model", "warn", "no --model in the profile")
     if model.startswith(("/", "~", ".")):

@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from glmserve.config.flags import Flags
 from glmserve.errors import ConfigError
 
 SGLANG_DEFAULT_HOST = "127.0.0.1"
@@ -24,14 +25,12 @@ _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-
 
 
 def bind_host(argv: Sequence[str]) -> str:
-    """The ``--host`` the server binds (the last one given, as argparse takes it)."""
-    host = SGLANG_DEFAULT_HOST
-    for i, tok in enumerate(argv):
-        if tok == "--host" and i + 1 < len(argv):
-            host = str(argv[i + 1])
-        elif tok.startswith("--host="):
-            host = tok.split("=", 1)[1]
-    return host
+    """The ``--host`` the server binds (the last one given, as argparse takes it);
+    ValueError for a ``--host`` without a value (argparse refuses it too)."""
+    host = Flags.parse(argv).get("--host")
+    if host is True:
+        raise ValueError("needs a value (the address the server binds)")
+    return SGLANG_DEFAULT_HOST if host is None else str(host)
 
 
 def probe_host(bind: str) -> str:

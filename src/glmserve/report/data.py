@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from glmserve.config.flags import Flags
 from glmserve.errors import ConfigError, RunNotFound
 from glmserve.profiling.analysis import PROFILED_EVENT
 from glmserve.sweep.state import OK, Sweep, list_sweep_ids, load_sweep
@@ -393,23 +394,9 @@ def _launch_from_runs(series: list[ReportSeries], store: Any) -> list[ReportSeri
 
 
 def flag_map(argv: list[str] | None) -> dict[str, str]:
-    """``--flag value`` / ``--flag=value`` / bare ``--flag`` of an argv -> {flag: value}."""
-    out: dict[str, str] = {}
-    argv = argv or []
-    i = 0
-    while i < len(argv):
-        tok = argv[i]
-        if tok.startswith("--"):
-            if "=" in tok:
-                key, val = tok.split("=", 1)
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                key, val = tok, argv[i + 1]
-                i += 1
-            else:
-                key, val = tok, "(set)"
-            out[key] = val
-        i += 1
-    return out
+    """``--flag value`` / ``--flag=value`` / bare ``--flag`` of an argv -> {flag: value}
+    (every value of a flag that takes several, the last occurrence's, as argparse)."""
+    return Flags.parse(argv).as_dict()
 
 
 UNKNOWN = "(unknown)"

@@ -16,6 +16,7 @@ model at ``GET /sim/config``.
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 
 from glmserve.errors import SimUsageError
@@ -30,17 +31,19 @@ def _plain(doc: str) -> str:
 
 
 SIM_HELP = f"""\
-glmserve simulate: SGLang 0.5.9-compatible server simulator (no GPU needed).
-
 usage: glmserve simulate --model-path MODEL [sglang flags...] [--sim-* options]
        python -m glmserve.simulator --model-path MODEL [sglang flags...] [--sim-* options]
 
+glmserve simulate: SGLang 0.5.9-compatible server simulator (no GPU needed).
+
 Examples:
   glmserve simulate --model-path lukealonso/GLM-5-NVFP4 --tp-size 8 --port 30000
-  glmserve simulate --model-path glm-5 --attention-backend trtllm_mla     # dies at warmup
-  glmserve simulate --model-path glm-5 --sim-crash-at after-ready:30 --sim-crash-kind oom
-  GLMSERVE_PATCHES=flashinfer_mla_gather_cast glmserve simulate --model-path glm-5 --sim-speed 10
-  curl localhost:30000/sim/config      # effective cost model and single-stream step terms
+  glmserve simulate --model-path glm-5 --attention-backend trtllm_mla  # warmup dies
+  glmserve simulate --model-path glm-5 \\
+    --sim-crash-at after-ready:30 --sim-crash-kind oom
+  GLMSERVE_PATCHES=flashinfer_mla_gather_cast \\
+    glmserve simulate --model-path glm-5 --sim-speed 10
+  curl localhost:30000/sim/config  # effective cost model, single-stream step terms
 
 Every sglang.launch_server flag is accepted; these are modelled: --model-path/--model,
 --served-model-name, --host, --port (30000), --tp-size/--tp, --max-running-requests,
@@ -64,15 +67,15 @@ Simulator options:
   --sim-gpu-arch sm120|sm100|sm90   (trtllm_mla, cutlass_mla crash at warmup unless sm100)
   --sim-sglang-version V      version reported and logged (0.5.9)
   --sim-crash-at PHASE        {"|".join(PHASES)}|after-ready:SECONDS (wall seconds)
-  --sim-crash-kind KIND       {"|".join(CRASH_KINDS)}
+  --sim-crash-kind KIND       {" | ".join(CRASH_KINDS)}
   --sim-hang-at PHASE         stop logging at PHASE, never become ready
   --sim-worker-death-after S  S wall seconds after ready a worker dies: the process stays
                               up, in-flight requests stall, /health turns 503
   --sim-fault-node-rank R     the fault options above apply only on --node-rank R (a
                               multi-node group where one node fails); other nodes start
   --sim-send-threads N        threads that write SSE chunks (default 0: the event loop)
-  --sim-output-fault KIND[=D][@BACKEND[/KV]]   garble[=P] | drift[=NATS] the greedy text
-                              (textmodel.py) when the backend/KV dtype match
+  --sim-output-fault F        F is KIND[=D][@BACKEND[/KV]]: garble[=P] | drift[=NATS] the
+                              greedy text (textmodel.py) when the backend/KV dtype match
   --sim-run-variation SD      each run (busy period after 0.1 s idle) exp(N(0,SD)) slower
   --sim-step-jitter SD        each step's duration times exp(N(0,SD))
   --sim-variation-seed N      the same variation sequence on every server with that seed
@@ -101,7 +104,61 @@ without the launcher noticing: warmup times out after 600 s (scaled) and the lau
 SIGKILLs itself; after start-up the process stays up and /health turns 503.
 
 Cost model:
+
 {_plain(costmodel.__doc__ or "")}"""
+
+
+# An option row: "  --sim-speed X" then two or more spaces, then its description.
+_OPTION_ROW = re.compile(r"^(\s+--\S.*?\s{2,})\S")
+
+
+def _join_option_rows(lines: list[str]) -> list[str]:
+    """Lines with a description's continuation lines (those starting at the row's description
+    column) joined onto their row, so the row re-wraps as one."""
+    out: list[str] = []
+    col = None
+    for line in lines:
+        lead = len(line) - len(line.lstrip())
+        if col is not None and line.strip() and lead == col:
+            out[-1] += " " + line.strip()
+            continue
+        row = _OPTION_ROW.match(line)
+        col = len(row.group(1)) if row else None
+        out.append(line)
+    return out
+
+
+def sim_help(width: int | None = None) -> str:
+    """``SIM_HELP`` laid out for a terminal ``width`` columns wide (default: this one's).
+
+    Written as one text (options, endpoints, the cost model's docstring), whose prose was
+    wrapped at ~90 columns by hand: shown as written, 80 columns got ragged half-lines and
+    lines past the edge. Here, as argparse's ``HelpFormatter`` does and
+    ``RawDescriptionHelpFormatter`` does not, a prose paragraph is re-wrapped to the width;
+    a block (an indented line, or a first line ending in ``:`` such as "Examples:") keeps its
+    lines, and a block line too wide is broken at a space with a deeper hanging indent.
+    """
+    import shutil
+    import textwrap
+
+    width = width or shutil.get_terminal_size().columns
+    out: list[str] = []
+    for para in SIM_HELP.strip("\n").split("\n\n"):
+        lines = para.split("\n")
+        if lines[0].rstrip().endswith(":") or any(ln[:1].isspace() for ln in lines):
+            for line in _join_option_rows(lines):
+                row = _OPTION_ROW.match(line)
+                col = len(row.group(1)) if row else len(line) - len(line.lstrip()) + 4
+                if col > width // 2:  # a formula's trailing note: hang under its start
+                    lead = len(line) - len(line.lstrip())
+                    col = lead + 4 if lead else 0
+                out += textwrap.wrap(
+                    line, width, subsequent_indent=" " * col, break_on_hyphens=False
+                ) or [""]
+        else:
+            out += textwrap.wrap(" ".join(lines), width, break_on_hyphens=False)
+        out.append("")
+    return "\n".join(out)
 
 
 def check_args(argv: list[str]) -> int:
@@ -140,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     if "--sim-help" in args:
-        sys.stdout.write(SIM_HELP)
+        sys.stdout.write(sim_help())
         return 0
     try:
         opts = options.parse(args)
