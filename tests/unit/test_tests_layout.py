@@ -49,3 +49,14 @@ def test_the_check_sees_a_test_module_import(tmp_path):
     ):
         f.write_text(text)
         assert bool(_imported_test_modules(f, tmp_path)) is flagged, text
+
+
+def test_no_two_test_files_share_a_basename():
+    """The tiers are rootdir-relative modules without packages (no __init__.py), so pytest
+    imports each test file by its basename: two files of one name stop the whole run at
+    collection ("import file mismatch"), as a merge once did."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted(TESTS.rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(TESTS)))
+    twice = {name: where for name, where in seen.items() if len(where) > 1}
+    assert not twice, f"rename one of each: {twice}"
