@@ -82,7 +82,10 @@ class _Recording(SweepBackend):
         return self.inner.capture(run_id, opts)
 
     def assess(self, run_id: str) -> StepOutcome:
-        return self.inner.assess(run_id)
+        after = self.inner.assess(run_id)
+        if after.state in JOB_LOST:  # mid-bench: the job, not the profile, was lost
+            self.last_watch = after
+        return after
 
     def stop(self, run_id: str) -> None:
         self.inner.stop(run_id)

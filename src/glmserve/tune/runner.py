@@ -580,6 +580,8 @@ class LifecycleJobRunner(JobRunner):
                 if not self._reachable(host):  # the bench's forward died with the host
                     raise HostLost(f"host {host} stopped answering during the bench")
                 after = backend.assess(run_id)
+                if after.state in _JOB_LOST:
+                    raise JobLost(f"Slurm job of run {run_id} ended {after.state} mid-bench")
                 if after.state in ("CRASHED", "EXITED"):
                     self._mark(
                         trials[i:],
