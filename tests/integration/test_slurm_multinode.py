@@ -2,7 +2,7 @@
 tests/fixtures/slurm.py): the generated job script word for word, what ``sbatch --test-only``
 says of it, and a real run in which each node's task gets its rank and the same
 ``--dist-init-addr`` (the allocation's first host, by its NodeAddr). The server is a stand-in
-that prints its argv: wiring this script into ``launch`` is not done (see notes/slurm2.md)."""
+that prints its argv: wiring this script into ``launch`` is not done (see notes/slurm.md)."""
 
 from __future__ import annotations
 

@@ -64,6 +64,13 @@ def test_max_parallel_is_refused_off_slurm(tmp_path):
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 2 and "--max-parallel" in proc.stderr, proc.stderr
+    assert "sw-" not in proc.stderr  # refused before a sweep was created
+    tune = subprocess.run(
+        [*GLMSERVE, "tune", "--simulate", "--profile", "trtllm_mla",
+         "--search", "server.max-running-requests=4,16", "--max-parallel", "2"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert tune.returncode == 2 and "--max-parallel 2" in tune.stderr, tune.stderr
 
 
 def test_tune_max_parallel_2_runs_two_jobs_at_once(slurm, cluster_host):  # noqa: F811

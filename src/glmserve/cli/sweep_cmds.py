@@ -208,6 +208,7 @@ def sweep(
         from glmserve.bench.repeats import check_repeat
 
         check_repeat(repeat, "median")
+        _parallel_slots(opts, host, group)  # before the sweep is created
         check_plans(names, host, group, opts, simulate)  # before the sweep is created
         sw = start_sweep(names, host, simulate, opts, group)
     say(f"{sw.sweep_id}: {', '.join(sw.profiles)}{' (simulated)' if simulate else ''}")

@@ -147,6 +147,14 @@ def tune(
         from glmserve.commalist import comma_list
 
         pool = comma_list(hosts, "--hosts", "gpu1,gpu2")
+        if max_parallel != 1:
+            from glmserve.remote.hosts import get_host
+
+            if max_parallel < 1 or not any(get_host(h).is_slurm for h in pool):
+                raise ConfigError(
+                    f"--max-parallel {max_parallel}: an integer >= 1, for a kind: slurm host "
+                    "of --hosts (an ssh host runs one server at a time)"
+                )
         tu, server = start_tune(
             profile,
             parse_search(search),
