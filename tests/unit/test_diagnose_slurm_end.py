@@ -56,3 +56,11 @@ def test_real_crash_before_the_cancel_stays_the_root_cause() -> None:
     d = diagnose_text(text)
     assert d.state is State.CRASHED and d.category is not None
     assert d.category.value == "OOM"
+
+
+def test_the_process_gone_keeps_the_schedulers_reason():
+    """A watcher that then sees the process gone (``exited``) keeps slurmstepd's reason
+    instead of "ended without an error line the log recognises"."""
+    line = f"slurmstepd-node1: error: *** JOB 42 ON node1 CANCELLED AT {_AT} DUE TO PREEMPTION ***"
+    d = diagnose_text(_HEAD + line + "\n").exited(None)
+    assert d.state is State.EXITED and d.root_cause == line and "PREEMPTED" in (d.hint or "")
