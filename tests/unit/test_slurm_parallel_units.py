@@ -84,3 +84,16 @@ def test_tune_pool_runs_max_parallel_jobs_on_one_slurm_host_and_requeues_a_lost_
         "cluster (Slurm job of run r1 ended PREEMPTED)"
     ]
     assert all(t.finished for t in done.trials) and st.best_trial(done) is not None
+
+
+def test_a_trial_the_cluster_keeps_taking_fails_after_three_requeues():
+    class AlwaysPreempted(FakeRunner):
+        def run_job(self, tune, host, slot, trials):
+            if trials[0].config["a"] == "1":
+                raise JobLost("Slurm job of run r ended PREEMPTED")
+            super().run_job(tune, host, slot, trials)
+
+    done = run_tune(make(None, "grid", hosts=("cluster",)), AlwaysPreempted(), {}, lambda m: None)
+    taken = [t for t in done.trials if t.config["a"] == "1"]
+    assert taken and all(t.status == st.FAILED and len(t.requeued_from) == 4 for t in taken)
+    assert "not re-queued" in taken[0].error and done.status == "done"

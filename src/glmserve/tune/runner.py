@@ -40,6 +40,7 @@ Say = Callable[[str], None]
 _OPEN_LOCK = threading.Lock()
 # A Slurm job's ends that say nothing about its config: the trial runs again in a new job.
 _JOB_LOST = frozenset({"NODE_FAIL", "PREEMPTED"})
+_MAX_JOB_REQUEUES = 3
 
 
 class JobLost(Exception):
@@ -310,12 +311,16 @@ class Pool:
                 # The scheduler took the job (preemption, node failure): the host is fine,
                 # the trial runs again in a fresh job, as after a lost host.
                 with self.lock:
-                    for t in trials:
-                        if not t.finished:
-                            t.requeued_from.append(f"{host} ({exc})")
-                            t.status, t.host, t.run_id = st.PENDING, None, None
-                            t.error = f"re-queued: {exc}"
-                    queue.append(trials)
+                    again = [t for t in trials if not t.finished]
+                    for t in again:
+                        t.requeued_from.append(f"{host} ({exc})")
+                        t.status, t.host, t.run_id = st.PENDING, None, None
+                        t.error = f"re-queued: {exc}"
+                        if len(t.requeued_from) > _MAX_JOB_REQUEUES:  # the cluster keeps taking it
+                            t.status, t.ended_at = st.FAILED, time.time()
+                            t.error = f"{exc} ({len(t.requeued_from)} times); not re-queued"
+                    if any(not t.finished for t in again):
+                        queue.append(trials)
                     st.save_tune(self.tune)
                 self.say(f"{host}: {exc}; its trial is re-queued")
                 continue
