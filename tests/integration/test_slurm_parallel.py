@@ -56,6 +56,7 @@ def test_sweep_max_parallel_2_runs_two_jobs_at_once(slurm, cluster_host):  # noq
     assert ports == {port, port + 1}  # slot k serves on server.port + k
     sweep = json.loads((sweep_dir(json.loads(proc.stdout)["sweep_id"]) / "sweep.json").read_text())
     assert all(isinstance(e["queued_s"], float | int) for e in sweep["entries"]), sweep
+    assert [r["queued_s"] for r in rows] == [e["queued_s"] for e in sweep["entries"]]
 
 
 def test_max_parallel_is_refused_off_slurm(tmp_path):
