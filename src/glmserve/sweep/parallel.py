@@ -226,7 +226,9 @@ class _Parallel:
             except GlmserveError as exc:
                 _stop_quietly(entry, backend, self.say)
                 with self.lock:
-                    entry.status, entry.error, entry.ended_at = FAILED, str(exc), time.time()
+                    # after Ctrl-C a stopped server's errors are no verdict: --resume runs it
+                    status = INTERRUPTED if self.interrupted.is_set() else FAILED
+                    entry.status, entry.error, entry.ended_at = status, str(exc), time.time()
                     save_sweep(self.sweep)
                     self.live.pop(slot, None)
                 self.say(f"{entry.profile}: failed: {exc}")
