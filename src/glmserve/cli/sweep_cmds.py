@@ -102,6 +102,11 @@ def sweep(
     continue_on_error: bool = typer.Option(
         False, "--continue-on-error", help="Record tool errors (check/bench/transport) and go on."
     ),
+    max_parallel: int = typer.Option(
+        1,
+        "--max-parallel",
+        help="On a Slurm host: K profiles' jobs at once (slot k serves on server.port + k).",
+    ),
     capture_steps: int = typer.Option(
         0, "--profile-steps", help="Also capture a torch-profiler trace of N decode steps."
     ),
@@ -189,6 +194,7 @@ def sweep(
             reference=reference,
             max_excess_nll=max_excess_nll,
             min_greedy_agreement=min_greedy_agreement,
+            max_parallel=max_parallel,
         )
         from glmserve.commalist import comma_list
 
@@ -202,12 +208,20 @@ def sweep(
         from glmserve.bench.repeats import check_repeat
 
         check_repeat(repeat, "median")
+        _parallel_slots(opts, host, group)  # before the sweep is created
         check_plans(names, host, group, opts, simulate)  # before the sweep is created
         sw = start_sweep(names, host, simulate, opts, group)
     say(f"{sw.sweep_id}: {', '.join(sw.profiles)}{' (simulated)' if simulate else ''}")
-    backend = LifecycleBackend(host, simulate, say, group)
+    parallel = _parallel_slots(opts, host, group)
     try:
-        run_sweep(sw, opts, backend, say)
+        if parallel > 1:
+            from glmserve.sweep.parallel import run_sweep_parallel
+
+            run_sweep_parallel(
+                sw, opts, lambda: LifecycleBackend(host, simulate, say, group), parallel, say
+            )
+        else:
+            run_sweep(sw, opts, LifecycleBackend(host, simulate, say, group), say)
     except KeyboardInterrupt:
         # Raised as a glmserve error so the exit status is 130 however typer treats Ctrl-C.
         raise SweepInterrupted(
@@ -273,3 +287,17 @@ def profile(
         emit_json(analysis.to_dict())
         return
     print_analysis(analysis, top, all_ranks)
+
+
+def _parallel_slots(opts: object, host: str | None, group: list[str]) -> int:
+    """``--max-parallel K``: K jobs at once, on a Slurm host only (an ssh host runs one
+    server at a time; a host group is one job per profile already). ConfigError otherwise."""
+    from glmserve.errors import ConfigError
+    from glmserve.remote.hosts import get_host
+
+    k = getattr(opts, "max_parallel", 1)
+    if not isinstance(k, int) or k < 1:
+        raise ConfigError(f"--max-parallel: expected an integer >= 1, got {k}")
+    if k > 1 and (group or not get_host(host).is_slurm):
+        raise ConfigError("--max-parallel: only on a kind: slurm host (--host)")
+    return k

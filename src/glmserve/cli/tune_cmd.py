@@ -56,6 +56,9 @@ def tune(
     host_lost_after: float = typer.Option(
         60.0, "--host-lost-after", help="Seconds a host may stay unreachable before it leaves."
     ),
+    max_parallel: int = typer.Option(
+        1, "--max-parallel", help="Jobs at once on a Slurm host (each config is one job)."
+    ),
     write_profile: str = typer.Option(
         None, "--write-profile", help="Save the best config as this profile (extends --profile)."
     ),
@@ -127,6 +130,7 @@ def tune(
             stall_budgets=list(stall_budgets),
             sglang_version=sglang_version,
             host_lost_s=host_lost_after,
+            max_parallel=max_parallel,
             repeat=repeat,
             probe=probe,
             max_excess_nll=max_excess_nll,
@@ -143,6 +147,14 @@ def tune(
         from glmserve.commalist import comma_list
 
         pool = comma_list(hosts, "--hosts", "gpu1,gpu2")
+        if max_parallel != 1:
+            from glmserve.remote.hosts import get_host
+
+            if max_parallel < 1 or not any(get_host(h).is_slurm for h in pool):
+                raise ConfigError(
+                    f"--max-parallel {max_parallel}: an integer >= 1, for a kind: slurm host "
+                    "of --hosts (an ssh host runs one server at a time)"
+                )
         tu, server = start_tune(
             profile,
             parse_search(search),

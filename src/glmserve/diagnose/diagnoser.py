@@ -57,13 +57,14 @@ from glmserve.diagnose.patterns import (
     _SELF_REPORT,
     _SERVER_ARGS,
     _SGLANG_FRAME,
+    _SLURM_CANCEL,
     _SOFT_LEVEL,
     _STAGE_FRAMES,
     _TRACEBACK,
     MAX_ARGS_LINE_CHARS,
     _has_any,
 )
-from glmserve.diagnose.rules import _HELP, _USAGE_RULE, RULES, Rule
+from glmserve.diagnose.rules import _HELP, _USAGE_RULE, RULES, Rule, slurm_end_hint
 
 C = Category
 
@@ -112,6 +113,9 @@ class LogDiagnoser:
         self._evidence = False  # a line only SGLang (or a crashing Python) writes was seen
         self._shapes: dict[bytes, int] = {}  # feed_block's line-shape cache
         self._shape_bytes = 0
+        # slurmstepd's "*** JOB n ... CANCELLED AT ... ***": (line, text, hint) - the scheduler
+        # killed the server (EXITED unless a crash came first).
+        self._slurm_end: tuple[int, str, str] | None = None
 
     # -- public -----------------------------------------------------------------------------
 
@@ -220,6 +224,9 @@ class LogDiagnoser:
         if best:
             d.category, d.line, d.root_cause = best.category, best.line, best.text
             d.hint = best.hint
+        elif self._slurm_end is not None:
+            d.state = State.EXITED
+            d.line, d.root_cause, d.hint = self._slurm_end
         elif self._warning is not None:
             w = self._warning
             d.warning = Evidence(w.line, w.text, w.category, w.hint)
@@ -231,6 +238,8 @@ class LogDiagnoser:
         best = self._root() if self._crashed else None
         if best:
             return (State.CRASHED, best.category, best.line)
+        if self._slurm_end is not None:
+            return (State.EXITED, None, self._slurm_end[0])
         return (self._phase, None, None)
 
     def _facts(self) -> Facts:
@@ -266,6 +275,12 @@ class LogDiagnoser:
         after_frame, self._after_frame = self._after_frame, False
         self._evidence = self._evidence or prefixed
         low = stripped.lower()
+        if "cancelled at" in low:
+            sm = _SLURM_CANCEL.search(stripped)
+            if sm:
+                if self._slurm_end is None:
+                    self._slurm_end = (n, stripped[:MAX_ROOT_CAUSE_CHARS], slurm_end_hint(sm)[1])
+                return
         if ("serverargs(" in low or "server_args={" in low) and _SERVER_ARGS.search(body):
             self._parse_server_args(body)
             return

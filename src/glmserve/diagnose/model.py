@@ -206,6 +206,9 @@ class Diagnosis:
         process ended cleanly (``rc == 0``)."""
         if self.state is State.CRASHED:
             return dataclasses.replace(self, exit_code=rc)
+        if self.state is State.EXITED and self.root_cause:
+            # the log itself says why it ended (slurmstepd: the scheduler cancelled the job)
+            return dataclasses.replace(self, exit_code=rc)
         w = self.warning
         if w is not None and rc != 0:
             return dataclasses.replace(

@@ -108,6 +108,16 @@ _NATIVE_DEATH = re.compile(
     r"|Aborted \(core dumped\)"
 )
 
+# slurmstepd's notice that the scheduler ended the job (Slurm src/slurmd/slurmstepd/req.c,
+# _handle_signal_container: error("*** %s ON %s CANCELLED AT %s DUE TO TIME LIMIT ***"), "DUE
+# TO PREEMPTION", "DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS", "DUE TO JOB REQUEUE",
+# and "*** %s ON %s CANCELLED AT %s ***" for scancel; older releases omit "ON node"). It is
+# logged as "slurmstepd[-node]: error: ..." into the job's output (server.log): the process was
+# killed from outside, not an SGLang error (the ``prog: error:`` argparse rule must not see it).
+_SLURM_CANCEL = re.compile(
+    r"\*\*\* (?P<entity>JOB|STEP) (?P<id>[\w.+]+) (?:ON (?P<node>\S+) )?CANCELLED AT (?P<at>\S+)"
+    r"(?: DUE TO (?P<why>[A-Z][A-Z ]*[A-Z]))?[^*]*\*\*\*"
+)
 # Progress markers: (regex, state reached or None for "progress, same phase").
 _PROGRESS: list[tuple[tuple[str, ...], re.Pattern[str], State | None]] = [
     # (lower-case words one of which must be in the line, regex, state reached or None for

@@ -70,6 +70,44 @@ def _r(
 _I = re.IGNORECASE
 C = Category
 
+# What each slurmstepd "*** JOB n ON node CANCELLED AT t DUE TO X ***" reason means for the
+# server (patterns._SLURM_CANCEL; Slurm src/slurmd/slurmstepd/req.c). The lifecycle names the
+# same ends TIME_LIMIT / PREEMPTED / NODE_FAIL from ``scontrol show job``'s JobState.
+_SLURM_ENDS = {
+    "TIME LIMIT": (
+        "TIME_LIMIT",
+        "the job reached its time limit: raise slurm.time in hosts.yaml (or shorten the run).",
+    ),
+    "PREEMPTION": (
+        "PREEMPTED",
+        "a higher-priority job preempted it: relaunch, or use a qos/partition without "
+        "preemption.",
+    ),
+    "NODE FAILURE": (
+        "NODE_FAIL",
+        "a node of the job failed or was set DOWN (slurmctld's log says why): relaunch on "
+        "other nodes.",
+    ),
+    "JOB REQUEUE": ("REQUEUED", "the job was requeued; it runs again from the start."),
+}
+
+
+def slurm_end_hint(m: re.Match[str]) -> tuple[str, str]:
+    """``(end, hint)`` for a slurmstepd cancellation line: why the scheduler killed the server.
+    Not a crash of SGLang: the server was killed from outside, so the verdict is EXITED."""
+    why = m.group("why")
+    entity = f"Slurm {m.group('entity').lower()} {m.group('id')}"
+    if why in _SLURM_ENDS:
+        end, what = _SLURM_ENDS[why]
+        return end, f"{entity} was cancelled by the scheduler ({end}): {what}"
+    if why:
+        return "CANCELLED", f"{entity} was cancelled by the scheduler (due to {why.lower()})."
+    return (
+        "CANCELLED",
+        f"{entity} was cancelled (scancel or `glmserve stop`), not a crash of the server: "
+        "`scontrol show job` / `sacct -j` say by whom.",
+    )
+
 # argparse prints its usage banner right before "prog: error: ..."; an excerpt cut after the
 # banner is still a rejected command line (weak: the error line, if present, wins). ``--help``
 # prints the same banner followed by the option list (``_HELP``), which retracts it.

@@ -110,6 +110,43 @@ def job_script(host: HostConfig) -> str:
     return "\n".join(lines)
 
 
+# The rank-0 node's address as the job sees it: the first host of the allocation, by its
+# NodeAddr when slurmctld has one (NodeName need not resolve), else the name itself.
+_HEAD_ADDR = (
+    'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
+    "addr=$(scontrol show node -o \"$head\" | sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')\n"
+)
+
+
+def multinode_job_script(host: HostConfig, nnodes: int, dist_port: int, argv: list[str]) -> str:
+    """``job.sbatch`` for a multi-node profile as ONE job: ``--nodes N`` and one ``srun`` task
+    per node, each starting that node's server (``argv``, the SGLang command without its
+    node flags) with ``--nnodes N --node-rank $SLURM_NODEID --dist-init-addr HEAD:PORT``,
+    HEAD being the first host of ``scontrol show hostnames $SLURM_JOB_NODELIST``. Every word
+    of ``argv`` is shlex-quoted; only the two variables are expanded, by the task's shell.
+    ``--kill-on-bad-exit``: one node's server dying ends the others (NCCL would hang)."""
+    if nnodes < 2:
+        raise ValueError(f"a multi-node job needs at least 2 nodes, got {nnodes}")
+    opts = host.slurm.header_options() if host.slurm else []
+    opts = [(k, v) for k, v in opts if k not in ("ntasks-per-node", "ntasks")]
+    opts += [("nodes", str(nnodes)), ("ntasks-per-node", "1")]
+    server = " ".join(shlex.quote(w) for w in argv)
+    task = (
+        f'exec {server} --nnodes {nnodes} --node-rank "$SLURM_NODEID" '
+        '--dist-init-addr "$GLMSERVE_DIST_INIT_ADDR"'
+    )
+    lines = ["#!/bin/bash"]
+    lines += [f"#SBATCH --{k}={v}" if v != "" else f"#SBATCH --{k}" for k, v in opts]
+    lines += [
+        _HEAD_ADDR.rstrip("\n"),
+        f'export GLMSERVE_DIST_INIT_ADDR="${{addr:-$head}}:{int(dist_port)}"',
+        f"exec srun --nodes={nnodes} --ntasks={nnodes} --ntasks-per-node=1 "
+        f"--kill-on-bad-exit=1 bash -c {shlex.quote(task)}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def submit_command(run_dir: str, run_id: str) -> str:
     """Shell (on the login host) that submits ``job.sbatch`` from ``run_dir`` and prints
     ``jid <id[;cluster]>``, the job's ``scontrol`` line and the cluster's name."""

@@ -143,6 +143,9 @@ class LifecycleBackend(SweepBackend):
             reconnect_give_up_s=self.reconnect_give_up_s,
         )
         diag = diagnosis_summary(res.decisive.diagnosis)
+        queued = (getattr(res.decisive, "extra", None) or {}).get("queued_s")
+        if queued is not None:  # a Slurm job's time in the queue, reported apart
+            diag["queued_s"] = queued
         if res.failing_rank is not None:
             bad = dep.runs[res.failing_rank]
             diag.update(node_rank=res.failing_rank, host=bad.host, node_run_id=bad.run_id)

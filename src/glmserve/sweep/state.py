@@ -9,6 +9,7 @@ node 0's run id (where its bench results are stored) plus the group id and every
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -49,6 +50,8 @@ class SweepEntry:
     ended_at: float | None = None
     # --probe: the output verdict against the reference (sweep.agreement.judge_all)
     output: dict[str, Any] | None = None
+    queued_s: float | None = None  # a Slurm job's wait in the queue (not the profile's time)
+    requeued: list[str] = field(default_factory=list)  # jobs the cluster took (NODE_FAIL...)
 
     @property
     def finished(self) -> bool:
@@ -152,12 +155,16 @@ def load_sweep(sweep_id: str) -> Sweep:
     return Sweep.from_dict(data, where)
 
 
+_SAVE_LOCK = threading.RLock()
+
+
 def save_sweep(sweep: Sweep) -> Path:
     """Write sweep.json (atomically: a Ctrl-C mid-write never leaves half a file) and sweep.md."""
     from glmserve.sweep.summary import render_markdown
 
-    sweep.updated_at = time.time()
-    return SWEEPS.write(sweep.sweep_id, sweep.to_dict(), render_markdown(sweep))
+    with _SAVE_LOCK:  # --max-parallel: the workers share one sweep.json
+        sweep.updated_at = time.time()
+        return SWEEPS.write(sweep.sweep_id, sweep.to_dict(), render_markdown(sweep))
 
 
 # --------------------------------------------------------------------------- running
@@ -185,6 +192,7 @@ class SweepOptions:
     reference: str | None = None  # --reference PROFILE or bench result id (default: first)
     max_excess_nll: float | None = None
     min_greedy_agreement: float | None = None
+    max_parallel: int = 1  # Slurm host: profiles' jobs at once (sweep.parallel)
 
     def check_probe(self, profiles: list[str]) -> None:
         """``--reference`` names one of the sweep's profiles or a stored result id with probe

@@ -57,6 +57,9 @@ def sweep_rows(sweep: Sweep) -> list[dict[str, Any]]:
                 "speedup": (tok / baseline) if tok and baseline and not wrong else None,
                 "baseline": base_profile,
                 "output": e.output,
+                # a Slurm job's wait in the queue, apart from the profile's own time
+                "queued_s": e.queued_s,
+                "requeued": list(e.requeued),
                 "decode_ci": decode_ci(e) if e.status == OK else None,
                 "tie": False,
             }

@@ -38,6 +38,24 @@ from glmserve.tune.space import Budget, config_key, grid, level_metrics, startin
 
 Say = Callable[[str], None]
 _OPEN_LOCK = threading.Lock()
+# A Slurm job's ends that say nothing about its config: the trial runs again in a new job.
+_JOB_LOST = frozenset({"NODE_FAIL", "PREEMPTED"})
+_MAX_JOB_REQUEUES = 3
+
+
+class JobLost(Exception):
+    """The scheduler took a trial's job (preemption, node failure): re-queue the trial (the
+    host stays in the pool). Raised by a job runner, caught by the pool's worker."""
+
+
+def _is_slurm(host: str) -> bool:
+    """Whether ``host`` (hosts.yaml) is a Slurm host; an unknown name is left to the job."""
+    from glmserve.remote.hosts import get_host
+
+    try:
+        return bool(get_host(host).is_slurm)
+    except GlmserveError:
+        return False
 
 
 @dataclass
@@ -59,6 +77,7 @@ class TuneOptions:
     probe: bool = False  # judge every trial's output against the untuned profile's
     max_excess_nll: float | None = None
     min_greedy_agreement: float | None = None
+    max_parallel: int = 1  # jobs at once on a Slurm host (an ssh host runs one at a time)
 
     def check(self, loads: list[int]) -> None:
         """Refuse, before the tune is created, what every trial would otherwise find out only
@@ -69,6 +88,8 @@ class TuneOptions:
         from glmserve.deploy.watch import parse_stall_budgets
         from glmserve.sweep.state import SweepOptions
 
+        if not (isinstance(self.max_parallel, int) and self.max_parallel >= 1):
+            raise ConfigError(f"--max-parallel: expected an integer >= 1, got {self.max_parallel}")
         if not self.host_lost_s >= 0:  # NaN too
             raise ConfigError(f"--host-lost-after: expected seconds >= 0, got {self.host_lost_s}")
         if self.sglang_version:
@@ -203,7 +224,17 @@ class Pool:
         self.threads: list[threading.Thread] = []
 
     def live_hosts(self) -> list[tuple[int, str]]:
-        return [(i, h) for i, h in enumerate(self.tune.hosts) if h not in self.tune.lost_hosts]
+        """``(slot, host)`` per worker: one per host, ``--max-parallel`` per Slurm host (each
+        job is its own allocation, so the scheduler, not the pool, places them); slots are
+        distinct, so each worker's port is too."""
+        k = int(self.tune.options.get("max_parallel") or 1)
+        out: list[tuple[int, str]] = []
+        for h in self.tune.hosts:
+            if h in self.tune.lost_hosts:
+                continue
+            base = len(out)
+            out.extend((base + i, h) for i in range(k if _is_slurm(h) else 1))
+        return out
 
     def save(self) -> None:
         with self.lock:
@@ -276,6 +307,23 @@ class Pool:
                 trials = queue.popleft()
             try:
                 self.runner.run_job(self.tune, host, slot, trials)
+            except JobLost as exc:
+                # The scheduler took the job (preemption, node failure): the host is fine,
+                # the trial runs again in a fresh job, as after a lost host.
+                with self.lock:
+                    again = [t for t in trials if not t.finished]
+                    for t in again:
+                        t.requeued_from.append(f"{host} ({exc})")
+                        t.status, t.host, t.run_id = st.PENDING, None, None
+                        t.error = f"re-queued: {exc}"
+                        if len(t.requeued_from) > _MAX_JOB_REQUEUES:  # the cluster keeps taking it
+                            t.status, t.ended_at = st.FAILED, time.time()
+                            t.error = f"{exc} ({len(t.requeued_from)} times); not re-queued"
+                    if any(not t.finished for t in again):
+                        queue.append(trials)
+                    st.save_tune(self.tune)
+                self.say(f"{host}: {exc}; its trial is re-queued")
+                continue
             except HostLost as exc:
                 with self.lock:
                     if host not in self.tune.lost_hosts:
@@ -473,14 +521,14 @@ class LifecycleJobRunner(JobRunner):
             return
         run_id = backend.launch(spec)
         with self.lock:
-            self.live[host] = (backend, run_id)
+            self.live[run_id] = (backend, host)
         self._mark(trials, run_id=run_id)
         self.say(f"{host}: {name}: launched run {run_id}")
         try:
             self._watch_and_bench(tune, host, port, trials, backend, run_id)
         finally:
             with self.lock:
-                self.live.pop(host, None)
+                self.live.pop(run_id, None)
             with contextlib.suppress(GlmserveError):
                 backend.stop(run_id)
 
@@ -506,6 +554,11 @@ class LifecycleJobRunner(JobRunner):
         outcome = backend.watch(run_id, self._sweep_opts(trials, port, trials[0].concurrency))
         if self._interrupted(trials):
             return
+        queued = (outcome.diagnosis or {}).get("queued_s")
+        if queued is not None:  # a Slurm job's wait in the queue: not the trial's time
+            self._mark(trials, queued_s=queued)
+        if outcome.state in _JOB_LOST:
+            raise JobLost(f"Slurm job of run {run_id} ended {outcome.state}")
         if outcome.state != "READY":
             # stopped from outside (`glmserve stop`): no verdict on the config
             status = {"CRASHED": st.CRASHED, "EXITED": st.CRASHED, "STOPPED": st.FAILED}.get(
@@ -532,6 +585,8 @@ class LifecycleJobRunner(JobRunner):
                 if not self._reachable(host):  # the bench's forward died with the host
                     raise HostLost(f"host {host} stopped answering during the bench")
                 after = backend.assess(run_id)
+                if after.state in _JOB_LOST:
+                    raise JobLost(f"Slurm job of run {run_id} ended {after.state} mid-bench")
                 if after.state in ("CRASHED", "EXITED"):
                     self._mark(
                         trials[i:],
@@ -601,7 +656,7 @@ class LifecycleJobRunner(JobRunner):
             raise ConfigError(f"output reference ({tune.profile} untuned): check: {problem}")
         run_id = backend.launch(spec)
         with self.lock:
-            self.live[host] = (backend, run_id)
+            self.live[run_id] = (backend, host)
         try:
             outcome = backend.watch(run_id, opts)
             if outcome.state != "READY":
@@ -613,7 +668,7 @@ class LifecycleJobRunner(JobRunner):
             probe = probe_run(run_id, ProbeSpec())
         finally:
             with self.lock:
-                self.live.pop(host, None)
+                self.live.pop(run_id, None)
             with contextlib.suppress(GlmserveError):
                 backend.stop(run_id)
         if probe.get("error"):
@@ -626,7 +681,7 @@ class LifecycleJobRunner(JobRunner):
     def stop_all(self) -> None:
         self.stopping.set()
         with self.lock:
-            live = [(host, run_id) for host, (_b, run_id) in self.live.items()]
+            live = [(host, run_id) for run_id, (_b, host) in self.live.items()]
         for host, run_id in live:  # a fresh backend: a run store opens per thread
             with contextlib.suppress(GlmserveError):
                 self._backend(host).stop(run_id)

@@ -52,6 +52,7 @@ class Trial:
     started_at: float | None = None
     ended_at: float | None = None
     output: dict[str, Any] | None = None  # --probe: agreement with the untuned profile
+    queued_s: float | None = None  # a Slurm job's wait in the queue (not part of the trial)
 
     @property
     def key(self) -> str:
