@@ -214,6 +214,9 @@ class Engine:
             "num_aborted_requests_total": 0,
         }
         self.latencies: dict[str, list[float]] = {"ttft": [], "itl": [], "e2e": []}
+        # Ground truth of the /metrics gauges: (perf_counter, running, queued, used tokens,
+        # gen throughput, cache hit rate) at every change (``GET /sim/trace`` "gauges").
+        self.gauge_log: deque[tuple] = deque(maxlen=opts.trace_max_steps)
         self.on_step = on_step
         self.quiet_rids: set[str] = set()
         # --sim-run-variation / --sim-step-jitter (simulator/variation.py)
@@ -228,10 +231,30 @@ class Engine:
             while len(self.trace_order) > self.opts.trace_max_requests:
                 self.trace.pop(self.trace_order.popleft(), None)
         self.waiting.append(req)
+        self.note_gauges()
         self._wake.set()
 
     def used_tokens(self) -> int:
         return sum(r.prompt_tokens + len(r.out_ids) for r in self.running)
+
+    def gauges(self) -> dict[str, float]:
+        """The scheduler gauges /metrics serves (``handlers/metrics.py``), read now."""
+        hit = getattr(self, "cache_hit_rate", 0.0)  # the radix-cache model sets it, if any
+        hit = hit() if callable(hit) else hit
+        return {
+            "num_running_reqs": float(len(self.running)),
+            "num_queue_reqs": float(len(self.waiting)),
+            "num_used_tokens": float(self.used_tokens()),
+            "gen_throughput": float(self.last_gen_throughput),
+            "cache_hit_rate": float(hit or 0.0),
+        }
+
+    def note_gauges(self) -> None:
+        """Append the gauges to the ground-truth log when they changed (every mutation of
+        ``running``/``waiting``/throughput calls this)."""
+        g = tuple(self.gauges().values())
+        if not self.gauge_log or self.gauge_log[-1][1:] != g:
+            self.gauge_log.append((time.perf_counter(), *g))
 
     def step_time_s(self, batch: int, ctx: int) -> float:
         return costmodel.decode_step_s(self.opts.model, self.opts.shape, batch, ctx)
@@ -249,6 +272,7 @@ class Engine:
                         self.counters["num_aborted_requests_total"] += 1
                         r.finish = 0.0
                 self.running = [r for r in self.running if not r.finished]
+                self.note_gauges()
             if not self.running and not self.waiting:
                 self._wake.clear()
                 idle_from = clock()
@@ -259,6 +283,8 @@ class Engine:
             now = clock()
             start = now if planned_end is None or planned_end < now - 0.05 else planned_end
             admit = self._admit() if self._may_admit() else []
+            if admit:
+                self.note_gauges()
             if admit:
                 new_tokens = sum(r.prompt_tokens for r in admit)
                 model_s = costmodel.prefill_step_s(self.opts.model, self.opts.shape, new_tokens)
@@ -294,6 +320,7 @@ class Engine:
                 self.decode_ct += 1
                 if self.decode_ct % self.log_interval == 0:  # SGLang: forward_ct % interval
                     self._log_decode()
+            self.note_gauges()
             self.step_count += 1
             self.steps.append((self.step_count, kind, start, end, emitted_at, model_s, batch, ctx))
             planned_end = end
@@ -449,4 +476,6 @@ class Engine:
             "tokens_per_chunk": self.k,
             "requests": reqs,
             "steps": steps,
+            "gauge_fields": ["t", *self.gauges()],
+            "gauges": [list(g) for g in self.gauge_log],
         }
