@@ -12,7 +12,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from tests.fixtures.cli import run_cli
 
 FAKE_BIN = Path(__file__).resolve().parents[1] / "fixtures" / "bin"
