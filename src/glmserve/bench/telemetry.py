@@ -249,3 +249,25 @@ class LevelTelemetry:
                     level["gpu_throttled"] = g["throttled"]
         if doc:
             level["telemetry"] = doc
+
+
+def series_lines(result_id: Any, result: dict[str, Any]) -> list[dict[str, Any]]:
+    """A stored result's telemetry as one JSON object per sample (``results export --format
+    series``): ``source`` "server" (one /metrics scrape, every series key) or "gpu" (one
+    nvidia-smi line: ``gpu`` index, ``power_w``, ``sm_mhz``); ``t`` is seconds from the
+    level's start. Long format, so a script (pandas.read_json(lines=True)) needs no schema."""
+    out: list[dict[str, Any]] = []
+    for n, lv in enumerate(result.get("levels") or []):
+        tel = lv.get("telemetry") or {}
+        head = {"id": result_id, "level": n, "concurrency": lv.get("concurrency"),
+                "request_rate": lv.get("request_rate")}  # fmt: skip
+        srv = tel.get("server") or {}
+        ts = srv.get("t") or []
+        keys = [k for k, v in srv.items() if isinstance(v, list) and k != "t" and len(v) == len(ts)]
+        for i, t in enumerate(ts):
+            out.append({**head, "source": "server", "t": t, **{k: srv[k][i] for k in keys}})
+        for idx, g in sorted(((tel.get("gpu") or {}).get("series") or {}).items()):
+            for i, t in enumerate(g.get("t") or []):
+                out.append({**head, "source": "gpu", "gpu": int(idx), "t": t,
+                            "power_w": g["power_w"][i], "sm_mhz": g["sm_mhz"][i]})  # fmt: skip
+    return out
