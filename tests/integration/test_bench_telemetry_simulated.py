@@ -69,6 +69,14 @@ def test_metrics_series_equal_ground_truth_and_gpu_tok_per_j(
             seen = _values_in_window(log, cols.index(key), at - INTERVAL, at)
             v = series[key][i]
             assert any(abs(v - s) <= 1e-6 * max(1.0, abs(s)) for s in seen), (key, t, v, seen)
+    # control: the same check fails for the samples in reverse order (it can tell them apart)
+    col = cols.index("num_running_reqs")
+    rev = list(reversed(series["num_running_reqs"]))
+    assert any(
+        rev[i] not in _values_in_window(log, col, series["t0_perf"] + t - INTERVAL,
+                                        series["t0_perf"] + t)
+        for i, t in enumerate(series["t"])
+    )  # fmt: skip
 
     gpu = level["telemetry"]["gpu"]
     assert [g["index"] for g in gpu["gpus"]] == [0, 1]
