@@ -104,3 +104,28 @@ def test_no_nvidia_smi_is_a_note(start_simulator, capsys, monkeypatch, tmp_path)
     assert any("no nvidia-smi" in n for n in res["notes"]), res["notes"]
     assert "gpu" not in res["levels"][0]["telemetry"]
     assert "output_tok_per_j" not in res["levels"][0]
+
+
+def test_run_id_bench_samples_gpus_on_the_runs_host(monkeypatch, tmp_path, stop_left_runs):
+    """``bench RUN``: nvidia-smi runs on the run's host through its transport (local here),
+    and is gone when the bench ends."""
+    from tests.fixtures.cli import run_glmserve
+
+    pidfile = tmp_path / "smi.pid"
+    monkeypatch.setenv("PATH", f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SMI_PIDFILE", str(pidfile))
+    monkeypatch.setenv("FAKE_SMI_POWER_W", "400")
+    monkeypatch.setenv("FAKE_SMI_GPUS", "1")
+    monkeypatch.setenv("FAKE_SMI_THROTTLE", "0x0000000000000004")  # SW power cap
+    launch = run_glmserve("launch", "--profile", "flashinfer", "--simulate", "--poll", "0.2",
+                          "--json")  # fmt: skip
+    assert launch.returncode == 0, launch.stderr
+    run_id = json.loads(launch.stdout[launch.stdout.index("{") :])["run"]["run_id"]
+    assert not pidfile.exists()  # only the bench's -lms loop writes it
+    bench = run_glmserve("bench", run_id, "--num-prompts", "3", "--output-len", "32", "--json")
+    assert bench.returncode == 0, bench.stderr
+    (level,) = json.loads(bench.stdout)["levels"]
+    assert level["power_w_mean"] == pytest.approx(400.0) and level["gpu_throttled"] is True
+    assert level["output_tok_per_j"] == pytest.approx(level["output_tokens"] / level["energy_j"])
+    pid = int(pidfile.read_text())
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()

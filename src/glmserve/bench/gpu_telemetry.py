@@ -212,4 +212,6 @@ class LevelGpu:
         d["series"] = series(self.rows, self.t0, self.t1)
         if self.sampler.note:
             d["note"] = self.sampler.note
+        elif not self.rows:  # a driver error prints text, not CSV: say so, do not guess
+            d["note"] = "nvidia-smi printed no reading during this level"
         return d

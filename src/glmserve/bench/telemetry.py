@@ -122,7 +122,7 @@ class MetricsSampler:
             return True
         try:
             parsed = parse_metrics(r.text)
-        except ValueError as exc:
+        except (ValueError, IndexError, KeyError, TypeError) as exc:  # the parser's complaints
             self.errors += 1
             self.note = f"unparsable /metrics: {exc}"
             return True
