@@ -158,3 +158,16 @@ def test_no_nvidia_smi_is_a_note_not_an_error():
     with lg:
         pass
     assert lg.doc(100) == {"note": s.note}
+
+
+def test_bench_table_shows_tok_per_j_only_with_gpu_telemetry():
+    from glmserve.bench.results import build_result
+    from glmserve.cli.views import _cells, table_columns
+
+    lv = {"concurrency": 4, "requests": 4, "completed": 4, "errors": 0, "output_tok_s": 100.0}
+    plain = build_result("concurrency", [dict(lv)], {}, {}, {}, None)
+    assert "tok/J" not in table_columns(plain, wide=True)
+    hot = dict(lv, output_tok_per_j=0.1234, gpu_throttled=True)
+    measured = build_result("concurrency", [hot], {}, {}, {}, None)
+    assert "tok/J" in table_columns(measured, wide=True)
+    assert _cells(hot)["tok/J"] == "0.123!"  # "!" marks a throttled level
