@@ -44,6 +44,17 @@ def test_parse_metrics_sums_counts_and_averages_ratios():
     assert m["ttft_s_count"] == 2.0 and m["ttft_s_sum"] == pytest.approx(0.35)
 
 
+def test_parse_metrics_one_reading_per_dp_rank_not_per_tp_rank():
+    # --enable-metrics-for-all-schedulers: every TP rank of one DP group reports the same batch
+    text = """\
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="m",tp_rank="1",pp_rank="0",moe_ep_rank="1"} 7.0
+sglang:num_running_reqs{model_name="m",tp_rank="0",pp_rank="0",moe_ep_rank="0"} 6.0
+sglang:num_running_reqs{model_name="m",tp_rank="2",pp_rank="0",moe_ep_rank="2"} 7.0
+"""
+    assert parse_metrics(text)["num_running_reqs"] == 6.0  # rank 0's, not 20
+
+
 def test_parse_metrics_rejects_garbage():
     with pytest.raises(ValueError):
         parse_metrics("sglang:num_running_reqs{ 3\n")

@@ -51,22 +51,42 @@ HISTOGRAMS = {
     "queue_time_s": "sglang:queue_time_seconds",
 }
 RATIOS = {"token_usage", "cache_hit_rate"}
+RANK_LABELS = ("tp_rank", "pp_rank", "moe_ep_rank")
 MAX_POINTS = 600  # per series per level: ten minutes at 1 s, then evenly thinned
 DEFAULT_INTERVAL_S = 1.0
+
+
+def _rank(v: str | None) -> int:
+    try:
+        return int(v) if v is not None else 0
+    except ValueError:
+        return 0
 
 
 def parse_metrics(text: str) -> dict[str, float]:
     """``/metrics`` text -> {short key: value}; histograms as ``<key>_sum``/``<key>_count``.
 
+    One reading per DP rank: label sets that differ only in ``tp_rank``/``pp_rank``/
+    ``moe_ep_rank`` are one scheduler group seen from several ranks, and the lowest rank's
+    is kept. SGLang reports from ``attn_tp_rank == 0`` only unless
+    ``--enable-metrics-for-all-schedulers`` (0.5.9 ``scheduler_metrics_mixin.py:100``), where
+    summing every rank would count each request TP times. DP ranks are then summed.
+
     Raises ValueError on text the Prometheus parser rejects (the caller records it)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    by_name: dict[str, list[float]] = {}
+    # name -> {labels without the rank labels: (rank tuple, value)}: one reading per DP rank
+    per: dict[str, dict[tuple, tuple[tuple, float]]] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             if s.name.endswith("_bucket") or s.name.endswith("_created"):
                 continue
-            by_name.setdefault(s.name, []).append(float(s.value))
+            key = tuple(sorted((k, v) for k, v in s.labels.items() if k not in RANK_LABELS))
+            rank = tuple(_rank(s.labels.get(k)) for k in RANK_LABELS)
+            have = per.setdefault(s.name, {}).get(key)
+            if have is None or rank < have[0]:
+                per[s.name][key] = (rank, float(s.value))
+    by_name = {n: [v for _, v in d.values()] for n, d in per.items()}
     out: dict[str, float] = {}
     for key, name in {**GAUGES, **COUNTERS}.items():
         vals = by_name.get(name)
