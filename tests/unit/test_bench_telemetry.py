@@ -182,3 +182,12 @@ def test_bench_table_shows_tok_per_j_only_with_gpu_telemetry():
     measured = build_result("concurrency", [hot], {}, {}, {}, None)
     assert "tok/J" in table_columns(measured, wide=True)
     assert _cells(hot)["tok/J"] == "0.123!"  # "!" marks a throttled level
+
+
+def test_repeats_keep_a_throttle_seen_in_any_repeat():
+    from glmserve.bench.repeats import merge_levels
+
+    a = {"concurrency": 4, "output_tok_s": 10.0, "output_tok_per_j": 1.0, "gpu_throttled": False}
+    b = {"concurrency": 4, "output_tok_s": 12.0, "output_tok_per_j": 3.0, "gpu_throttled": True}
+    out = merge_levels([a, b])
+    assert out["gpu_throttled"] is True and out["output_tok_per_j"] == 2.0
