@@ -191,3 +191,15 @@ def test_repeats_keep_a_throttle_seen_in_any_repeat():
     b = {"concurrency": 4, "output_tok_s": 12.0, "output_tok_per_j": 3.0, "gpu_throttled": True}
     out = merge_levels([a, b])
     assert out["gpu_throttled"] is True and out["output_tok_per_j"] == 2.0
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "3601"])
+def test_bad_metrics_interval_is_a_one_line_error(capsys, value):
+    from tests.fixtures.cli import run_cli
+
+    rc, _, err = run_cli(
+        capsys, "bench", "--url", "http://127.0.0.1:9", "--metrics-interval", value
+    )
+    assert rc == 2
+    assert err.strip().splitlines()[-1].startswith("error:") and "--metrics-interval" in err
+    assert "Traceback" not in err
