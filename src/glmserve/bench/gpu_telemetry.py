@@ -38,7 +38,8 @@ FIELDS = (
 )
 KEYS = ("index", "power_w", "sm_mhz", "mem_mhz", "util_pct", "mem_used_mib", "temp_c", "throttle")
 PERIOD_MS = 500
-QUERY = f"nvidia-smi --query-gpu={','.join(FIELDS)} --format=csv,noheader,nounits -lms {PERIOD_MS}"
+ARGS = f"--query-gpu={','.join(FIELDS)} --format=csv,noheader,nounits -lms {PERIOD_MS}"
+QUERY = f"nvidia-smi {ARGS}"
 # Throttle-reason bits (nvml.h, nvmlClocksThrottleReason*): 0x4 SW power cap, 0x8 HW slowdown,
 # 0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake. Idle (0x1), application clocks (0x2),
 # sync boost (0x10) and display clock (0x100) do not slow a loaded GPU: not counted.
@@ -130,6 +131,7 @@ class GpuSampler:
     """The host's ``nvidia-smi`` loop for one bench; ``mark()`` per level boundary."""
 
     transport: Any
+    command: str = "nvidia-smi"  # on the host's PATH; a path in tests
     pid: int | None = None
     path: str | None = None
     note: str | None = None
@@ -137,10 +139,11 @@ class GpuSampler:
     _buf: str = field(default="", repr=False)
 
     def start(self) -> GpuSampler:
+        smi = shlex.quote(self.command)
         script = (
-            f"command -v nvidia-smi >/dev/null 2>&1 || {{ echo {NO_SMI}; exit 0; }}; "
+            f"command -v {smi} >/dev/null 2>&1 || {{ echo {NO_SMI}; exit 0; }}; "
             'f=$(mktemp "${TMPDIR:-/tmp}/glmserve-gpu.XXXXXX") || exit 1; '
-            f'setsid {QUERY} >"$f" 2>&1 </dev/null & echo "$! $f"'
+            f'setsid {smi} {ARGS} >"$f" 2>&1 </dev/null & echo "$! $f"'
         )
         try:
             res = self.transport.run(script, timeout=20)
