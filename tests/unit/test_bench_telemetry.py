@@ -203,3 +203,15 @@ def test_bad_metrics_interval_is_a_one_line_error(capsys, value):
     assert rc == 2
     assert err.strip().splitlines()[-1].startswith("error:") and "--metrics-interval" in err
     assert "Traceback" not in err
+
+
+def test_counter_rate_per_raw_interval_and_reset():
+    from glmserve.bench.telemetry import MetricsSampler
+
+    m = MetricsSampler("http://x", 1.0)
+    m.t0 = 100.0
+    m.times = [100.5, 101.5, 102.0, 103.0]
+    m.samples = [{"generation_tokens_total": v} for v in (10.0, 110.0, 160.0, 5.0)]
+    doc = m.series()
+    assert doc["generation_tok_s"] == [None, 100.0, 100.0, None]  # reset: no negative rate
+    assert doc["t"] == [0.5, 1.5, 2.0, 3.0]

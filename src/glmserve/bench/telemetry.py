@@ -168,6 +168,17 @@ class MetricsSampler:
         self._stop.set()
         self._thread.join(timeout=max(3.0, self.interval + 2.0))
 
+    def _rate(self, key: str, i: int) -> float | None:
+        """A counter's rate over the raw interval ending at sample ``i`` (None for the first
+        sample, a missing reading or a counter reset): computed before any thinning."""
+        if i == 0:
+            return None
+        a, b = self.samples[i - 1].get(key), self.samples[i].get(key)
+        dt = self.times[i] - self.times[i - 1]
+        if a is None or b is None or b < a or dt <= 0:
+            return None
+        return (b - a) / dt
+
     def series(self) -> dict[str, Any]:
         """The level's series (JSON-ready): ``t`` in seconds from the level's start, one list
         per key; ``t0_perf`` is the level start on ``time.perf_counter`` (for ground truth)."""
@@ -183,6 +194,8 @@ class MetricsSampler:
         }
         for k in keys:
             doc[k] = [self.samples[i].get(k) for i in keep]
+        if "generation_tokens_total" in keys:
+            doc["generation_tok_s"] = [self._rate("generation_tokens_total", i) for i in keep]
         if self.note:
             doc["note"] = self.note
         return doc

@@ -76,8 +76,9 @@ def level_charts(tel: dict[str, Any]) -> list[tuple[str, str, str, dict[str, Lin
         return {f"GPU {i}": _pairs(d.get("t") or [], d.get(key) or []) for i, d in gpu.items()}
 
     specs = [
-        ("ts-throughput", "Generation throughput (server gauge)", "tok/s",
-         {"gen_throughput": s("gen_throughput")}),
+        ("ts-throughput", "Generation throughput (server)", "tok/s",
+         {"gen_throughput gauge": s("gen_throughput"),
+          "generation_tokens_total rate": s("generation_tok_s")}),
         ("ts-requests", "Running and queued requests", "requests",
          {"running": s("num_running_reqs"), "queued": s("num_queue_reqs")}),
         ("ts-kv-usage", "KV cache usage", "%", {"token_usage": s("token_usage", 100.0)}),
