@@ -4,12 +4,15 @@ per-level GPU figures (power, energy, tokens/J, throttling), downsampling, serie
 from __future__ import annotations
 
 import itertools
+import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from glmserve.bench import gpu_telemetry as gt
+from glmserve.bench.gpu_telemetry import GpuSampler
 from glmserve.bench.telemetry import downsample, parse_metrics, series_lines, summary
 
 FAKE_SMI = Path(__file__).resolve().parents[1] / "fixtures" / "bin" / "nvidia-smi"
@@ -215,3 +218,34 @@ def test_counter_rate_per_raw_interval_and_reset():
     doc = m.series()
     assert doc["generation_tok_s"] == [None, 100.0, 100.0, None]  # reset: no negative rate
     assert doc["t"] == [0.5, 1.5, 2.0, 3.0]
+
+
+def _state(pid: int) -> str | None:
+    """A process's state letter, None when gone (Z: a zombie awaiting its reaper)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def test_loop_is_stopped_when_the_hosts_shell_has_job_control(tmp_path, monkeypatch):
+    """With job control (``set -m``) a background job leads its own process group, so
+    ``setsid`` forks: ``$!`` would name the parent that exits at once and the loop would
+    survive ``stop``. The PID the loop reports itself is its group's: it stops."""
+    from glmserve.remote.hosts import LOCAL, HostConfig
+    from glmserve.remote.transport import LocalTransport
+
+    class JobControl(LocalTransport):
+        def run_bytes(self, cmd, timeout=60, stdin=None):
+            return super().run_bytes("set -m; " + cmd, timeout=timeout, stdin=stdin)
+
+    monkeypatch.setenv("FAKE_SMI_PIDFILE", str(tmp_path / "pid"))
+    s = GpuSampler(JobControl(HostConfig(name=LOCAL)), command=str(FAKE_SMI)).start()
+    assert s.pid is not None, s.note
+    loop = int((tmp_path / "pid").read_text())
+    assert os.getpgid(loop) == s.pid  # the reported PID leads the loop's group
+    s.stop()
+    deadline = time.monotonic() + 5
+    while _state(loop) not in (None, "Z") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _state(loop) in (None, "Z")

@@ -128,7 +128,11 @@ def series(rows: list[dict[str, Any]], t0: float, t1: float) -> dict[str, Any]:
 
 @dataclass
 class GpuSampler:
-    """The host's ``nvidia-smi`` loop for one bench; ``mark()`` per level boundary."""
+    """The host's ``nvidia-smi`` loop for one bench; ``LevelGpu`` takes each level's lines.
+
+    The PID is the one the loop itself reports (``$$`` of the shell that execs it, after
+    ``setsid``), so it is the session and group leader whether or not ``setsid`` had to fork
+    (it does when the host's shell gave the job its own process group)."""
 
     transport: Any
     command: str = "nvidia-smi"  # on the host's PATH; a path in tests
@@ -143,7 +147,10 @@ class GpuSampler:
         script = (
             f"command -v {smi} >/dev/null 2>&1 || {{ echo {NO_SMI}; exit 0; }}; "
             'f=$(mktemp "${TMPDIR:-/tmp}/glmserve-gpu.XXXXXX") || exit 1; '
-            f'setsid {smi} {ARGS} >"$f" 2>&1 </dev/null & echo "$! $f"'
+            f'setsid sh -c \'echo $$ >"$1.pid"; exec "$0" {ARGS} >"$1" 2>&1\' '
+            f'{smi} "$f" </dev/null >/dev/null 2>&1 & '
+            'for _ in $(seq 50); do [ -s "$f.pid" ] && break; sleep 0.1; done; '
+            'echo "$(cat "$f.pid" 2>/dev/null) $f"'
         )
         try:
             res = self.transport.run(script, timeout=20)
@@ -180,7 +187,8 @@ class GpuSampler:
             return
         pid, path = self.pid, self.path or ""
         self.pid = None
-        cmd = f"kill -TERM -- -{pid} 2>/dev/null; rm -f -- {shlex.quote(path)}"
+        q = shlex.quote(path)
+        cmd = f"kill -TERM -- -{pid} 2>/dev/null; rm -f -- {q} {shlex.quote(path + '.pid')}"
         try:
             self.transport.run(cmd, timeout=20)
         except GlmserveError as exc:
