@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -243,9 +244,13 @@ def test_loop_is_stopped_when_the_hosts_shell_has_job_control(tmp_path, monkeypa
     s = GpuSampler(JobControl(HostConfig(name=LOCAL)), command=str(FAKE_SMI)).start()
     assert s.pid is not None, s.note
     loop = int((tmp_path / "pid").read_text())
-    assert os.getpgid(loop) == s.pid  # the reported PID leads the loop's group
-    s.stop()
-    deadline = time.monotonic() + 5
-    while _state(loop) not in (None, "Z") and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _state(loop) in (None, "Z")
+    try:
+        assert os.getpgid(loop) == s.pid  # the reported PID leads the loop's group
+        s.stop()
+        deadline = time.monotonic() + 5
+        while _state(loop) not in (None, "Z") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _state(loop) in (None, "Z")
+    finally:
+        if _state(loop) not in (None, "Z"):  # a failed stop leaves no orphan behind
+            os.kill(loop, signal.SIGTERM)
