@@ -254,3 +254,14 @@ def test_loop_is_stopped_when_the_hosts_shell_has_job_control(tmp_path, monkeypa
     finally:
         if _state(loop) not in (None, "Z"):  # a failed stop leaves no orphan behind
             os.kill(loop, signal.SIGTERM)
+
+
+def test_sim_trace_gauges_follow_since_step():
+    """Polling /sim/trace?since_step=N stays cheap: only gauge changes after step N."""
+    from glmserve.simulator.engine import Engine
+
+    eng = Engine.__new__(Engine)
+    eng.steps = [(1, "decode", 0.0, 1.0, 1.1, 0.0, 1, 1), (2, "decode", 1.1, 2.0, 2.1, 0.0, 1, 1)]
+    assert eng._seen_until(0) == float("-inf")
+    assert eng._seen_until(1) == 1.1 and eng._seen_until(2) == 2.1
+    assert eng._seen_until(7) == float("-inf")  # not kept: all of them

@@ -447,6 +447,17 @@ class Engine:
         )
 
     # -- ground truth -----------------------------------------------------------------
+    def _seen_until(self, since_step: int) -> float:
+        """A poller that saw steps up to ``since_step`` saw the gauges up to that step's
+        emission; -inf when it saw none (or that step is no longer kept): all of them."""
+        if since_step > 0:
+            for st in reversed(self.steps):
+                if st[0] == since_step:
+                    return st[4]
+                if st[0] < since_step:
+                    break
+        return float("-inf")
+
     def trace_dict(self, rid: str | None = None, since_step: int = 0) -> dict[str, Any]:
         reqs = (
             {rid: self.trace[rid].to_trace()}
@@ -477,5 +488,5 @@ class Engine:
             "requests": reqs,
             "steps": steps,
             "gauge_fields": ["t", *self.gauges()],
-            "gauges": [list(g) for g in self.gauge_log],
+            "gauges": [list(g) for g in self.gauge_log if g[0] > self._seen_until(since_step)],
         }
