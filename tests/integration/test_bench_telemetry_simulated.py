@@ -69,6 +69,15 @@ def test_metrics_series_equal_ground_truth_and_gpu_tok_per_j(
             seen = _values_in_window(log, cols.index(key), at - INTERVAL, at)
             v = series[key][i]
             assert any(abs(v - s) <= 1e-6 * max(1.0, abs(s)) for s in seen), (key, t, v, seen)
+    # the queue-time histogram (SGLang's sglang:queue_time_seconds) is the trace's admitted -
+    # arrival over every request (the warmup's too), and the stored series saw it grow
+    from glmserve.bench.telemetry import parse_metrics
+
+    full = httpx.get(sim.url + "/sim/trace", timeout=10).json()["requests"].values()
+    now = parse_metrics(httpx.get(sim.url + "/metrics", timeout=10).text)
+    assert now["queue_time_s_count"] == len(full) == 31
+    assert now["queue_time_s_sum"] == pytest.approx(sum(r["admitted"] - r["arrival"] for r in full))
+    assert max(series["queue_time_s_count"]) > min(series["queue_time_s_count"])
     # control: the same check fails for the samples in reverse order (it can tell them apart)
     col = cols.index("num_running_reqs")
     rev = list(reversed(series["num_running_reqs"]))

@@ -213,7 +213,7 @@ class Engine:
             "num_requests_total": 0,
             "num_aborted_requests_total": 0,
         }
-        self.latencies: dict[str, list[float]] = {"ttft": [], "itl": [], "e2e": []}
+        self.latencies: dict[str, list[float]] = {"ttft": [], "itl": [], "e2e": [], "queue": []}
         # Ground truth of the /metrics gauges: (perf_counter, running, queued, used tokens,
         # gen throughput, cache hit rate) at every change (``GET /sim/trace`` "gauges").
         self.gauge_log: deque[tuple] = deque(maxlen=opts.trace_max_steps)
@@ -312,6 +312,8 @@ class Engine:
             if kind == "prefill":
                 for r in admit:
                     r.admitted = start
+                    if r.traced:  # SGLang observes it as the batch forms (scheduler.py:2151)
+                        self.latencies["queue"].append(start - r.arrival)
                 self._emit(admit, end)
                 self.running.extend(r for r in admit if not r.finished)
                 self._log_prefill(admit, new_tokens)

@@ -29,6 +29,14 @@ ITL_BUCKETS = [
     0.1, 0.2, 0.4, 0.6, 0.8,
     1.0, 2.0, 4.0, 6.0, 8.0,
 ]  # fmt: skip
+# sglang:queue_time_seconds (0.5.9 collector.py:530), a scheduler histogram
+QUEUE_BUCKETS = [
+    0.0, 0.1, 0.2, 0.5,
+    1, 2, 3, 4, 5,
+    10, 15, 20, 30, 40, 50, 60, 70, 80, 90,
+    100, 200, 300, 400, 500, 600, 700, 800, 900,
+    1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000,
+]  # fmt: skip
 E2E_BUCKETS = [
     0.1, 0.2, 0.4, 0.6, 0.8,
     1.0, 2.0, 4.0, 6.0, 8.0,
@@ -125,6 +133,13 @@ def render_metrics(engine: Engine, opts: SimOptions) -> str:
         tok,
         lat["e2e"],
         E2E_BUCKETS,
+    )
+    lines += _hist(
+        "sglang:queue_time_seconds",
+        "Histogram of queueing time in seconds.",
+        sched,
+        lat.get("queue", []),
+        [float(b) for b in QUEUE_BUCKETS],
     )
     return "\n".join(lines) + "\n"
 
