@@ -127,10 +127,10 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
         {_level_key(lv) for r in rows for lv in r["result"].get("levels", [])}, key=_sort_key
     )
 
-    def level_tok_s(row: dict[str, Any], c: Any) -> float | None:
+    def level_tok_s(row: dict[str, Any], c: Any, key: str = "output_tok_s") -> Any:
         for lv in row["result"].get("levels", []):
             if _level_key(lv) == c:
-                return lv.get("output_tok_s")
+                return lv.get(key)
         return None
 
     def lowest(row: dict[str, Any]) -> dict[str, Any] | None:
@@ -178,6 +178,12 @@ def compare_results(rows: list[dict[str, Any]], baseline: str | None = None) -> 
                 flag = f"baseline {base['id']}: {base_unfit['levels'][c]}"
             sp = _ratio(v, level_tok_s(base, c)) if ok and flag is None else None
             per_level[str(c)] = {"output_tok_s": v, "speedup": sp, "flag": flag}
+            tpj = level_tok_s(r, c, "output_tok_per_j")  # GPU telemetry (bench.gpu_telemetry)
+            if tpj is not None:
+                per_level[str(c)]["output_tok_per_j"] = tpj
+                per_level[str(c)]["gpu_throttled"] = level_tok_s(r, c, "gpu_throttled")
+                if per_level[str(c)]["gpu_throttled"]:
+                    notes.append(f"GPU clocks throttled (power or thermal) during c={c}")
             if sp is not None and r is not base:
                 per_level[str(c)].update(level_interval(r, base, c))
             if flag is not None and v is not None and ok:

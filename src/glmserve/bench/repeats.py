@@ -63,6 +63,8 @@ def merge_levels(levels: list[dict[str, Any]]) -> dict[str, Any]:
                 if _is_num(sv):
                     vals = [(lv.get(key) or {}).get(sub) for lv in levels]
                     out[key][sub] = median([x for x in vals if _is_num(x)])
+    if any(lv.get("gpu_throttled") for lv in levels):  # throttled in any repeat (telemetry)
+        out["gpu_throttled"] = True
     contended = next((lv["contended"] for lv in levels if lv.get("contended")), None)
     if contended:
         out["contended"] = contended

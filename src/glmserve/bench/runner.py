@@ -94,6 +94,8 @@ class BenchSettings:
     slo: dict[str, float] = field(default_factory=dict)  # goodput bounds, ms
     per_request: bool = False  # per-request arrays in the JSON result
     rate_sweep: int | None = None  # guidellm's sweep: synchronous, throughput, N rates between
+    metrics_interval: float = 1.0  # /metrics scrape period per level, s; 0: off (bench.telemetry)
+    gpu_telemetry: bool = True  # nvidia-smi on the server's host (bench.gpu_telemetry)
     # Set (by the run monitor) when the server died: the level stops at once, keeping what
     # it measured; in-flight requests are recorded as failed.
     abort: threading.Event | None = None

@@ -36,6 +36,7 @@ from glmserve.bench.runner import (
     run_level,
     run_warmup,
 )
+from glmserve.bench.telemetry import LevelTelemetry
 from glmserve.deploy.identity import RunMonitor, UrlMonitor, Verdict
 from glmserve.errors import (
     BenchIncomplete,
@@ -332,6 +333,9 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
     Every float is checked finite: a NaN or inf that got through used to run forever
     (``--duration``), crash in the arrival schedule (``--burstiness``), or be written into the
     stored JSON (``--slo``)."""
+    mi = s.metrics_interval
+    if not math.isfinite(mi) or mi < 0 or mi > 3600:
+        raise ConfigError(f"--metrics-interval must be 0 (off) to 3600 seconds, got {mi}")
     if s.base_url:
         check_base_url(s.base_url)
     if s.mode not in ("decode", "concurrency", "rate"):
@@ -433,7 +437,11 @@ def run_bench(
     """Measure, assemble, evaluate gates and store; Ctrl-C yields a partial, marked result.
 
     ``probe`` (a ``bench.probe.ProbeSpec``): after the levels, the probe set is sent and, with
-    a reference, judged (``WRONG_OUTPUT`` fails the ``output-agreement`` gate)."""
+    a reference, judged (``WRONG_OUTPUT`` fails the ``output-agreement`` gate).
+
+    Telemetry (``bench.telemetry``): ``/metrics`` every ``settings.metrics_interval`` s (0:
+    off) and, with ``settings.gpu_telemetry``, one ``nvidia-smi`` loop on the server's host
+    for the whole bench."""
     validate_settings(settings, gates)
     if settings.dataset_path is not None:  # once, here: validate may run twice (the CLI's note)
         from glmserve.bench.workload import dataset_digest
@@ -456,6 +464,7 @@ def run_bench(
     stopped: str | None = None
     interrupted = False
     server: dict[str, Any] = {}
+    telemetry_notes: list[str] = []
     settings.abort, settings.failed = threading.Event(), threading.Event()
     # SIGTERM (a CI timeout, `kill`) is Ctrl-C here: workers stopped, partial result kept.
     # Without it the bench died at once with 143, its worker processes orphaned and still
@@ -484,13 +493,16 @@ def run_bench(
         )
         settings.model = model
         requests = prepare_requests(settings, model)
+        gpu = _start_gpu(run_id, target.base, telemetry_notes) if settings.gpu_telemetry else None
         try:
             run_warmup(settings, requests, watch)
             for c, rate in level_plan(settings, levels):
                 run = LevelRun(concurrency=c, workers=settings.workers_for(c, rate), rate=rate)
                 view = ServerView(run_id, target.base).start()  # bench.contention
+                tel = LevelTelemetry(target.base, settings.metrics_interval, gpu)
                 try:
-                    run_level(settings, c, requests, watch, run)
+                    with tel:
+                        run_level(settings, c, requests, watch, run)
                 finally:
                     levels.append(
                         summarize_level(
@@ -504,6 +516,7 @@ def run_bench(
                             not_run=run.not_run,
                         )
                     )
+                    tel.attach(levels[-1])
                     judge_contention(view.stop(), levels[-1])
                 if run.stopped or any(not r.ok for r in run.records):
                     verdict = _server_verdict(target)
@@ -523,6 +536,9 @@ def run_bench(
             if verdict is None:
                 raise
             raise verdict.error() from exc
+        finally:
+            if gpu is not None:
+                gpu.stop()  # by its recorded process group, with the bench
         verdict = next((m.verdict for m in target.monitors if m.verdict), None)  # seen so far
         probe_doc = None
         if probe is not None and not interrupted and not stopped:
@@ -550,6 +566,7 @@ def run_bench(
             f"cache may serve a repeat faster (bench_serving sends only {settings.dataset_rows})"
         )
     res.notes.extend(contention_notes(levels))
+    res.notes.extend(telemetry_notes)
     if settings.rate_sweep:
         res.sweep = saturation(levels)
     res.gates = evaluate_gates(
@@ -573,6 +590,26 @@ def run_bench(
             store_error = str(exc)
     failure = None if interrupted else _failure(res, verdict)
     return BenchOutcome(res, result_id, interrupted, store_error, failure)
+
+
+def _start_gpu(run_id: str | None, base: str, notes: list[str]) -> Any:
+    """The bench's ``nvidia-smi`` loop on the server's host, or None with a note saying why
+    (no nvidia-smi there, an unknown host): never an error."""
+    from glmserve.bench.gpu_telemetry import GpuSampler
+    from glmserve.bench.telemetry import gpu_transport
+
+    try:
+        transport, why = gpu_transport(run_id, base)
+    except GlmserveError as exc:
+        transport, why = None, f"no GPU telemetry: {exc}"
+    if transport is None:
+        notes.append(why or "no GPU telemetry")
+        return None
+    sampler = GpuSampler(transport).start()
+    if sampler.pid is None:
+        notes.append(sampler.note or "no GPU telemetry")
+        return None
+    return sampler
 
 
 def _server_verdict(target: Target) -> Verdict | None:

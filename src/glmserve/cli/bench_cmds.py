@@ -293,6 +293,17 @@ def bench(
     gate_on: str = typer.Option(
         "median", "--gate-on", help="median | lower: gates read the interval's bound."
     ),
+    metrics_interval: float = typer.Option(
+        1.0,
+        "--metrics-interval",
+        help="Scrape the server's /metrics (--enable-metrics) every this many seconds per "
+        "level; 0: off.",
+    ),
+    gpu_telemetry: bool = typer.Option(
+        True,
+        "--gpu-telemetry/--no-gpu-telemetry",
+        help="Sample nvidia-smi on the server's host: power, clocks, tokens per joule.",
+    ),
     wide: WideOpt = False,
     as_json: JsonOpt = False,
     output: Path | None = typer.Option(
@@ -382,6 +393,8 @@ def bench(
         slo=_parse("--slo", parse_slo, slo) if slo else {},
         per_request=output_details,
         rate_sweep=rate_sweep,
+        metrics_interval=metrics_interval,
+        gpu_telemetry=gpu_telemetry,
     )
     gates = Gates(min_decode_tok_s, max_ttft_ms, [parse_output_gate(g) for g in min_output_tok_s])
     labels = parse_labels(label)

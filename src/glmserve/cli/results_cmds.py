@@ -45,7 +45,7 @@ results_app = typer.Typer(
     invoke_without_command=True,
 )
 
-FORMATS = ("csv", "json", "jsonl")
+FORMATS = ("csv", "json", "jsonl", "series")
 MODES = ("decode", "concurrency", "rate")  # bench --mode
 STATS = ("p50", "p90", "p95", "p99", "mean", "std")
 
@@ -101,7 +101,8 @@ LEVEL_FIELDS = ("concurrency", "request_rate", "requests", "completed", "errors"
                 "output_tokens", "output_tok_s", "window_kind", "request_throughput",
                 "input_tok_s", "output_tok_s_full", "total_tok_s", "goodput", "good_requests",
                 "achieved_concurrency", "max_concurrency_seen", "achieved_request_rate",
-                "tokens_estimated")  # fmt: skip
+                "tokens_estimated", "output_tok_per_j", "power_w_mean", "energy_j",
+                "gpu_throttled")  # fmt: skip
 # A cell starting with one of these is a formula to Excel/LibreOffice/Sheets (OWASP "CSV
 # injection"): ``--label x=@SUM(...)`` or a dataset path must not run when a CSV is opened.
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
@@ -180,6 +181,16 @@ def export_text(rows: list[dict[str, Any]], fmt: str) -> tuple[str, list[str]]:
     if fmt == "json":  # the paths `results --json` names for the same document
         text, bad = dumps([_full(r) for r in rows], indent=2)
         return text + "\n", bad
+    if fmt == "series":
+        from glmserve.bench.telemetry import series_lines
+
+        lines, bad = [], []
+        for r in rows:
+            for doc in series_lines(r["id"], r["result"]):
+                line, line_bad = dumps(doc)
+                lines.append(line + "\n")
+                bad += [f"result {r['id']} {p}" for p in line_bad]
+        return "".join(lines), bad
     if fmt == "jsonl":
         lines, bad = [], []
         for r in rows:
@@ -351,7 +362,8 @@ def export(
         "csv",
         "--format",
         help="csv (one row per level; labels, slo and notes as JSON; a cell starting with "
-        "= + - @ gets a leading ' so no spreadsheet runs it) | json | jsonl",
+        "= + - @ gets a leading ' so no spreadsheet runs it) | json | jsonl | series (the "
+        "telemetry time series as JSONL, one line per sample)",
     ),
     output: Path | None = typer.Option(None, "--output", help="Write here instead of stdout."),
     run: RunFilterOpt = None,

@@ -226,6 +226,9 @@ def render_html(data: ReportData) -> str:
             + "".join(f"<li><b>{_e(n)}</b>: {_e(f)}</li>" for n, f in findings)
             + "</ul>"
         )
+    from glmserve.report.timeseries import timeseries_html
+
+    extra += timeseries_html(data)  # per-level telemetry, when a result has it
     if data.tunes:
         from glmserve.tune.page import tune_section
 

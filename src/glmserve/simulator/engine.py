@@ -238,7 +238,10 @@ class Engine:
             "num_requests_total": 0,
             "num_aborted_requests_total": 0,
         }
-        self.latencies: dict[str, list[float]] = {"ttft": [], "itl": [], "e2e": []}
+        self.latencies: dict[str, list[float]] = {"ttft": [], "itl": [], "e2e": [], "queue": []}
+        # Ground truth of the /metrics gauges: (perf_counter, running, queued, used tokens,
+        # gen throughput, cache hit rate) at every change (``GET /sim/trace`` "gauges").
+        self.gauge_log: deque[tuple] = deque(maxlen=opts.trace_max_steps)
         self.on_step = on_step
         self.quiet_rids: set[str] = set()
         # --sim-run-variation / --sim-step-jitter (simulator/variation.py)
@@ -265,6 +268,7 @@ class Engine:
                     self._abort_queued(req)
                     return
         self.waiting.append(req)
+        self.note_gauges()
         self._wake.set()
 
     def _abort_queued(self, req: Request) -> None:
@@ -280,6 +284,25 @@ class Engine:
 
     def used_tokens(self) -> int:
         return sum(r.prompt_tokens + len(r.out_ids) for r in self.running)
+
+    def gauges(self) -> dict[str, float]:
+        """The scheduler gauges /metrics serves (``handlers/metrics.py``), read now."""
+        hit = getattr(self, "cache_hit_rate", 0.0)  # the radix-cache model sets it, if any
+        hit = hit() if callable(hit) else hit
+        return {
+            "num_running_reqs": float(len(self.running)),
+            "num_queue_reqs": float(len(self.waiting)),
+            "num_used_tokens": float(self.used_tokens()),
+            "gen_throughput": float(self.last_gen_throughput),
+            "cache_hit_rate": float(hit or 0.0),
+        }
+
+    def note_gauges(self) -> None:
+        """Append the gauges to the ground-truth log when they changed (every mutation of
+        ``running``/``waiting``/throughput calls this)."""
+        g = tuple(self.gauges().values())
+        if not self.gauge_log or self.gauge_log[-1][1:] != g:
+            self.gauge_log.append((time.perf_counter(), *g))
 
     def step_time_s(self, batch: int, ctx: int) -> float:
         return costmodel.decode_step_s(self.opts.model, self.opts.shape, batch, ctx)
@@ -297,6 +320,7 @@ class Engine:
                         self.counters["num_aborted_requests_total"] += 1
                         r.finish = 0.0
                 self.running = [r for r in self.running if not r.finished]
+                self.note_gauges()
             if not self.running and not self.waiting:
                 self._wake.clear()
                 idle_from = clock()
@@ -307,6 +331,8 @@ class Engine:
             now = clock()
             start = now if planned_end is None or planned_end < now - 0.05 else planned_end
             admit = self._admit() if self._may_admit() else []
+            if admit:
+                self.note_gauges()
             if admit:
                 new_tokens = sum(r.prompt_tokens for r in admit)
                 model_s = costmodel.prefill_step_s(self.opts.model, self.opts.shape, new_tokens)
@@ -334,6 +360,8 @@ class Engine:
             if kind == "prefill":
                 for r in admit:
                     r.admitted = start
+                    if r.traced:  # SGLang observes it as the batch forms (scheduler.py:2151)
+                        self.latencies["queue"].append(start - r.arrival)
                 self._emit(admit, end)
                 self.running.extend(r for r in admit if not r.finished)
                 self._log_prefill(admit, new_tokens)
@@ -342,6 +370,7 @@ class Engine:
                 self.decode_ct += 1
                 if self.decode_ct % self.log_interval == 0:  # SGLang: forward_ct % interval
                     self._log_decode()
+            self.note_gauges()
             self.step_count += 1
             self.steps.append((self.step_count, kind, start, end, emitted_at, model_s, batch, ctx))
             planned_end = end
@@ -473,6 +502,17 @@ class Engine:
         )
 
     # -- ground truth -----------------------------------------------------------------
+    def _seen_until(self, since_step: int) -> float:
+        """A poller that saw steps up to ``since_step`` saw the gauges up to that step's
+        emission; -inf when it saw none (or that step is no longer kept): all of them."""
+        if since_step > 0:
+            for st in reversed(self.steps):
+                if st[0] == since_step:
+                    return st[4]
+                if st[0] < since_step:
+                    break
+        return float("-inf")
+
     def trace_dict(self, rid: str | None = None, since_step: int = 0) -> dict[str, Any]:
         reqs = (
             {rid: self.trace[rid].to_trace()}
@@ -502,4 +542,6 @@ class Engine:
             "tokens_per_chunk": self.k,
             "requests": reqs,
             "steps": steps,
+            "gauge_fields": ["t", *self.gauges()],
+            "gauges": [list(g) for g in self.gauge_log if g[0] > self._seen_until(since_step)],
         }

@@ -52,7 +52,7 @@ COLUMNS: tuple[tuple[str, int], ...] = (
     ("conc", 0), ("output tok/s", 1), ("TTFT ms p50/90/99", 2), ("TPOT ms p50/90/99", 3),
     ("ok/err", 4), ("decode tok/s p50", 5), ("req/s", 6), ("goodput req/s", 7),
     ("ITL ms p50/90/99", 8), ("E2E ms p50", 9), ("conc achieved", 10), ("server tok/s", 11),
-    ("queue ms p50", 12),
+    ("queue ms p50", 12), ("tok/J", 13),
 )  # fmt: skip
 _PCT_COLUMNS = {"TTFT ms p50/90/99": ("TTFT ms", "ttft_ms", 1),
                 "TPOT ms p50/90/99": ("TPOT ms", "tpot_ms", 2),
@@ -75,6 +75,8 @@ def _cells(lv: dict[str, Any], keys: tuple[str, ...] = ("p50", "p90", "p99")) ->
         "req/s": _f(lv.get("request_throughput"), 2),
         "goodput req/s": _f(lv.get("goodput"), 2),
         "conc achieved": _f(lv.get("achieved_concurrency")),
+        # GPU telemetry (bench.gpu_telemetry); "!" marks a level whose clocks throttled
+        "tok/J": _f(lv.get("output_tok_per_j"), 3) + ("!" if lv.get("gpu_throttled") else ""),
     }
     for col, (_name, key, digits) in _PCT_COLUMNS.items():
         cells[col] = _pct(lv.get(key), digits, keys)
@@ -94,6 +96,8 @@ def table_columns(res: BenchResult, wide: bool = False, width: int = 80) -> list
     names = [n for n, _ in COLUMNS]
     if not any(lv.get("goodput") is not None for lv in res.levels):
         names.remove("goodput req/s")
+    if not any(lv.get("output_tok_per_j") is not None for lv in res.levels):
+        names.remove("tok/J")
     if wide:
         return names
 
@@ -122,6 +126,7 @@ _WIDE_FIGURES = (
     ("request_throughput", "req/s", 2), ("goodput", "goodput req/s", 2),
     ("achieved_concurrency", "conc achieved", 1), ("max_concurrency_seen", "max conc seen", 0),
     ("achieved_request_rate", "rate achieved", 2),
+    ("output_tok_per_j", "tok/J", 3), ("power_w_mean", "GPU W", 0), ("energy_j", "GPU J", 0),
 )  # fmt: skip
 _WIDE_STATS = (("ttft_ms", "TTFT ms", 1), ("tpot_ms", "TPOT ms", 2), ("itl_ms", "ITL ms", 2),
                ("e2e_ms", "E2E ms", 0), ("queue_ms", "queue ms", 2),

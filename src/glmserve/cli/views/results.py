@@ -28,9 +28,13 @@ def render_compare(table: dict[str, Any]) -> Table:
     )
     for col in ("result", "run", "profile", "mode", "decode tok/s", "x", "TTFT ms"):
         t.add_column(col, justify="left" if col in ("run", "profile", "mode") else "right")
+    # tokens per joule only where some result has GPU telemetry (bench.gpu_telemetry)
+    tpj = any("output_tok_per_j" in lv for r in table["rows"] for lv in r["levels"].values())
     for c in table["concurrency"]:
         t.add_column(f"c={c} tok/s" if isinstance(c, int) else f"{c} tok/s", justify="right")
         t.add_column("x", justify="right")
+        if tpj:
+            t.add_column("tok/J", justify="right")
     for r in table["rows"]:
         mark = "*" if r["baseline"] else ""
         flag = "" if r["complete"] else " (incomplete)"
@@ -46,6 +50,8 @@ def render_compare(table: dict[str, Any]) -> Table:
         for c in table["concurrency"]:
             lv = r["levels"][str(c)]
             cells += [_f(lv["output_tok_s"]), _x(lv["speedup"], r, lv.get("flag"))]
+            if tpj:
+                cells.append(_f(lv.get("output_tok_per_j"), 3))
         t.add_row(*(cell(c) for c in cells))
     return t
 

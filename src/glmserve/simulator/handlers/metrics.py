@@ -29,6 +29,14 @@ ITL_BUCKETS = [
     0.1, 0.2, 0.4, 0.6, 0.8,
     1.0, 2.0, 4.0, 6.0, 8.0,
 ]  # fmt: skip
+# sglang:queue_time_seconds (0.5.9 collector.py:530), a scheduler histogram
+QUEUE_BUCKETS = [
+    0.0, 0.1, 0.2, 0.5,
+    1, 2, 3, 4, 5,
+    10, 15, 20, 30, 40, 50, 60, 70, 80, 90,
+    100, 200, 300, 400, 500, 600, 700, 800, 900,
+    1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000,
+]  # fmt: skip
 E2E_BUCKETS = [
     0.1, 0.2, 0.4, 0.6, 0.8,
     1.0, 2.0, 4.0, 6.0, 8.0,
@@ -54,23 +62,20 @@ def render_metrics(engine: Engine, opts: SimOptions) -> str:
     model = opts.served_model_name
     sched = f'engine_type="unified",model_name="{model}",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
     tok = f'model_name="{model}"'
-    used = engine.used_tokens()
+    g = engine.gauges()  # the same reading the ground truth logs (engine.note_gauges)
+    used = g["num_used_tokens"]
     pool = engine.pool_tokens or 1
     gauges = [
-        ("sglang:num_running_reqs", "The number of running requests.", len(engine.running)),
+        ("sglang:num_running_reqs", "The number of running requests.", g["num_running_reqs"]),
         ("sglang:num_used_tokens", "The number of used tokens.", used),
         ("sglang:token_usage", "The token usage.", used / pool),
-        (
-            "sglang:gen_throughput",
-            "The generation throughput (token/s).",
-            engine.last_gen_throughput,
-        ),
+        ("sglang:gen_throughput", "The generation throughput (token/s).", g["gen_throughput"]),
         (
             "sglang:num_queue_reqs",
             "The number of requests in the waiting queue.",
-            len(engine.waiting),
+            g["num_queue_reqs"],
         ),
-        ("sglang:cache_hit_rate", "The prefix cache hit rate.", 0.0),
+        ("sglang:cache_hit_rate", "The prefix cache hit rate.", g["cache_hit_rate"]),
         (
             "sglang:max_total_num_tokens",
             "Maximum total number of tokens in the KV cache pool.",
@@ -128,6 +133,13 @@ def render_metrics(engine: Engine, opts: SimOptions) -> str:
         tok,
         lat["e2e"],
         E2E_BUCKETS,
+    )
+    lines += _hist(
+        "sglang:queue_time_seconds",
+        "Histogram of queueing time in seconds.",
+        sched,
+        lat.get("queue", []),
+        [float(b) for b in QUEUE_BUCKETS],
     )
     return "\n".join(lines) + "\n"
 
