@@ -4,7 +4,6 @@ through the same ``Deployment`` lifecycle and CLI verbs as any host."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import threading
 import time
@@ -22,21 +21,6 @@ def _cli(args: list[str]) -> int:
     from glmserve.cli import main
 
     return int(main(args) or 0)
-
-
-@pytest.fixture
-def cluster_host(slurm, tmp_path: Path) -> str:
-    """A ``kind: slurm`` host on the test cluster (sbatch runs here: no login)."""
-    cfg = Path(os.environ["GLMSERVE_CONFIG_DIR"])
-    cfg.mkdir(parents=True, exist_ok=True)
-    (cfg / "hosts.yaml").write_text(
-        "hosts:\n"
-        "  cluster:\n"
-        "    kind: slurm\n"
-        f"    workdir: {tmp_path / 'shared'}\n"
-        f"    slurm: {{partition: {slurm.partition}, time: '10:00'}}\n"
-    )
-    return "cluster"
 
 
 def _launch_args(port: int, *extra: str) -> list[str]:

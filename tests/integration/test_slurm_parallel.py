@@ -10,7 +10,6 @@ import subprocess
 
 import pytest
 from tests.fixtures.cli import GLMSERVE
-from tests.integration.test_deploy_slurm import cluster_host  # noqa: F401  (fixture)
 
 from glmserve.remote.transport import free_local_port
 from glmserve.store import RunStore
@@ -36,7 +35,7 @@ def _overlap(spans: list[tuple[str, float, float]]) -> bool:
     return max(s for _j, s, _e in spans) < min(e for _j, _s, e in spans)
 
 
-def test_sweep_max_parallel_2_runs_two_jobs_at_once(slurm, cluster_host):  # noqa: F811
+def test_sweep_max_parallel_2_runs_two_jobs_at_once(slurm, cluster_host):
     port = free_local_port()
     proc = subprocess.run(
         [*GLMSERVE, "sweep", "--simulate", "--host", "cluster", "--profiles",
@@ -74,7 +73,7 @@ def test_max_parallel_is_refused_off_slurm(tmp_path):
     assert tune.returncode == 2 and "--max-parallel 2" in tune.stderr, tune.stderr
 
 
-def test_tune_max_parallel_2_runs_two_jobs_at_once(slurm, cluster_host):  # noqa: F811
+def test_tune_max_parallel_2_runs_two_jobs_at_once(slurm, cluster_host):
     proc = subprocess.run(
         [*GLMSERVE, "tune", "--simulate", "--profile", "trtllm_mla",
          "--search", "server.max-running-requests=4,16", "--concurrency", "4",

@@ -177,7 +177,7 @@ def test_no_nvidia_smi_is_a_note_not_an_error():
 
 def test_bench_table_shows_tok_per_j_only_with_gpu_telemetry():
     from glmserve.bench.results import build_result
-    from glmserve.cli.views import _cells, table_columns
+    from glmserve.cli.views.bench import _cells, table_columns
 
     lv = {"concurrency": 4, "requests": 4, "completed": 4, "errors": 0, "output_tok_s": 100.0}
     plain = build_result("concurrency", [dict(lv)], {}, {}, {}, None)

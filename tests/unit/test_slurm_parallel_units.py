@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from tests.unit.test_sweep import Scripted
-from tests.unit.test_tune import FakeRunner, make
+from tests.fixtures.sweep_tune_fakes import FakeRunner, Scripted, make
 
 from glmserve.sweep.loop import StepOutcome
 from glmserve.sweep.parallel import run_sweep_parallel, slot_options

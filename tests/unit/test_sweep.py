@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from tests.fixtures.sweep_tune_fakes import Scripted
 
 from glmserve.errors import ConfigError, RunNotFound, TransportError
-from glmserve.sweep.loop import StepOutcome, SweepBackend, run_sweep
+from glmserve.sweep.loop import StepOutcome, run_sweep
 from glmserve.sweep.state import (
     CRASHED,
     FAILED,
@@ -22,67 +23,6 @@ from glmserve.sweep.state import (
     sweep_dir,
 )
 from glmserve.sweep.summary import sweep_rows
-
-DECODE = {"flashinfer_gtc": 13.8, "cutlass_mla": 41.4, "flashinfer": 10.1}
-
-
-class Scripted(SweepBackend):
-    """Each profile's fate: READY with a decode figure, or a crash, or an error / Ctrl-C."""
-
-    def __init__(self, crash=(), error=None, interrupt_bench=None) -> None:
-        self.crash = set(crash)
-        self.error = error
-        self.interrupt_bench = interrupt_bench
-        self.live: set[str] = set()
-        self.calls: list[str] = []
-
-    def prepare(self, profile, opts):
-        if profile == self.error:
-            raise TransportError(f"ssh: connect to host gpu8: Connection refused ({profile})")
-        return profile
-
-    def check(self, spec):
-        return None
-
-    def launch(self, spec):
-        run_id = f"run-{spec}"
-        self.live.add(run_id)
-        self.calls.append(f"launch {spec}")
-        return run_id
-
-    def watch(self, run_id, opts):
-        profile = run_id.removeprefix("run-")
-        if profile in self.crash:
-            return StepOutcome("CRASHED", {"category": "UNSUPPORTED_ARCH",
-                                           "root_cause": "no kernel image for sm_120",
-                                           "hint": "trtllm-gen kernels need SM100"})  # fmt: skip
-        return StepOutcome("READY", {"state": "READY"})
-
-    def bench(self, run_id, mode, opts):
-        profile = run_id.removeprefix("run-")
-        if profile == self.interrupt_bench:
-            raise KeyboardInterrupt
-        tok = DECODE[profile]
-        if mode == "decode":
-            return {"version": 1, "mode": "decode", "levels": [], "decode_tok_s": tok,
-                    "ttft_ms": 90.0}  # fmt: skip
-        return {"version": 1, "mode": "concurrency",
-                "levels": [{"concurrency": c, "output_tok_s": tok * c * 0.8, "completed": 2}
-                           for c in opts.concurrency]}  # fmt: skip
-
-    def capture(self, run_id, opts):
-        return {"findings": [{"message": f"trace of {run_id}"}]}
-
-    def stop(self, run_id):
-        self.calls.append(f"stop {run_id}")
-        self.live.discard(run_id)
-
-    def reclaim(self, run_id):
-        if run_id not in self.live:  # the store has it ended: nothing to stop
-            return False
-        self.stop(run_id)
-        return True
-
 
 PROFILES = ["flashinfer_gtc", "trtllm_mla", "cutlass_mla"]
 

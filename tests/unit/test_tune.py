@@ -7,11 +7,12 @@ import threading
 import time
 
 import pytest
+from tests.fixtures.sweep_tune_fakes import SPACE, FakeRunner, make
 
 from glmserve.errors import ConfigError, HostLost
 from glmserve.tune import state as st
 from glmserve.tune.profile_out import changed_keys
-from glmserve.tune.runner import JobRunner, choose_strategy, run_tune
+from glmserve.tune.runner import run_tune
 from glmserve.tune.space import (
     Budget,
     grid,
@@ -22,51 +23,6 @@ from glmserve.tune.space import (
     parse_slo,
     starting_config,
 )
-
-SPACE = [("a", ["1", "2", "3"]), ("b", ["1", "2", "3"]), ("c", ["x", "y"])]
-
-
-def surface(config: dict[str, str], load: int) -> float:
-    """A separable surface with its optimum at a=3, b=2, c=y, load 8 (no flag at its seed)."""
-    a, b = int(config["a"]), int(config["b"])
-    return load * (10 * a - 8 * (b - 2) ** 2 + (5 if config["c"] == "y" else 0))
-
-
-class FakeRunner(JobRunner):
-    """Scores each trial with ``surface``; 'a=1,b=3' OOMs; a lost host raises HostLost once."""
-
-    def __init__(self, lose: str | None = None) -> None:
-        self.lose = lose
-        self.jobs: list[tuple[str, str]] = []
-
-    def run_job(self, tune, host, slot, trials):
-        self.jobs.append((host, trials[0].key))
-        if host == self.lose:
-            raise HostLost("ssh: connect to host: Connection refused")
-        for t in trials:
-            t.host, t.started_at = host, time.time()
-            if t.config["a"] == "1" and t.config["b"] == "3":
-                t.status = st.CRASHED
-                t.diagnosis = {"category": "OOM", "root_cause": "CUDA out of memory"}
-                continue
-            v = surface(t.config, t.concurrency)
-            t.status, t.metrics = st.OK, {"output_tok_s": v, "meets_slo": True, "tpot_p99_ms": v}
-            t.ended_at = time.time()
-
-
-def make(budget: Budget | None, strategy: str, hosts=("h1", "h2")) -> st.Tune:
-    n = len(grid(SPACE))
-    return st.Tune(
-        tune_id=st.new_tune_id(),
-        profile="p",
-        search=[[k, v] for k, v in SPACE],
-        loads=[2, 8],
-        objective="output_tok_s",
-        slo={},
-        budget=None if budget is None else budget.__dict__,
-        hosts=list(hosts),
-        strategy=choose_strategy(n, 2, budget, strategy),
-    )
 
 
 def best_key(t: st.Tune) -> str:
