@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from glmserve.simulator import costmodel
 from glmserve.simulator.logs import ServerLog
 from glmserve.simulator.options import SimOptions
+from glmserve.simulator.radix import RadixCache
 from glmserve.simulator.variation import Variation
 
 SPIN_S = 0.002  # final stretch of each step's wait, spun rather than slept
@@ -108,6 +109,7 @@ class Request:
     __slots__ = (
         "admitted",
         "arrival",
+        "cached_tokens",
         "emit_times",
         "finish",
         "finished",
@@ -115,6 +117,7 @@ class Request:
         "gen",
         "gen_times",
         "ids_csv",
+        "key",
         "max_new",
         "n_out",
         "out_ids",
@@ -149,6 +152,8 @@ class Request:
         self.finished = False
         self.traced = True
         self.gen: Any = None  # a textmodel.Generation when the request asked for logprobs
+        self.key: Any = None  # the prompt's prefix-cache key (simulator/radix.py), if any
+        self.cached_tokens = 0  # prompt tokens reused from the prefix cache
 
     @property
     def completion_tokens(self) -> int:
@@ -172,6 +177,7 @@ class Request:
     def to_trace(self) -> dict[str, Any]:
         return {
             "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
             "max_new_tokens": self.max_new,
             "completion_tokens": self.n_out or len(self.out_ids),
             "arrival": self.arrival,
@@ -218,6 +224,9 @@ class Engine:
         self.quiet_rids: set[str] = set()
         # --sim-run-variation / --sim-step-jitter (simulator/variation.py)
         self.variation = Variation(opts.run_variation, opts.step_jitter, opts.variation_seed)
+        self.cache = RadixCache(
+            self.pool_tokens, enabled=not getattr(opts.server, "disable_radix_cache", False)
+        )
 
     # -- public -----------------------------------------------------------------------
     def submit(self, req: Request, traced: bool = True) -> None:
@@ -260,7 +269,7 @@ class Engine:
             start = now if planned_end is None or planned_end < now - 0.05 else planned_end
             admit = self._admit() if self._may_admit() else []
             if admit:
-                new_tokens = sum(r.prompt_tokens for r in admit)
+                new_tokens = sum(r.prompt_tokens - r.cached_tokens for r in admit)
                 model_s = costmodel.prefill_step_s(self.opts.model, self.opts.shape, new_tokens)
                 kind = "prefill"
                 batch, ctx = len(admit), new_tokens
@@ -288,6 +297,7 @@ class Engine:
                     r.admitted = start
                 self._emit(admit, end)
                 self.running.extend(r for r in admit if not r.finished)
+                self._cache_prompts(admit)
                 self._log_prefill(admit, new_tokens)
             else:
                 self._emit(self.running, end)
@@ -331,6 +341,7 @@ class Engine:
             if used + need > self.pool_tokens and (self.running or admit):
                 break
             self.waiting.popleft()
+            r.cached_tokens = self.cache.match(r.key, r.prompt_tokens)
             admit.append(r)
             tokens += r.prompt_tokens
             used += need
@@ -371,6 +382,7 @@ class Engine:
                 if done:
                     r.sink = None  # the finished request no longer holds its connection
                     self._account(r)
+                    self.cache_finished(r)
         self._tp_tokens += n_tokens
         self.counters["generation_tokens_total"] += n_tokens
 
@@ -390,13 +402,33 @@ class Engine:
             if len(v) > 100000:
                 del v[: len(v) - 100000]
 
+    def _cache_prompts(self, reqs: list[Request]) -> None:
+        """After prefill the prompts' KV is in the tree (SGLang ``cache_unfinished_req``);
+        the cache may keep what the running requests leave free of the pool."""
+        room = self.pool_tokens - self.used_tokens()
+        for r in reqs:
+            self.cache.insert(r.key, r.prompt_tokens, room)
+
+    def cache_finished(self, r: Request) -> None:
+        """A finished request's prompt and reply stay cached (``cache_finished_req``), so a
+        next turn whose prompt is this one's prompt plus its reply text matches both; the
+        reply's key is its text appended to a text prompt's key."""
+        if r.key is None or not self.cache.enabled:
+            return
+        key = r.key + r.text_acc.encode() if isinstance(r.key, bytes) else r.key
+        ntok = r.prompt_tokens + (r.completion_tokens if isinstance(r.key, bytes) else 0)
+        self.cache.insert(key, ntok, self.pool_tokens - self.used_tokens())
+
+    def flush_cache(self) -> None:
+        self.cache.flush()
+
     def _log_prefill(self, admit: list[Request], new_tokens: int) -> None:
         if all(r.rid in self.quiet_rids for r in admit):
             return
         usage = self.used_tokens() / self.pool_tokens if self.pool_tokens else 0.0
         self.log.line(
             f"Prefill batch, #new-seq: {len(admit)}, #new-token: {new_tokens}, "
-            f"#cached-token: 0, token usage: {usage:.2f}, "
+            f"#cached-token: {sum(r.cached_tokens for r in admit)}, token usage: {usage:.2f}, "
             f"#running-req: {len(self.running) - len(admit)}, #queue-req: {len(self.waiting)}, ",
             0,
         )
