@@ -34,8 +34,8 @@ def test_lru_evicts_leaves_first_and_least_recent():
     c.insert(old, 3, 10_000)
     c.insert(new, 3, 10_000)
     assert c.evict(4) == 2  # two oldest blocks go: the leaves of `old`
-    assert c.match(old + (0,), 4) == 1  # its root block survives
-    assert c.match(new + (0,), 4) == 3
+    assert c.match((*old, 0), 4) == 1  # its root block survives
+    assert c.match((*new, 0), 4) == 3
 
 
 def test_flush_and_disabled():
