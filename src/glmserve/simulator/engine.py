@@ -412,12 +412,13 @@ class Engine:
     def cache_finished(self, r: Request) -> None:
         """A finished request's prompt and reply stay cached (``cache_finished_req``), so a
         next turn whose prompt is this one's prompt plus its reply text matches both; the
-        reply's key is its text appended to a text prompt's key."""
+        reply's key is its text appended to a text prompt's key, its ids to an ids key."""
         if r.key is None or not self.cache.enabled:
             return
-        key = r.key + r.text_acc.encode() if isinstance(r.key, bytes) else r.key
-        ntok = r.prompt_tokens + (r.completion_tokens if isinstance(r.key, bytes) else 0)
-        self.cache.insert(key, ntok, self.pool_tokens - self.used_tokens())
+        key = r.key + r.text_acc.encode() if isinstance(r.key, bytes) else r.key + tuple(r.out_ids)
+        self.cache.insert(
+            key, r.prompt_tokens + len(r.out_ids), self.pool_tokens - self.used_tokens()
+        )
 
     def flush_cache(self) -> None:
         self.cache.flush()
