@@ -5,6 +5,8 @@ prompt carrying the server's real reply is served from cache through that reply.
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import time
 
 import httpx
@@ -44,7 +46,8 @@ def _run(url: str) -> tuple[list[int], list[int], list[float], list[str], list[d
                 turns.append(
                     {
                         "turn": conv.turn,
-                        "sent": len(sent),
+                        "sent": sent,
+                        "rid": meta["id"],
                         "reply": body["output_ids"],
                         "cached": meta["cached_tokens"],
                     }
@@ -63,9 +66,15 @@ def test_shared_prefix_hit_rate_ttft_and_multi_turn(start_simulator):
     assert measured is not None and measured > 0.5
     assert measured == pytest.approx(t_cached / t_prompt, abs=0.02)
     # turn 2 reuses turn 1's prompt and the reply ids the server returned (16-token blocks)
-    for prev, cur in zip(turns, turns[1:], strict=False):
+    for prev, cur in itertools.pairwise(turns):
         if cur["turn"] == 1:
-            assert cur["cached"] >= prev["sent"] + len(prev["reply"]) - 16
+            assert cur["cached"] >= len(prev["sent"]) + len(prev["reply"]) - 16
+            # the server received turn 1's prompt, its real reply verbatim, then question 2
+            assert cur["sent"][: len(prev["sent"]) + len(prev["reply"])] == (
+                prev["sent"] + prev["reply"]
+            )
+            sha = hashlib.sha256(",".join(map(str, cur["sent"])).encode()).hexdigest()
+            assert truth[cur["rid"]]["prompt_sha256"] == sha
     off = start_simulator("--tp-size", "2", "--disable-cuda-graph", "--disable-radix-cache", *FAST)
     _, cached_off, _, rids_off, _ = _run(off.url)
     assert sum(cached_off) == 0

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from glmserve.simulator import costmodel
 from glmserve.simulator.logs import ServerLog
 from glmserve.simulator.options import SimOptions
-from glmserve.simulator.radix import RadixCache
+from glmserve.simulator.radix import RadixCache, key_digest
 from glmserve.simulator.variation import Variation
 
 SPIN_S = 0.002  # final stretch of each step's wait, spun rather than slept
@@ -121,6 +121,7 @@ class Request:
         "max_new",
         "n_out",
         "out_ids",
+        "prompt_sha",
         "prompt_tokens",
         "rid",
         "seed",
@@ -154,6 +155,7 @@ class Request:
         self.gen: Any = None  # a textmodel.Generation when the request asked for logprobs
         self.key: Any = None  # the prompt's prefix-cache key (simulator/radix.py), if any
         self.cached_tokens = 0  # prompt tokens reused from the prefix cache
+        self.prompt_sha: str | None = None  # radix.key_digest of the prompt as received
 
     @property
     def completion_tokens(self) -> int:
@@ -167,6 +169,7 @@ class Request:
         self.text_parts = []
         self.text_acc = ""
         self.ids_csv = ""
+        self.key = None
 
     def abort(self) -> None:
         """Client went away: the scheduler drops it at the next boundary (SGLang aborts)."""
@@ -178,6 +181,7 @@ class Request:
         return {
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
+            "prompt_sha256": self.prompt_sha,
             "max_new_tokens": self.max_new,
             "completion_tokens": self.n_out or len(self.out_ids),
             "arrival": self.arrival,
@@ -413,12 +417,18 @@ class Engine:
         """A finished request's prompt and reply stay cached (``cache_finished_req``), so a
         next turn whose prompt is this one's prompt plus its reply text matches both; the
         reply's key is its text appended to a text prompt's key, its ids to an ids key."""
-        if r.key is None or not self.cache.enabled:
+        if r.key is None:
             return
-        key = r.key + r.text_acc.encode() if isinstance(r.key, bytes) else r.key + tuple(r.out_ids)
-        self.cache.insert(
-            key, r.prompt_tokens + len(r.out_ids), self.pool_tokens - self.used_tokens()
-        )
+        r.prompt_sha = key_digest(r.key)  # ground truth of what was received, kept small
+        if self.cache.enabled:
+            key = (
+                r.key + r.text_acc.encode()
+                if isinstance(r.key, bytes)
+                else r.key + tuple(r.out_ids)
+            )
+            room = self.pool_tokens - self.used_tokens()
+            self.cache.insert(key, r.prompt_tokens + len(r.out_ids), room)
+        r.key = None  # the trace keeps requests: not their prompts
 
     def flush_cache(self) -> None:
         self.cache.flush()

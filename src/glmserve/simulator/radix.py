@@ -18,6 +18,7 @@ recently used than its children and LRU eviction removes leaves first, as SGLang
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -28,6 +29,13 @@ DEFAULT_BLOCK = 16
 def text_key(text: str) -> bytes:
     """A text prompt's key: its bytes (one token per ``BYTES_PER_TOKEN`` bytes)."""
     return text.encode()
+
+
+def key_digest(key: Sequence | bytes) -> str:
+    """sha256 of a prompt key as the server received it: of the UTF-8 text, or of the token
+    ids written ``1,2,3`` (what ``/sim/trace`` reports as ``prompt_sha256``)."""
+    raw = bytes(key) if isinstance(key, bytes | bytearray) else ",".join(map(str, key)).encode()
+    return hashlib.sha256(raw).hexdigest()
 
 
 class RadixCache:
