@@ -92,7 +92,10 @@ def test_startup_phases_in_order_per_rank(start_simulator):
 
 
 def test_max_running_requests_queues_the_rest_and_prefill_is_paid(start_simulator):
-    sim = start_simulator("--max-running-requests", "2", "--disable-cuda-graph", *FAST)
+    # identical prompts: without --disable-radix-cache the later ones would be cached
+    sim = start_simulator(
+        "--max-running-requests", "2", "--disable-cuda-graph", "--disable-radix-cache", *FAST
+    )
     body = {"input_ids": [1] * 50, "sampling_params": {"max_new_tokens": 6}}
     results: list[dict] = []
 

@@ -59,7 +59,7 @@ def test_reference_launch_script_parses_and_unknown_flags_are_kept():
     assert o.shape.cuda_graph is False
     assert o.shape.num_continuous_decode_steps == 16
     assert "--reasoning-parser" in o.unknown and "glm45" in o.unknown
-    assert "--disable-radix-cache" in o.unknown
+    assert o.server.disable_radix_cache is True  # modelled: simulator/radix.py
 
 
 def test_defaults_resolve_like_sglang_on_sm120():

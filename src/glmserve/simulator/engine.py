@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from glmserve.simulator import costmodel
 from glmserve.simulator.logs import ServerLog
 from glmserve.simulator.options import SimOptions
+from glmserve.simulator.radix import RadixCache, key_digest
 from glmserve.simulator.variation import Variation
 
 SPIN_S = 0.002  # final stretch of each step's wait, spun rather than slept
@@ -126,6 +127,7 @@ class Request:
         "abort_reason",
         "admitted",
         "arrival",
+        "cached_tokens",
         "emit_times",
         "finish",
         "finished",
@@ -133,9 +135,11 @@ class Request:
         "gen",
         "gen_times",
         "ids_csv",
+        "key",
         "max_new",
         "n_out",
         "out_ids",
+        "prompt_sha",
         "prompt_tokens",
         "rid",
         "seed",
@@ -167,6 +171,9 @@ class Request:
         self.finished = False
         self.traced = True
         self.gen: Any = None  # a textmodel.Generation when the request asked for logprobs
+        self.key: Any = None  # the prompt's prefix-cache key (simulator/radix.py), if any
+        self.cached_tokens = 0  # prompt tokens reused from the prefix cache
+        self.prompt_sha: str | None = None  # radix.key_digest of the prompt as received
         self.abort_at = 0  # aborted once it has this many tokens (0: never)
         self.abort_reason: dict[str, Any] | None = None  # QUEUE_FULL or ABORTED
 
@@ -187,6 +194,7 @@ class Request:
         self.text_parts = []
         self.text_acc = ""
         self.ids_csv = ""
+        self.key = None
 
     def abort(self) -> None:
         """Client went away: the scheduler drops it at the next boundary (SGLang aborts)."""
@@ -197,6 +205,8 @@ class Request:
     def to_trace(self) -> dict[str, Any]:
         return {
             "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "prompt_sha256": self.prompt_sha,
             "max_new_tokens": self.max_new,
             "completion_tokens": self.n_out or len(self.out_ids),
             "arrival": self.arrival,
@@ -248,6 +258,9 @@ class Engine:
         self.variation = Variation(opts.run_variation, opts.step_jitter, opts.variation_seed)
         self.max_queued: int | None = getattr(opts.server, "max_queued_requests", None)
         self.submitted = 0  # requests submitted (the abort fault picks every k-th)
+        self.cache = RadixCache(
+            self.pool_tokens, enabled=not getattr(opts.server, "disable_radix_cache", False)
+        )
 
     # -- public -----------------------------------------------------------------------
     def submit(self, req: Request, traced: bool = True) -> None:
@@ -334,7 +347,7 @@ class Engine:
             if admit:
                 self.note_gauges()
             if admit:
-                new_tokens = sum(r.prompt_tokens for r in admit)
+                new_tokens = sum(r.prompt_tokens - r.cached_tokens for r in admit)
                 model_s = costmodel.prefill_step_s(self.opts.model, self.opts.shape, new_tokens)
                 kind = "prefill"
                 batch, ctx = len(admit), new_tokens
@@ -364,6 +377,7 @@ class Engine:
                         self.latencies["queue"].append(start - r.arrival)
                 self._emit(admit, end)
                 self.running.extend(r for r in admit if not r.finished)
+                self._cache_prompts(admit)
                 self._log_prefill(admit, new_tokens)
             else:
                 self._emit(self.running, end)
@@ -408,6 +422,7 @@ class Engine:
             if used + need > self.pool_tokens and (self.running or admit):
                 break
             self.waiting.popleft()
+            r.cached_tokens = self.cache.match(r.key, r.prompt_tokens)
             admit.append(r)
             tokens += r.prompt_tokens
             used += need
@@ -453,6 +468,7 @@ class Engine:
                 if done:
                     r.sink = None  # the finished request no longer holds its connection
                     self._account(r)
+                    self.cache_finished(r)
         self._tp_tokens += n_tokens
         self.counters["generation_tokens_total"] += n_tokens
 
@@ -472,13 +488,40 @@ class Engine:
             if len(v) > 100000:
                 del v[: len(v) - 100000]
 
+    def _cache_prompts(self, reqs: list[Request]) -> None:
+        """After prefill the prompts' KV is in the tree (SGLang ``cache_unfinished_req``);
+        the cache may keep what the running requests leave free of the pool."""
+        room = self.pool_tokens - self.used_tokens()
+        for r in reqs:
+            self.cache.insert(r.key, r.prompt_tokens, room)
+
+    def cache_finished(self, r: Request) -> None:
+        """A finished request's prompt and reply stay cached (``cache_finished_req``), so a
+        next turn whose prompt is this one's prompt plus its reply text matches both; the
+        reply's key is its text appended to a text prompt's key, its ids to an ids key."""
+        if r.key is None:
+            return
+        r.prompt_sha = key_digest(r.key)  # ground truth of what was received, kept small
+        if self.cache.enabled:
+            key = (
+                r.key + r.text_acc.encode()
+                if isinstance(r.key, bytes)
+                else r.key + tuple(r.out_ids)
+            )
+            room = self.pool_tokens - self.used_tokens()
+            self.cache.insert(key, r.prompt_tokens + len(r.out_ids), room)
+        r.key = None  # the trace keeps requests: not their prompts
+
+    def flush_cache(self) -> None:
+        self.cache.flush()
+
     def _log_prefill(self, admit: list[Request], new_tokens: int) -> None:
         if all(r.rid in self.quiet_rids for r in admit):
             return
         usage = self.used_tokens() / self.pool_tokens if self.pool_tokens else 0.0
         self.log.line(
             f"Prefill batch, #new-seq: {len(admit)}, #new-token: {new_tokens}, "
-            f"#cached-token: 0, token usage: {usage:.2f}, "
+            f"#cached-token: {sum(r.cached_tokens for r in admit)}, token usage: {usage:.2f}, "
             f"#running-req: {len(self.running) - len(admit)}, #queue-req: {len(self.waiting)}, ",
             0,
         )

@@ -114,6 +114,7 @@ def sglang_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--triton-attention-num-kv-splits", type=int, default=8)  # server_args.py:614
     p.add_argument("--kv-cache-dtype", type=str, choices=KV_CACHE_DTYPE_CHOICES, default="auto")
+    p.add_argument("--disable-radix-cache", action="store_true")
     p.add_argument("--dtype", type=str, default="auto")
     p.add_argument("--disable-cuda-graph", action="store_true")
     p.add_argument("--cuda-graph-max-bs", type=int, default=None)

@@ -1,4 +1,5 @@
-"""``/flush_cache``: refused (400) while any request runs or waits, as in sglang 0.5.9."""
+"""``/flush_cache``: refused (400) while any request runs or waits, as in sglang 0.5.9
+(``entrypoints/http_server.py`` line 710: GET or POST); otherwise empties the prefix cache."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ async def flush_cache(server: SimServer, req: HttpRequest, conn: Connection) -> 
     eng = server.engine
     ok = eng is not None and not eng.running and not eng.waiting
     if ok:
+        eng.flush_cache()  # type: ignore[union-attr]
         server.log.line("Cache flushed successfully!", 0)
     return Response.text(
         "Cache flushed.\nPlease check backend logs for more details. (When there are running "

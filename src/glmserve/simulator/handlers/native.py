@@ -27,6 +27,7 @@ from glmserve.simulator.handlers.generation import (
 )
 from glmserve.simulator.httpserver import Connection, HttpRequest, Response
 from glmserve.simulator.prompts import PromptCounter
+from glmserve.simulator.radix import text_key
 
 if TYPE_CHECKING:
     from glmserve.simulator.server import SimServer
@@ -58,7 +59,7 @@ def native_payload(req: Request, created: float, incremental: bool, last_sent: i
         "weight_version": "default",
         "total_retractions": 0,
         "completion_tokens": len(req.out_ids),
-        "cached_tokens": 0,
+        "cached_tokens": req.cached_tokens,
     }
     if req.finished:
         meta["e2e_latency"] = time.time() - created
@@ -100,14 +101,14 @@ class NativeStreamSink:
             tail = (
                 f'"finish_reason":{reason},"prompt_tokens":'
                 f'{req.prompt_tokens},"weight_version":"default","total_retractions":0,'
-                f'"completion_tokens":{n},"cached_tokens":0,'
+                f'"completion_tokens":{n},"cached_tokens":{req.cached_tokens},'
                 f'"e2e_latency":{time.time() - self.created}}}}}\n\n'
             )
         else:
             tail = (
                 f'"finish_reason":null,"prompt_tokens":{req.prompt_tokens},'
                 f'"weight_version":"default","total_retractions":0,"completion_tokens":{n},'
-                f'"cached_tokens":0}}}}\n\n'
+                f'"cached_tokens":{req.cached_tokens}}}}}\n\n'
             )
         # TOKEN_TEXT pieces are plain ASCII words: the text needs no JSON escaping
         chunk = (
@@ -131,6 +132,17 @@ def _prompts(body: dict[str, Any], counter: PromptCounter) -> list[int] | None:
         if isinstance(text, list):
             return [counter.text(str(t)) for t in text]
         return [counter.text(str(text))]
+    return None
+
+
+def _key(body: dict[str, Any], i: int) -> Any:
+    """The i-th prompt's prefix-cache key (simulator/radix.py): ids as a tuple, text as bytes."""
+    ids = body.get("input_ids")
+    if ids is not None:
+        return tuple(lp.pick(ids, i) if ids and isinstance(ids[0], list) else ids)
+    text = body.get("text")
+    if text is not None:
+        return text_key(str(lp.pick(text, i)))
     return None
 
 
@@ -196,6 +208,7 @@ async def generate(server: SimServer, req: HttpRequest, conn: Connection) -> Res
             rid = uuid.uuid4().hex
         sink = NativeStreamSink(conn, created, incremental, group) if stream else CollectSink(group)
         reqs.append(Request(rid, plen, max(1, max_new), sink))
+        reqs[-1].key = _key(body, i)
         if lp.pick(body.get("return_logprob"), i):
             refused = _with_logprobs(server, body, i, reqs[-1])
             if refused:

@@ -1,0 +1,1 @@
+"""Workload generators beyond random prompts (issue 24): shared prefixes, multi-turn."""
