@@ -23,7 +23,7 @@ def test_results_unknown_mode_is_refused(capsys):
 
 
 def test_results_show_prints_rates_as_given(capsys, fake):
-    fake.n_tokens, fake.itl = 4, 0.001
+    fake.n_tokens, fake.itl = 8, 0.001  # what bench_json asks (--output-len 8)
     code, data, _ = bench_json(capsys, fake, "--request-rate", "50,inf")
     assert code == 0
     code, out, _ = run_cli(capsys, "results", "show", str(data["id"]))
