@@ -59,6 +59,7 @@ IDENTITY_FLAGS: dict[str, tuple[str, ...]] = {
 }
 _GONE_STATES = ("CRASHED", "EXITED", "FAILED")
 HEALTH_TIMEOUT_S = 25.0  # SGLang's own /health gives up after 20 s (SGLANG_HEALTH_CHECK_TIMEOUT)
+HEALTH_SETTLE_S = 1.0  # after a failed /health: re-poll the processes this long first
 
 
 @dataclass
@@ -418,6 +419,11 @@ class RunMonitor:
         code = health_status(base_url, timeout=timeout)
         if code == 200:
             return None
+        # "while the server process is up" must still hold now: a server killed after the
+        # caller's last poll also stops answering /health, and that is EXITED, not a worker
+        # that died (the poll settles a moment: a killed group takes that long to leave /proc)
+        if (seen := self.check(settle_s=HEALTH_SETTLE_S)) is not None:
+            return seen
         with self._lock:
             if self.verdict is None:
                 self.verdict = self._unless_stopped(
