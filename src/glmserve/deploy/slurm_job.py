@@ -43,8 +43,8 @@ def launch_job_run(
     cancelled with ``--replace``)."""
     from glmserve.remote.process import (
         _upload,
-        launcher_identity,
         new_run_id,
+        new_run_record,
         resolve_remote_dir,
         stop_run,
     )
@@ -67,30 +67,8 @@ def launch_job_run(
             store.update_run(old.run_id, ended_at=time.time())
     run_id = new_run_id(store)
     workdir = resolve_remote_dir(t, host.resolved_workdir)
-    run_dir = f"{workdir}/runs/{run_id}"
-    meta_json = {
-        "run_id": run_id,
-        "profile": spec.profile,
-        "host": host.name,
-        "port": spec.port,
-        "launcher": spec.launcher,
-        "created_at": time.time(),
-        "spec": spec.to_dict(),
-        **(meta or {}),
-    }
-    rec = RunRecord(
-        run_id=run_id,
-        host=host.name,
-        profile=spec.profile,
-        port=spec.port,
-        run_dir=run_dir,
-        launcher=spec.launcher,
-        tp_size=spec.tp_size,
-        patches=list(spec.patches),
-        spec=spec.to_dict(),
-        meta={"workdir": workdir, **meta_json, "launched_by": launcher_identity()},
-        port_claim=1,
-    )
+    rec, meta_json = new_run_record(run_id, host, spec, workdir, meta)
+    run_dir = rec.run_dir
     store.add_run(rec)
     try:
         _upload(t, spec, run_dir, meta_json)

@@ -406,6 +406,37 @@ def parse_started(text: str, what: str) -> Started:
     raise GlmserveError(f"{what}: unexpected reply {text.strip()[:200]!r}")
 
 
+def new_run_record(
+    run_id: str, host: HostConfig, spec: LaunchSpec, workdir: str, meta: dict[str, Any] | None
+) -> tuple[RunRecord, dict[str, Any]]:
+    """The store row of a run about to start (with its port claim) and the ``meta.json`` it
+    uploads: one shape for every way a run starts (a process here, a Slurm job)."""
+    meta_json = {
+        "run_id": run_id,
+        "profile": spec.profile,
+        "host": host.name,
+        "port": spec.port,
+        "launcher": spec.launcher,
+        "created_at": time.time(),
+        "spec": spec.to_dict(),
+        **(meta or {}),
+    }
+    rec = RunRecord(
+        run_id=run_id,
+        host=host.name,
+        profile=spec.profile,
+        port=spec.port,
+        run_dir=f"{workdir}/runs/{run_id}",
+        launcher=spec.launcher,
+        tp_size=spec.tp_size,
+        patches=list(spec.patches),
+        spec=spec.to_dict(),
+        meta={"workdir": workdir, **meta_json, "launched_by": launcher_identity()},
+        port_claim=1,
+    )
+    return rec, meta_json
+
+
 def start_script(t: Transport, run_dir: str) -> Started:
     """Start launch.sh detached (``nohup setsid``) and return the process's own handshake.
 
@@ -457,30 +488,8 @@ def launch_run(
         )
     run_id = new_run_id(store)
     workdir = resolve_remote_dir(t, host.resolved_workdir)
-    run_dir = f"{workdir}/runs/{run_id}"
-    meta_json = {
-        "run_id": run_id,
-        "profile": spec.profile,
-        "host": host.name,
-        "port": port,
-        "launcher": spec.launcher,
-        "created_at": time.time(),
-        "spec": spec.to_dict(),
-        **(meta or {}),
-    }
-    rec = RunRecord(
-        run_id=run_id,
-        host=host.name,
-        profile=spec.profile,
-        port=port,
-        run_dir=run_dir,
-        launcher=spec.launcher,
-        tp_size=spec.tp_size,
-        patches=list(spec.patches),
-        spec=spec.to_dict(),
-        meta={"workdir": workdir, **meta_json, "launched_by": launcher_identity()},
-        port_claim=1,
-    )
+    rec, meta_json = new_run_record(run_id, host, spec, workdir, meta)
+    run_dir = rec.run_dir
     store.add_run(rec)  # the claim: PortClaimed if another launch got host:port first
     try:
         _upload(t, spec, run_dir, meta_json)
