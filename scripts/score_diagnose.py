@@ -13,6 +13,8 @@ log excerpt as posted; expected line numbers count body lines):
   state=S category=C``: the thread's true outcome when the excerpt is a fragment that does not
   show it (a report cut before its exception line). The *strict* figure scores every file
   against that (its ``expect`` where no ``strict`` is given).
+* ``tests/data/logs_2026_c/`` 39 excerpts from threads no older corpus cites (issue 26), weighted
+  to 2026 / 0.5.x, Blackwell, MLA backends, NCCL, capture, JIT and hangs; same labels and split.
 
 A case is right when state and category match; the root-cause line is counted separately.
 
@@ -37,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FITTED = ROOT / "tests" / "data" / "logs"
 NEW = ROOT / "tests" / "data" / "logs_2026"
 NEW_B = ROOT / "tests" / "data" / "logs_2026_b"
+NEW_C = ROOT / "tests" / "data" / "logs_2026_c"
 _EXPECT = re.compile(r"^# expect: state=(\w+) category=(\w+) line=(\w+)\s*$")
 _STRICT = re.compile(r"^# strict: state=(\w+) category=(\w+)\s*$")
 
@@ -114,12 +117,15 @@ def report(verbose: bool) -> None:
     """Print the figures for the glmserve on sys.path."""
     new = [load(p) for p in sorted(NEW.glob("*.log"))]
     new_b = [load(p) for p in sorted(NEW_B.glob("*.log"))]
+    new_c = [load(p) for p in sorted(NEW_C.glob("*.log"))]
     groups = {
         "fitted corpus (tests/data/logs)": [load(p) for p in sorted(FITTED.glob("*.log"))],
         "2026 tune half": [c for c in new if half(c.name) == "tune"],
         "2026 held-out half": [c for c in new if half(c.name) == "held-out"],
         "2026_b tune half": [c for c in new_b if half(c.name) == "tune"],
         "2026_b held-out half": [c for c in new_b if half(c.name) == "held-out"],
+        "2026_c tune half": [c for c in new_c if half(c.name) == "tune"],
+        "2026_c held-out half": [c for c in new_c if half(c.name) == "held-out"],
     }
     for label, cases in groups.items():
         right, line_right, misses = score(cases)
@@ -130,11 +136,18 @@ def report(verbose: bool) -> None:
         )
         if verbose and "held-out" not in label:  # the held-out misses are never shown
             print("\n".join(misses))
-    s, n = strict_score(new_b), len(new_b)
-    print(
-        f"{'2026_b strict (both halves)':<34} {s:>3}/{n:<3} right ({s / n:6.1%}); "
-        "exact state and category of the thread's outcome, fragments included"
-    )
+    stricts = {
+        "2026_b strict (both halves)": new_b,
+        "2026_c strict tune half": [c for c in new_c if half(c.name) == "tune"],
+        "2026_c strict held-out half": [c for c in new_c if half(c.name) == "held-out"],
+        "2026_c strict (both halves)": new_c,
+    }
+    for label, cases in stricts.items():
+        s, n = strict_score(cases), len(cases)
+        print(
+            f"{label:<34} {s:>3}/{n:<3} right ({s / n:6.1%}); "
+            "exact state and category of the thread's outcome, fragments included"
+        )
 
 
 def main() -> int:
