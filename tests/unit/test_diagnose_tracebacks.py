@@ -135,3 +135,35 @@ def test_torchs_store_timeout_behind_a_level_first_log_format_is_nccl() -> None:
     d = diagnose_text(log)
     assert (d.state, d.category, d.line) == (State.CRASHED, Category.NCCL, 1)
     assert d.root_cause is not None and d.root_cause.startswith(". This may indicate")
+
+
+# Two ranks' faulthandler dumps interleaved character by character, as sglang issue 38849
+# posted them (GLM 5.3 segfaulting on MI300; tests/data/logs_2026_c has the excerpt).
+INTERLEAVED = (
+    "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py/sgl-workspace/sglang/python/"
+    'sglang/srt/managers/scheduler.py  File ", line  in , line   File run_event_loop"""'
+    '/sgl-workspace/sglang/python/sglang/srt/utils/nvtx_utils.py17631812"'
+)
+
+
+def test_interleaved_faulthandler_frames_of_sglang_are_a_crash() -> None:
+    d = diagnose_text(INTERLEAVED + "\n, line 3933 in  in  pop_and_process\n")
+    assert (d.state, d.category, d.line) == (State.CRASHED, Category.CRASH, 1)
+
+
+def test_interleaved_frames_after_ready_alone_are_survived() -> None:
+    ready = "[2026-03-01 10:00:00] The server is fired up and ready to roll!"
+    d = diagnose_text(ready + "\n" + INTERLEAVED + "\n")
+    assert d.state is State.READY
+
+
+def test_a_flattened_report_keeps_its_exception_line_category() -> None:
+    """A paste that joins a report onto one line still names its error: the interleaved-frames
+    reading applies only to a line no rule and no exception explains."""
+    flat = (
+        '[2026-03-01 10:00:00 TP0] Scheduler hit an exception: File "/x/sglang/srt/managers/'
+        'scheduler.py", line 1, in run File "/x/sglang/srt/mem_cache/memory_pool.py", line 2, in '
+        "init torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    )
+    d = diagnose_text(flat + "\n")
+    assert (d.state, d.category) == (State.CRASHED, Category.OOM)

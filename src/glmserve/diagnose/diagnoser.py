@@ -63,6 +63,7 @@ from glmserve.diagnose.patterns import (
     _TRACEBACK,
     MAX_ARGS_LINE_CHARS,
     _has_any,
+    _interleaved_frames,
 )
 from glmserve.diagnose.rules import _HELP, _USAGE_RULE, RULES, Rule, slurm_end_hint
 
@@ -384,6 +385,10 @@ class LogDiagnoser:
                 self._generic.native = bool(_NATIVE_DEATH.search(stripped))
             self._frame_ctx = None
             self._maybe_crash(fatal=False, exception=True)
+            return
+        if _interleaved_frames(stripped):
+            self._after_frame = True
+            self._on_frame(n, stripped)
             return
         self._progress(body, n)
 

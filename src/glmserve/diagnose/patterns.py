@@ -64,6 +64,18 @@ _TRACEBACK = re.compile(
     r"Traceback \(most recent call last\)|^During handling of the above"
     r"|^The above exception was the direct cause"
 )
+
+
+# Several processes' faulthandler dumps written at once interleave piece by piece ('File "',
+# the path, '", line ', the number, ' in ', the function) into lines no frame regex matches
+# (sglang issue 38849: GLM 5.3 ranks segfaulting on MI300). SGLang's scheduler enables
+# faulthandler (0.5.9 srt/managers/scheduler.py:3100), which dumps only on a fatal signal, so
+# such a line is frames of dying processes. Plain substring tests: cheap on every line.
+def _interleaved_frames(text: str) -> bool:
+    """Is this line several SGLang frames mixed together (no rule or exception on it)?"""
+    return text.count("sglang/srt/") >= 2 and "File " in text and ", line" in text
+
+
 # A frame of SGLang's own code: output that is only such a traceback (no logger prefix, no
 # "hit an exception" line, perhaps not even its "Traceback" header) is still a crash report.
 _SGLANG_FRAME = re.compile(r"sglang/srt/")
