@@ -52,6 +52,14 @@ def test_tune_half_is_diagnosed_right(case: sd.Case) -> None:
     assert (d.state.value, d.category.value if d.category else None) == (case.state, case.category)
 
 
+def test_held_out_and_strict_figures_do_not_regress() -> None:
+    """Before any rule change (the rules of main at ed49c8a): held-out 12/16, strict 31/39.
+    After (scored once, at the end): held-out 12/16, strict 32/39. A guard on the reported
+    figures, never a fitting target."""
+    assert sd.score(HELD_OUT)[0] >= 12
+    assert sd.strict_score(CASES) >= 32
+
+
 def test_score_script_prints_the_new_halves_and_strict_figures() -> None:
     out = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "score_diagnose.py")],
