@@ -46,6 +46,7 @@ from glmserve.diagnose.patterns import (
     _EXCEPTION,
     _FRAME,
     _FRAME_CTX,
+    _GENERATE_OK,
     _KERNEL_WARMUP,
     _KEYWORDS,
     _MAX_TOTAL,
@@ -91,6 +92,7 @@ class LogDiagnoser:
         self._ready_line: int | None = None
         self._last_progress_line: int | None = None
         self._last_progress: str | None = None
+        self._generate_ok = 0  # native POST /generate answered (the warmup sends one)
         self._args: dict[str, str] = {}
         self._tp_size: int | None = None
         self._patches: list[str] = []
@@ -504,6 +506,9 @@ class LogDiagnoser:
                 continue
             if state is State.WARMUP and _KERNEL_WARMUP.search(body):
                 state = None
+            if pat is _GENERATE_OK:
+                self._generate_ok += 1
+                state = State.READY if self._generate_ok >= 2 else None
             # Uvicorn and "warmup" lines are any web server's words; the others are SGLang's.
             self._evidence = self._evidence or state is not State.WARMUP
             if state is not None and _RANK[state] > _RANK[self._phase]:

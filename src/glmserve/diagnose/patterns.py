@@ -78,7 +78,12 @@ def _interleaved_frames(text: str) -> bool:
 
 # A frame of SGLang's own code: output that is only such a traceback (no logger prefix, no
 # "hit an exception" line, perhaps not even its "Traceback" header) is still a crash report.
-_SGLANG_FRAME = re.compile(r"sglang/srt/")
+# A paste may elide the path's head ('File ".../managers/tokenizer_manager.py"', sglang issue
+# 27142): SGLang's srt subpackages still name the code.
+_SGLANG_FRAME = re.compile(
+    r"sglang/srt/|\.\.\./(?:managers|model_executor|model_loader|mem_cache|layers|distributed"
+    r"|entrypoints|speculative|disaggregation)/\w+\.py"
+)
 # Start-up stages a traceback's frames name, outermost first: when a report is cut before its
 # exception line, the first of these among its frames says which stage failed (sglang 0.5.9
 # srt/model_executor/model_runner.py: initialize -> init_torch_distributed, load_model,
@@ -130,6 +135,8 @@ _SLURM_CANCEL = re.compile(
     r"\*\*\* (?P<entity>JOB|STEP) (?P<id>[\w.+]+) (?:ON (?P<node>\S+) )?CANCELLED AT (?P<at>\S+)"
     r"(?: DUE TO (?P<why>[A-Z][A-Z ]*[A-Z]))?[^*]*\*\*\*"
 )
+# A native /generate request answered (uvicorn's access line).
+_GENERATE_OK = re.compile(r'"POST /generate HTTP/[\d.]+" 200')
 # Progress markers: (regex, state reached or None for "progress, same phase").
 _PROGRESS: list[tuple[tuple[str, ...], re.Pattern[str], State | None]] = [
     # (lower-case words one of which must be in the line, regex, state reached or None for
@@ -148,6 +155,11 @@ _PROGRESS: list[tuple[tuple[str, ...], re.Pattern[str], State | None]] = [
     # A client request answered on the OpenAI routes: the server is serving (wait_for_server
     # polls GET /v1/models before ready, so only POSTs count).
     (("post /v1/",), re.compile(r'"POST /v1/\S+ HTTP/[\d.]+" 200'), State.READY),
+    # The native route: SGLang's warmup sends exactly one request (0.5.9
+    # srt/entrypoints/http_server.py:1757 _execute_server_warmup, one requests.post to
+    # /generate), so a second one answered is a client's: the server is serving (counted in
+    # the diagnoser; sglang issue 18785 showed only these and prefill batches).
+    (("post /generate",), _GENERATE_OK, None),
     (
         ("uvicorn", "application startup", "model_info", "warm"),
         re.compile(
@@ -184,8 +196,13 @@ _PROGRESS: list[tuple[tuple[str, ...], re.Pattern[str], State | None]] = [
         None,
     ),
 ]
-# "warmup" lines that are a kernel's warmup/JIT progress, not the server's warmup request.
-_KERNEL_WARMUP = re.compile(r"DeepGEMM|deep_gemm|\bJIT\b|\bkernel|autotun|\d+%\|", re.IGNORECASE)
+# "warmup" lines that are a kernel's warmup/JIT progress, not the server's warmup request;
+# DeepGEMM's budget line names neither (sglang 0.5.9 srt/layers/deep_gemm_wrapper/
+# compile_utils.py:174 "Required memory for warmup: {}GB, Available memory: {}GB").
+_KERNEL_WARMUP = re.compile(
+    r"DeepGEMM|deep_gemm|\bJIT\b|\bkernel|autotun|\d+%\||Required memory for warmup",
+    re.IGNORECASE,
+)
 # Markers in which a process reports its own failure; they outrank the launcher's reaction
 # (sigquit, Killed, "scheduler is dead") as a root cause when no error line is present.
 _SELF_REPORT = re.compile(
