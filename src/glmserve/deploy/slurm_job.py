@@ -121,7 +121,7 @@ def wait_queue(
             if job is not None and job.running:
                 addr = node_address(t, job.nodes)
                 slurm = {**run.meta["slurm"], "nodes": job.nodes, "node_addr": addr,
-                         "queued_s": round(waited, 3)}  # fmt: skip
+                         "queued_s": round(waited, 3), "last_state": job.state}  # fmt: skip
                 run.meta["slurm"] = slurm
                 store.update_run(run.run_id, meta=run.meta)
                 store.add_event(run.run_id, "RUNNING", job.nodes, {"queued_s": waited})
@@ -158,6 +158,9 @@ def judge_end(run: RunRecord, store: RunStore, result: Any) -> Any:
     job = own.job
     if job is None:
         return result
+    if job.fields.get("source") != "sacct":  # what scontrol last said (no accounting: all)
+        run.meta["slurm"] = {**run.meta["slurm"], "last_state": f"{job.state} ({job.reason})"}
+        store.update_run(run.run_id, meta=run.meta)
     ended = scheduler_end(own)
     if ended is None or store.stop_requested(run.run_id):
         return result
