@@ -793,12 +793,17 @@ def open_endpoint(run_id: str) -> Iterator[str]:
 @contextlib.contextmanager
 def run_base_url(run: RunRecord, t: Transport) -> Iterator[str]:
     """The run's server from here: a Slurm job's node address when glmserve runs on the
-    login host, else the address the server binds (``run_probe_host``), through an ssh
-    ``-L`` forward when the host is remote."""
+    login host (an ssh ``-L`` forward via the login host to ``node:port`` when the login is
+    reached by ssh: the compute nodes need not be reachable from here), else the address
+    the server binds (``run_probe_host``), through an ssh ``-L`` forward when remote."""
     addr = (run.meta.get("slurm") or {}).get("node_addr")
     if addr and t.host.is_local:
         host = f"[{addr}]" if ":" in addr else addr
         yield f"http://{host}:{int(run.port)}"
+        return
+    if addr:  # a Slurm login host over ssh: forward through it to the node, not to itself
+        with t.endpoint(run.port, addr) as base:
+            yield base
         return
     with t.endpoint(run.port, run_probe_host(run.spec)) as base:  # the address it binds
         yield base
