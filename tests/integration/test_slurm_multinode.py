@@ -1,8 +1,9 @@
 """Multi-node as one Slurm job, on a real two-node cluster on this machine (two ``slurmd -N``,
 tests/fixtures/slurm.py): the generated job script word for word, what ``sbatch --test-only``
 says of it, and a real run in which each node's task gets its rank and the same
-``--dist-init-addr`` (the allocation's first host, by its NodeAddr). The server is a stand-in
-that prints its argv: wiring this script into ``launch`` is not done (see notes/slurm.md)."""
+``--dist-init-addr`` (the allocation's first host, by its NodeAddr), with a stand-in server
+that prints its argv; then ``launch --set server.nnodes=2`` through ``Deployment``: one job,
+two simulator servers (one per node), READY, bench, status, stop."""
 
 from __future__ import annotations
 
@@ -77,3 +78,65 @@ def test_the_multinode_job_script_word_for_word_accepted_and_run_on_two_nodes(
         assert a[:2] == ["--model", "m; rm -rf /"]  # quoted words arrive as they were
         assert a[a.index("--nnodes") + 1] == "2"
         assert a[a.index("--dist-init-addr") + 1] == "127.0.0.1:5757"
+
+
+def test_launch_of_n_nodes_is_one_job_through_deployment(slurm_two_nodes, tmp_path, capsys,
+                                                         monkeypatch):  # fmt: skip
+    """``launch --host CLUSTER --set server.nnodes=2``: ONE job of two nodes (two simulator
+    servers, ranks 0 and 1, meeting at the first host's address), status shows the node
+    list, the URL is node 0's, bench works, stop cancels that one job."""
+    import os
+    from pathlib import Path
+
+    from glmserve.cli import main
+    from glmserve.deploy.deployment import Deployment
+    from glmserve.remote.transport import free_local_port
+    from glmserve.store import RunStore
+
+    c = slurm_two_nodes
+    monkeypatch.setenv("SLURM_CONF", str(c.conf))  # this test's cluster, not the session one
+    cfg = Path(os.environ["GLMSERVE_CONFIG_DIR"])
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "hosts.yaml").write_text(
+        "hosts:\n  cluster2:\n    kind: slurm\n"
+        f"    workdir: {tmp_path / 'shared'}\n"
+        f"    slurm: {{partition: {c.partition}, time: '10:00'}}\n"
+    )
+    port = free_local_port()
+    launch = [
+        "launch", "--profile", "trtllm_mla", "--host", "cluster2", "--simulate",
+        "--set", f"server.port={port}", "--set", "server.nnodes=2",
+        "--set", "sim.gpu-arch=sm100", "--set", "sim.speed=20", "--no-wait", "--json",
+    ]  # fmt: skip
+    assert main(launch) == 0
+    store = RunStore.open()
+    (run,) = store.list_runs()
+    job = run.meta["slurm"]
+    assert (job["nnodes"], job["dist_port"]) == (2, port + 1000)
+    run_dir = Path(run.run_dir)
+    script = (run_dir / "job.sbatch").read_text()
+    assert "#SBATCH --nodes=2" in script
+    assert (
+        'bash -c \'exec bash launch.sh --nnodes 2 --node-rank "$SLURM_NODEID" '
+        '--dist-init-addr "$GLMSERVE_DIST_INIT_ADDR"\'' in script
+    )
+    launch_sh = (run_dir / "launch.sh").read_text()
+    assert "--nnodes" not in launch_sh and launch_sh.rstrip().endswith('"$@"')
+    verdict = Deployment.resolve(store, run.run_id).watch(poll_s=0.2, timeout_s=90)
+    assert verdict.state == "READY", verdict.decisive.diagnosis
+    run = store.get_run(run.run_id)
+    assert (run.meta["slurm"]["nodes"], run.meta["slurm"]["node_addr"]) == ("n[1-2]", "127.0.0.1")
+    log = (run_dir / "server.log").read_text()
+    assert "node rank 1 of 2" in log and f"(dist-init-addr 127.0.0.1:{port + 1000})" in log
+    assert "The server is fired up and ready to roll!" in log
+    capsys.readouterr()
+    assert main(["status", run.run_id, "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert (row["state"], row["job_state"], row["nodes"]) == ("READY", "RUNNING", "n[1-2]")
+    bench = ["bench", run.run_id, "--num-prompts", "2", "--output-len", "4", "--warmup", "0"]
+    assert main(bench) == 0
+    ours = [j for j, n, _s in c.jobs() if n == f"glmserve-{run.run_id}"]
+    assert ours == [job["job_id"]]  # one job for both nodes
+    assert main(["stop", run.run_id]) == 0
+    assert store.get_run(run.run_id).state == "STOPPED"
+    assert {j: s for j, _n, s in c.jobs()}[job["job_id"]] == "CANCELLED"

@@ -162,10 +162,14 @@ def submit_command(run_dir: str, run_id: str) -> str:
     )
 
 
-def submit(t: Transport, host: HostConfig, run_dir: str, run_id: str) -> dict[str, Any]:
-    """Write ``job.sbatch`` and submit it; the job's record (id, name, user, submit time,
-    cluster) for the run's ``meta["slurm"]``. RemoteCommandError when sbatch refuses."""
-    t.put(f"{run_dir}/{JOB_SCRIPT}", job_script(host).encode(), mode=0o755)
+def submit(
+    t: Transport, host: HostConfig, run_dir: str, run_id: str, script: str | None = None
+) -> dict[str, Any]:
+    """Write ``job.sbatch`` (``script``, default :func:`job_script`) and submit it; the job's
+    record (id, name, user, submit time, cluster) for the run's ``meta["slurm"]``.
+    RemoteCommandError when sbatch refuses."""
+    body = job_script(host) if script is None else script
+    t.put(f"{run_dir}/{JOB_SCRIPT}", body.encode(), mode=0o755)
     res = t.run(submit_command(run_dir, run_id), timeout=60)
     if not res.ok:
         raise RemoteCommandError(res, what=f"sbatch on {host.name}")
