@@ -237,6 +237,23 @@ def node_address(t: Transport, nodes: str) -> str | None:
     return m.group(1) if res.ok and m else None
 
 
+def reach_directly(host: HostConfig, addr: str, port: int, timeout: float = 1.0) -> bool:
+    """Whether glmserve talks to a job's server at ``addr:port`` itself rather than through
+    an ssh forward via the login host: ``slurm.reach`` (direct/forward), or for ``auto``
+    whether a TCP connect from here succeeds (compute nodes are often on a network only
+    the login host sees; a forward adds the tunnel to every measured request)."""
+    import socket
+
+    mode = host.slurm.reach if host.slurm else "auto"
+    if mode != "auto":
+        return mode == "direct"
+    try:
+        socket.create_connection((addr, port), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
 @dataclass
 class JobOwnership(Ownership):
     """What a Slurm run's "processes" are: its job, alive while it holds or awaits nodes."""
