@@ -140,3 +140,47 @@ def test_launch_of_n_nodes_is_one_job_through_deployment(slurm_two_nodes, tmp_pa
     assert main(["stop", run.run_id]) == 0
     assert store.get_run(run.run_id).state == "STOPPED"
     assert {j: s for j, _n, s in c.jobs()}[job["job_id"]] == "CANCELLED"
+
+
+def test_one_node_crashing_ends_the_whole_job_as_a_crash(slurm_two_nodes, tmp_path, monkeypatch):
+    """Node rank 1's server crashes at warmup: srun's --kill-on-bad-exit ends node 0's too
+    (NCCL would otherwise hang), and the run is CRASHED with that node's error, the job
+    gone from the nodes (not a stall, not a scheduler verdict)."""
+    import os
+    from pathlib import Path
+
+    from glmserve.cli import main
+    from glmserve.deploy.deployment import Deployment
+    from glmserve.remote.transport import free_local_port
+    from glmserve.store import RunStore
+
+    c = slurm_two_nodes
+    monkeypatch.setenv("SLURM_CONF", str(c.conf))
+    cfg = Path(os.environ["GLMSERVE_CONFIG_DIR"])
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "hosts.yaml").write_text(
+        "hosts:\n  cluster2:\n    kind: slurm\n"
+        f"    workdir: {tmp_path / 'shared'}\n"
+        f"    slurm: {{partition: {c.partition}, time: '10:00'}}\n"
+    )
+    launch = [
+        "launch", "--profile", "trtllm_mla", "--host", "cluster2", "--simulate",
+        "--set", f"server.port={free_local_port()}", "--set", "server.nnodes=2",
+        "--set", "sim.gpu-arch=sm100", "--set", "sim.speed=20",
+        "--set", "sim.crash-at=warmup", "--set", "sim.fault-node-rank=1", "--no-wait",
+    ]  # fmt: skip
+    assert main(launch) == 0
+    store = RunStore.open()
+    (run,) = store.list_runs()
+    verdict = Deployment.resolve(store, run.run_id).watch(poll_s=0.2, timeout_s=90)
+    assert verdict.state == "CRASHED", verdict.decisive.diagnosis
+    run = store.get_run(run.run_id)
+    assert run.category == "ILLEGAL_MEMORY_ACCESS"  # the simulator's default crash, node 1's
+    assert "illegal memory access" in (run.root_cause or "")
+    end = time.monotonic() + 15
+    while time.monotonic() < end:
+        states = {j: s for j, _n, s in c.jobs()}
+        if states.get(run.meta["slurm"]["job_id"]) not in ("RUNNING", "COMPLETING"):
+            break
+        time.sleep(0.2)
+    assert states[run.meta["slurm"]["job_id"]] in ("FAILED", "COMPLETED"), states
