@@ -184,3 +184,47 @@ def test_one_node_crashing_ends_the_whole_job_as_a_crash(slurm_two_nodes, tmp_pa
             break
         time.sleep(0.2)
     assert states[run.meta["slurm"]["job_id"]] in ("FAILED", "COMPLETED"), states
+
+
+def test_more_nodes_than_the_partition_has_stays_pending_with_slurms_reason(
+    slurm_two_nodes, tmp_path, monkeypatch
+):
+    """``--set server.nnodes=3`` on a two-node partition: sbatch takes it (the cluster does
+    not enforce partition limits at submission) and Slurm holds it PENDING with its reason;
+    the watch says so and ends at ``--timeout`` (TIMEOUT, the queue time never a stall);
+    ``stop`` cancels the queued job."""
+    import os
+    from pathlib import Path
+
+    from glmserve.cli import main
+    from glmserve.deploy.deployment import Deployment
+    from glmserve.remote.transport import free_local_port
+    from glmserve.store import RunStore
+
+    c = slurm_two_nodes
+    monkeypatch.setenv("SLURM_CONF", str(c.conf))
+    cfg = Path(os.environ["GLMSERVE_CONFIG_DIR"])
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "hosts.yaml").write_text(
+        "hosts:\n  cluster2:\n    kind: slurm\n"
+        f"    workdir: {tmp_path / 'shared'}\n"
+        f"    slurm: {{partition: {c.partition}, time: '10:00'}}\n"
+    )
+    rc = main([
+        "launch", "--profile", "trtllm_mla", "--host", "cluster2", "--simulate",
+        "--set", f"server.port={free_local_port()}", "--set", "server.nnodes=3",
+        "--set", "server.tp-size=6", "--set", "sim.gpu-arch=sm100", "--no-wait",
+    ])  # fmt: skip
+    assert rc == 0
+    store = RunStore.open()
+    (run,) = store.list_runs()
+    verdict = Deployment.resolve(store, run.run_id).watch(poll_s=0.2, timeout_s=3)
+    res = verdict.decisive
+    assert verdict.state == "TIMEOUT"
+    reason = res.extra["pending"]
+    assert reason == "PartitionNodeLimit"  # Slurm 22.05's reason for more nodes than it has
+    assert f"still PENDING (Reason: {reason})" in (res.diagnosis.hint or "")
+    jid = run.meta["slurm"]["job_id"]
+    assert {j: st for j, _n, st in c.jobs()}[jid] == "PENDING"
+    assert main(["stop", run.run_id]) == 0
+    assert {j: st for j, _n, st in c.jobs()}[jid] == "CANCELLED"
