@@ -228,3 +228,51 @@ def test_more_nodes_than_the_partition_has_stays_pending_with_slurms_reason(
     assert {j: st for j, _n, st in c.jobs()}[jid] == "PENDING"
     assert main(["stop", run.run_id]) == 0
     assert {j: st for j, _n, st in c.jobs()}[jid] == "CANCELLED"
+
+
+def test_n_nodes_through_a_login_host_over_ssh(slurm_two_nodes, slurm_two_nodes_login, tmp_path,
+                                               monkeypatch):  # fmt: skip
+    """The same one-job launch with the cluster behind a login host reached by ssh (no
+    ``SLURM_CONF`` here): submitted, watched READY, benched through the forward via the login
+    host to node 0's address, stopped, all over ssh."""
+    import os
+    import sys
+    from pathlib import Path
+
+    from glmserve.cli import main
+    from glmserve.deploy.deployment import Deployment
+    from glmserve.remote.hosts import get_host
+    from glmserve.remote.transport import SshTransport, free_local_port
+    from glmserve.store import RunStore
+
+    c, login = slurm_two_nodes, slurm_two_nodes_login
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    cfg = Path(os.environ["GLMSERVE_CONFIG_DIR"])
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "hosts.yaml").write_text(
+        "hosts:\n  cluster2:\n    kind: slurm\n"
+        f"    login: {login.alias}\n    ssh_config: {login.ssh_config}\n"
+        f"    connect_timeout: 5\n    python: {sys.executable}\n"
+        f"    workdir: {tmp_path / 'shared'}\n"
+        f"    slurm: {{partition: {c.partition}, time: '10:00', reach: forward}}\n"
+    )
+    try:
+        port = free_local_port()
+        launch = [
+            "launch", "--profile", "trtllm_mla", "--host", "cluster2", "--simulate",
+            "--set", f"server.port={port}", "--set", "server.nnodes=2",
+            "--set", "sim.gpu-arch=sm100", "--set", "sim.speed=20", "--no-wait",
+        ]  # fmt: skip
+        assert main(launch) == 0
+        store = RunStore.open()
+        (run,) = store.list_runs()
+        verdict = Deployment.resolve(store, run.run_id).watch(poll_s=0.2, timeout_s=90)
+        assert verdict.state == "READY", verdict.decisive.diagnosis
+        run = store.get_run(run.run_id)
+        assert run.meta["slurm"]["nodes"] == "n[1-2]"
+        bench = ["bench", run.run_id, "--num-prompts", "2", "--output-len", "4", "--warmup", "0"]
+        assert main(bench) == 0
+        assert main(["stop", run.run_id]) == 0
+        assert {j: s for j, _n, s in c.jobs()}[run.meta["slurm"]["job_id"]] == "CANCELLED"
+    finally:
+        SshTransport(get_host("cluster2")).disconnect()
