@@ -227,14 +227,15 @@ def test_the_header_is_what_a_real_sbatch_accepts(slurm, tmp_path):
     assert res.returncode == 0 and "to start at" in res.stderr, res.stderr
 
 
-def test_multi_node_on_slurm_is_refused_not_half_run(slurm, cluster_host, capsys):
-    """Not built yet: a group with a Slurm node is refused before anything is submitted."""
+def test_a_host_group_with_a_slurm_node_is_refused_not_half_run(slurm, cluster_host, capsys):
+    """A host group mixing a Slurm host in is refused before anything is submitted (N nodes
+    on Slurm are one job: --set server.nnodes=N, tests/integration/test_slurm_multinode.py)."""
     args = _launch_args(free_local_port())
     i = args.index("--host")
     args[i : i + 2] = ["--nodes", "cluster,local"]
     before = len(slurm.jobs())
     assert _cli(args) == 2
-    assert "multi-node runs on Slurm" in capsys.readouterr().err
+    assert "run N nodes there as one job" in capsys.readouterr().err
     assert len(slurm.jobs()) == before
     assert RunStore.open().list_runs() == []
 

@@ -174,8 +174,8 @@ class Deployment:
         slurm = [n.host.name for n in plan.nodes if n.host.is_slurm]
         if slurm and plan.grouped:
             raise ConfigError(
-                f"{slurm[0]} is a Slurm host: multi-node runs on Slurm (one job, one srun "
-                "task per node) are not supported yet; launch a single-node profile there"
+                f"{slurm[0]} is a Slurm host: a host group cannot include it; run N nodes "
+                f"there as one job: --host {slurm[0]} --set server.nnodes=N"
             )
         for node in plan.nodes:  # the simulator's own parse, before anything starts
             if node.spec.launcher == "simulator":

@@ -65,14 +65,22 @@ def launch_job_run(
             stop_run(old.run_id, store=store)
         else:
             store.update_run(old.run_id, ended_at=time.time())
+    multi = multinode(spec)  # (N, dist port): one job of N nodes, one srun task each
     run_id = new_run_id(store)
     workdir = resolve_remote_dir(t, host.resolved_workdir)
     rec, meta_json = new_run_record(run_id, host, spec, workdir, meta)
     run_dir = rec.run_dir
     store.add_run(rec)
     try:
-        _upload(t, spec, run_dir, meta_json)
-        job = submit(t, host, run_dir, run_id)
+        if multi is None:
+            _upload(t, spec, run_dir, meta_json)
+            job = submit(t, host, run_dir, run_id)
+        else:
+            node_spec, script = multinode_files(host, spec, *multi)
+            _upload(t, node_spec, run_dir, meta_json)
+            t.put(f"{run_dir}/launch.sh", node_launch_script(node_spec).encode(), mode=0o755)
+            job = submit(t, host, run_dir, run_id, script)
+            job.update(nnodes=multi[0], dist_port=multi[1])
     except BaseException:
         with contextlib.suppress(GlmserveError):
             store.update_run(run_id, state="FAILED", ended_at=time.time())
@@ -84,6 +92,57 @@ def launch_job_run(
     store.add_event(run_id, "SUBMITTED", None, job)
     say(f"run {run_id}: Slurm job {job['job_id']} ({job['job_name']}) submitted")
     return store.get_run(run_id)
+
+
+_NODE_FLAGS = ("--nnodes", "--node-rank", "--dist-init-addr", "--nccl-init-addr")
+
+
+def multinode(spec: LaunchSpec) -> tuple[int, int] | None:
+    """(nodes, dist-init port) of a profile run as one multi-node job (``--nnodes N``, N>1,
+    e.g. ``--set server.nnodes=2``); None for one node. The rank and the rendezvous host are
+    the allocation's, known only when it runs: a profile's ``--node-rank`` is refused; its
+    ``--dist-init-addr`` gives only the port (default ``--port`` + 1000, as a host group)."""
+    from glmserve.deploy.plan import DIST_PORT_OFFSET
+
+    raw = spec.flags.get_any(("--nnodes",))
+    if raw is None or raw is True:
+        return None
+    if not str(raw).isdigit() or int(raw) < 1:
+        raise ConfigError(f"profile {spec.profile}: --nnodes {raw!r} is not a node count")
+    n = int(raw)
+    if n < 2:
+        return None
+    if spec.flags.get_any(("--node-rank",)) is not None:
+        raise ConfigError(
+            f"profile {spec.profile}: --node-rank is set per node by Slurm "
+            "($SLURM_NODEID) for a multi-node job; remove it"
+        )
+    if spec.tp_size % n:
+        raise ConfigError(
+            f"profile {spec.profile}: --tp-size {spec.tp_size} does not split over {n} nodes"
+        )
+    dist = spec.flags.get_any(("--dist-init-addr", "--nccl-init-addr"))
+    port = str(dist).rpartition(":")[2] if isinstance(dist, str) else ""
+    return n, int(port) if port.isdigit() else spec.port + DIST_PORT_OFFSET
+
+
+def node_launch_script(node_spec: LaunchSpec) -> str:
+    """``launch.sh`` of a multi-node job: the rendered script of the profile without its node
+    flags, its ``exec`` line taking them as arguments (``"$@"``) from the srun task."""
+    from glmserve.config.render import render_script
+
+    return render_script(node_spec).rstrip("\n") + ' "$@"\n'
+
+
+def multinode_files(host: Any, spec: LaunchSpec, nnodes: int, port: int) -> tuple[Any, str]:
+    """(the spec every node runs, without node flags; ``job.sbatch``: ``--nodes N``, one
+    ``srun`` task per node running ``bash launch.sh --nnodes N --node-rank $SLURM_NODEID
+    --dist-init-addr <first host of the allocation>:<port>``)."""
+    from glmserve.deploy.plan import drop_flags
+    from glmserve.remote.slurm import multinode_job_script
+
+    node_spec = dataclasses.replace(spec, argv=drop_flags(spec.argv, _NODE_FLAGS))
+    return node_spec, multinode_job_script(host, nnodes, port, ["bash", "launch.sh"])
 
 
 def _diagnosis(**changes: Any) -> Any:
@@ -121,7 +180,7 @@ def wait_queue(
             if job is not None and job.running:
                 addr = node_address(t, job.nodes)
                 slurm = {**run.meta["slurm"], "nodes": job.nodes, "node_addr": addr,
-                         "queued_s": round(waited, 3)}  # fmt: skip
+                         "queued_s": round(waited, 3), "last_state": job.state}  # fmt: skip
                 run.meta["slurm"] = slurm
                 store.update_run(run.run_id, meta=run.meta)
                 store.add_event(run.run_id, "RUNNING", job.nodes, {"queued_s": waited})
@@ -158,6 +217,9 @@ def judge_end(run: RunRecord, store: RunStore, result: Any) -> Any:
     job = own.job
     if job is None:
         return result
+    if job.fields.get("source") != "sacct":  # what scontrol last said (no accounting: all)
+        run.meta["slurm"] = {**run.meta["slurm"], "last_state": f"{job.state} ({job.reason})"}
+        store.update_run(run.run_id, meta=run.meta)
     ended = scheduler_end(own)
     if ended is None or store.stop_requested(run.run_id):
         return result

@@ -33,7 +33,7 @@ from glmserve.errors import (
     StopFailed,
     StoreError,
 )
-from glmserve.remote.address import bind_host, probe_host, run_probe_host
+from glmserve.remote.address import bind_host, probe_host, run_probe_host, url_host
 from glmserve.remote.hosts import HostConfig, get_host
 from glmserve.remote.transport import READ_CHUNK, Transport, shell_path, transport_for
 from glmserve.store import RunRecord, RunStore
@@ -793,12 +793,22 @@ def open_endpoint(run_id: str) -> Iterator[str]:
 @contextlib.contextmanager
 def run_base_url(run: RunRecord, t: Transport) -> Iterator[str]:
     """The run's server from here: a Slurm job's node address when glmserve runs on the
-    login host, else the address the server binds (``run_probe_host``), through an ssh
-    ``-L`` forward when the host is remote."""
+    login host (an ssh ``-L`` forward via the login host to ``node:port`` when the login is
+    reached by ssh: the compute nodes need not be reachable from here), else the address
+    the server binds (``run_probe_host``), through an ssh ``-L`` forward when remote."""
     addr = (run.meta.get("slurm") or {}).get("node_addr")
     if addr and t.host.is_local:
         host = f"[{addr}]" if ":" in addr else addr
         yield f"http://{host}:{int(run.port)}"
+        return
+    if addr:  # a Slurm login host over ssh: the node, directly or forwarded via the login
+        from glmserve.remote.slurm import reach_directly
+
+        if reach_directly(t.host, addr, int(run.port)):
+            yield f"http://{url_host(addr)}:{int(run.port)}"
+            return
+        with t.endpoint(run.port, addr) as base:  # to the node, not the login's loopback
+            yield base
         return
     with t.endpoint(run.port, run_probe_host(run.spec)) as base:  # the address it binds
         yield base

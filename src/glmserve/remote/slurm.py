@@ -162,10 +162,14 @@ def submit_command(run_dir: str, run_id: str) -> str:
     )
 
 
-def submit(t: Transport, host: HostConfig, run_dir: str, run_id: str) -> dict[str, Any]:
-    """Write ``job.sbatch`` and submit it; the job's record (id, name, user, submit time,
-    cluster) for the run's ``meta["slurm"]``. RemoteCommandError when sbatch refuses."""
-    t.put(f"{run_dir}/{JOB_SCRIPT}", job_script(host).encode(), mode=0o755)
+def submit(
+    t: Transport, host: HostConfig, run_dir: str, run_id: str, script: str | None = None
+) -> dict[str, Any]:
+    """Write ``job.sbatch`` (``script``, default :func:`job_script`) and submit it; the job's
+    record (id, name, user, submit time, cluster) for the run's ``meta["slurm"]``.
+    RemoteCommandError when sbatch refuses."""
+    body = job_script(host) if script is None else script
+    t.put(f"{run_dir}/{JOB_SCRIPT}", body.encode(), mode=0o755)
     res = t.run(submit_command(run_dir, run_id), timeout=60)
     if not res.ok:
         raise RemoteCommandError(res, what=f"sbatch on {host.name}")
@@ -203,7 +207,7 @@ def job_info(t: Transport, job_id: str) -> JobInfo | None:
     return next((j for j in map(parse_job, res.stdout.splitlines()) if j), None)
 
 
-def mismatch(rec: dict[str, Any], info: JobInfo) -> str | None:
+def mismatch(rec: dict[str, Any], info: JobInfo, script: bool = True) -> str | None:
     """Why ``info`` is not the recorded job (None: it is): name, user, submit time and the
     job script's path (the run's own folder: a job of the same name submitted in the same
     second by the same user still differs there)."""
@@ -213,6 +217,8 @@ def mismatch(rec: dict[str, Any], info: JobInfo) -> str | None:
         ("submit_time", info.submit_time),
         ("command", info.fields.get("Command", "")),
     ):
+        if key == "command" and not script:  # sacct has no Command (checked by WorkDir)
+            continue
         if rec.get(key) != seen:
             return f"its {key.replace('_', ' ')} is {seen!r}, not the recorded {rec.get(key)!r}"
     return None
@@ -229,6 +235,23 @@ def node_address(t: Transport, nodes: str) -> str | None:
     res = t.run(cmd, timeout=30)
     m = re.search(r"(?:^|\s)NodeAddr=(\S+)", res.stdout)
     return m.group(1) if res.ok and m else None
+
+
+def reach_directly(host: HostConfig, addr: str, port: int, timeout: float = 1.0) -> bool:
+    """Whether glmserve talks to a job's server at ``addr:port`` itself rather than through
+    an ssh forward via the login host: ``slurm.reach`` (direct/forward), or for ``auto``
+    whether a TCP connect from here succeeds (compute nodes are often on a network only
+    the login host sees; a forward adds the tunnel to every measured request)."""
+    import socket
+
+    mode = host.slurm.reach if host.slurm else "auto"
+    if mode != "auto":
+        return mode == "direct"
+    try:
+        socket.create_connection((addr, port), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
 
 
 @dataclass
@@ -266,6 +289,28 @@ def scheduler_end(own: Ownership) -> tuple[str, str, str | None] | None:
     )
 
 
+def forgotten_job(t: Transport, rec: dict[str, Any]) -> JobOwnership:
+    """A job slurmctld no longer lists (after ``MinJobAge``): its final state from ``sacct``
+    when the cluster keeps accounting and the row is this run's job (name, user, submit time,
+    and the run's folder as its WorkDir); else no job, the reason naming what ``scontrol``
+    last said (``rec["last_state"]``, recorded by the watch) and why sacct could not say."""
+    from glmserve.remote.slurm_acct import accounting_job
+
+    jid = str(rec["job_id"])
+    info, why_not = accounting_job(t, jid)
+    if info is not None:
+        rec_dir = str(rec.get("command", "")).rsplit("/", 1)[0]
+        why = mismatch({k: v for k, v in rec.items() if k != "command"}, info, script=False)
+        if not why and rec_dir and info.fields.get("WorkDir") not in ("", rec_dir):
+            why = f"its work dir is {info.fields.get('WorkDir')!r}, not {rec_dir!r}"
+        if why:
+            return JobOwnership([], f"job {jid} in sacct is not this run's: {why}")
+        return JobOwnership([], f"job {jid} {info.state} (sacct)", job=info)
+    last = rec.get("last_state")
+    seen = f"; scontrol last said {last}" if last else ""
+    return JobOwnership([], f"job {jid} is no longer known to slurmctld ({why_not}{seen})")
+
+
 def job_ownership(t: Transport, run: RunRecord) -> JobOwnership:
     """The run's job, if it is still the recorded one (same name, user, submit time)."""
     rec = job_record(run)
@@ -273,7 +318,7 @@ def job_ownership(t: Transport, run: RunRecord) -> JobOwnership:
         return JobOwnership([], "never submitted")
     info = job_info(t, str(rec["job_id"]))
     if info is None:
-        return JobOwnership([], f"job {rec['job_id']} is no longer known to slurmctld")
+        return forgotten_job(t, rec)
     why = mismatch(rec, info)
     if why:
         return JobOwnership([], f"job {rec['job_id']} is not this run's: {why}")

@@ -19,7 +19,7 @@ same trust rules as ssh options hold:
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -80,7 +80,7 @@ _DANGER = {
     "mail-user": "mails job events to an address",
     "dependency": "ties the job to other jobs",
     "array": "submits many jobs",
-    "nodes": "multi-node runs are the plan's (--nodes), not a host option",
+    "nodes": "a multi-node run is the profile's (--set server.nnodes=N), not a host option",
 }
 
 
@@ -122,6 +122,12 @@ class SlurmOptions(BaseModel):
     constraint: str | None = None
     clusters: str | None = Field(None, description="sbatch --clusters; user's hosts.yaml only")
     sbatch_options: dict[str, str] = Field(default_factory=dict)
+    reach: Literal["auto", "direct", "forward"] = Field(
+        "auto",
+        description="how glmserve reaches a job's server when login is an ssh target: "
+        "direct to the node's address, an ssh forward via the login host, or auto (direct "
+        "when the node's address:port answers a TCP connect from here, else the forward)",
+    )
 
     @field_validator("partition", "account", "qos", "clusters", mode="before")
     @classmethod
