@@ -31,7 +31,8 @@ async def one_stream_with_busy_loop(url: str, block_s: float) -> StreamRecord:
     async with make_client(1, stall_timeout=30.0) as client:
         rec = StreamRecord(dispatch=time.perf_counter())
         task = asyncio.ensure_future(stream_request(client, url, req, "native", rec))
-        await asyncio.sleep(0.005)  # the request is on the wire
+        while rec.send is None:  # until the request is on the wire (the first token is ~5 ms
+            await asyncio.sleep(0)  # away: the block must start before it arrives)
         time.sleep(block_s)  # the loop is busy (CPU contention, a GC pause, other streams)
         return await task
 
