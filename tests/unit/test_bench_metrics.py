@@ -268,3 +268,31 @@ def test_property_rate_exact_for_any_chunking(n, k, itl, ttft):
     else:
         assert m.tpot is None
     assert len(token_times(uniform_stream(1.0, ttft, itl, n, per_chunk=k))) == n
+
+
+def late_first_read_stream(itl: float = 0.02, n: int = 16, late_reads: int = 6) -> StreamRecord:
+    """A server emitting one token every ``itl`` (50 tok/s) to a client whose event loop was
+    busy when the first chunks arrived: the first ``late_reads`` chunks sat in the socket and
+    came out of one read (one ``data_received``, so one timestamp), later ones on time."""
+    emit = [0.1 + i * itl for i in range(n)]
+    caught_up = emit[late_reads - 1]
+    times = [caught_up] * late_reads + emit[late_reads:]
+    counts = list(range(1, n + 1))
+    return StreamRecord(
+        dispatch=0.0, send=0.0, chunk_times=times, chunk_tokens=counts, completion_tokens=n,
+        end=emit[-1],
+    )  # fmt: skip
+
+
+def test_chunks_of_one_late_read_do_not_inflate_decode_rate():
+    """68.7 tok/s reported for a 51.9 tok/s config: a late first read compressed the stream's
+    decode span while its tokens still counted. Chunks read together were emitted earlier,
+    at unknown times: only the read's last (freshest) count is trusted at that stamp."""
+    rec = late_first_read_stream()
+    m = stream_metrics(rec)
+    assert m.decode_tok_s == pytest.approx(50.0)  # the server's rate, not 15 / 0.2 s = 75
+    assert all(x == pytest.approx(0.02) for x in m.itls)  # no zero gaps from the burst
+    assert m.ttft == pytest.approx(0.2)  # the client first saw a token at the read
+    lvl = level_metrics([rec], concurrency=1)
+    assert lvl.decode_tok_s["p50"] == pytest.approx(50.0)
+    assert lvl.output_tokens == 16

@@ -211,3 +211,14 @@ def test_a_static_fraction_too_low_for_any_kv_pool_is_sglangs_own_refusal_at_kv(
     o = options.parse(["--model-path", "m", "--tp-size", "8", "--mem-fraction-static", "0.5"])
     assert costmodel.pool_tokens(o.model, o.shape) <= 0
     assert (o.crash_kind, o.crash_at) == ("kv_no_memory", "kv")
+
+
+@pytest.mark.parametrize("flag", ["--sim-step-jitter", "--sim-run-variation"])
+def test_a_spread_past_one_is_refused_not_a_stalled_server(flag):
+    """exp(N(0, 50)) made one step last e^100 s: the server looked stalled for no stated
+    reason. The spreads are relative (0.05 is about +-5%); past 1 is refused, naming the flag."""
+    with pytest.raises(
+        SimUsageError, match=rf"{flag}: expected a number within \[0, 1\], got 50.0"
+    ):
+        options.parse(["--model-path", "m", flag, "50"], env={})
+    assert options.parse(["--model-path", "m", flag, "1"], env={}) is not None

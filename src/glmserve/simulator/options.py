@@ -396,9 +396,12 @@ def _check_numbers(sim: argparse.Namespace, server: argparse.Namespace) -> None:
         ("--sim-run-variation", sim.sim_run_variation, 0.0, 1.0),
         ("--sim-step-jitter", sim.sim_step_jitter, 0.0, 1.0),
     ]
-    for flag, value, lo, _hi in checks:
+    for flag, value, lo, hi in checks:
         if value is not None and not (math.isfinite(value) and value >= lo):
             raise SimUsageError(f"{flag}: expected a finite number >= {lo:g}, got {value!r}")
+        # a spread of SD 50 multiplied a step by exp(N(0, 50)): a server stalled for ages
+        if value is not None and value > hi:
+            raise SimUsageError(f"{flag}: expected a number within [{lo:g}, {hi:g}], got {value!r}")
     # SGLang takes any float here; a fraction past the GPU is modelled (CUDA OOM at start),
     # but NaN/inf/<= 0 would only surface as an unrelated error deep in pool sizing.
     mfs = server.mem_fraction_static
