@@ -1,0 +1,82 @@
+"""Verbs generated from a stage's options model (``glmserve.cli.generate``): the typer
+parameters are the model's fields, and no default or bound is written a second time."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import typer.main
+
+from glmserve.bench.options import BenchOptions
+
+CLI = Path(__file__).resolve().parents[2] / "src" / "glmserve" / "cli"
+# verb -> (its options model, the verb's own rendering parameters)
+VERBS = {"bench": (BenchOptions, {"wide", "as_json"})}
+
+
+def _click_params(verb: str) -> dict:
+    from glmserve.cli import app
+
+    root = typer.main.get_command(app)
+    return {p.name: p for p in root.commands[verb].params}
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
+def test_generated_parameters_are_the_models(verb):
+    model, own = VERBS[verb]
+    params = _click_params(verb)
+    fields = {name: (info, spec) for name, info, spec in model.cli_fields()}
+    assert set(params) == set(fields) | own
+    for name, (info, spec) in fields.items():
+        p = params[name]
+        default = info.get_default(call_default_factory=True)
+        assert p.default == (default if not isinstance(default, list) else list(default) or None
+                             ) or (p.default in ((), []) and default == []), name  # fmt: skip
+        if spec.argument:
+            assert p.param_type_name == "argument", name
+            continue
+        flags = [f for fl in spec.flags for f in fl.split("/")]
+        assert [*p.opts, *p.secondary_opts] == flags, name
+        assert getattr(p, "min", None) == spec.min, name
+        assert getattr(p, "max", None) == spec.max, name
+        assert (p.help or "").split()[:3] == spec.help.split()[:3], name
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
+def test_a_generated_verb_writes_no_default_of_its_own(verb):
+    """The verb function declares only its rendering options: a model field re-declared in
+    cli/*_cmds.py (with a literal default) would be a second place for that default."""
+    own = VERBS[verb][1]
+    for path in CLI.glob("*_cmds.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name == verb:
+                names = {a.arg for a in node.args.args[1:] + node.args.kwonlyargs}
+                assert names == own, (path.name, names - own)
+                assert "typer.Option(" not in ast.get_source_segment(path.read_text(), node)
+                return
+    pytest.fail(f"verb {verb} not found")
+
+
+def test_the_parameter_check_can_fail():
+    """A model default changed after generation is seen by the comparison."""
+    params = _click_params("bench")
+    assert params["input_len"].default == BenchOptions.default("input_len")
+    assert params["stall_timeout"].default != BenchOptions.default("stall_timeout") + 1
+
+
+def test_shared_defaults_are_declared_once():
+    """``--output-len``/``--input-len``/``--stall-timeout`` defaults come from bench/options.py:
+    the runner's settings read them rather than repeat the numbers."""
+    import dataclasses
+
+    from glmserve.bench import options as bo
+    from glmserve.bench.runner import BenchSettings
+
+    f = {x.name: x.default for x in dataclasses.fields(BenchSettings)}
+    assert (f["input_len"], f["output_len"], f["stall_timeout"]) == (
+        bo.DEFAULT_INPUT_LEN, bo.DEFAULT_OUTPUT_LEN, bo.DEFAULT_STALL_TIMEOUT)  # fmt: skip
+    src = (CLI.parent / "bench" / "runner.py").read_text()
+    for lit in ("input_len: int = 128", "output_len: int = 256", "stall_timeout: float = 120"):
+        assert lit not in src, lit
