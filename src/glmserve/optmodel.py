@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -53,11 +53,17 @@ class Options(BaseModel):
     and closed (a field the model does not declare is a programming error, not ignored)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    # The order ``--help`` lists the fields in, where composing models would list the
+    # smaller model's first; unlisted fields follow in declaration order.
+    cli_order: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def cli_fields(cls) -> Iterator[tuple[str, Any, Opt]]:
         """``(name, FieldInfo, Opt)`` of every field given on the command line, in order."""
-        for name, info in cls.model_fields.items():
+        names = list(cls.model_fields)
+        rank = {n: i for i, n in enumerate(cls.cli_order)}
+        for name in sorted(names, key=lambda n: (rank.get(n, len(rank)), names.index(n))):
+            info = cls.model_fields[name]
             spec = next((m for m in info.metadata if isinstance(m, Opt)), None)
             if spec is not None:
                 yield name, info, spec
@@ -66,3 +72,9 @@ class Options(BaseModel):
     def default(cls, name: str) -> Any:
         """The declared default of field ``name`` (for a caller outside the CLI)."""
         return cls.model_fields[name].get_default(call_default_factory=True)
+
+
+def same_as(model: type[Options], name: str) -> Opt:
+    """The ``Opt`` of ``model``'s field ``name``: a larger stage that composes ``model`` and
+    needs another default re-declares only the default, with the flags and help it had."""
+    return next(m for m in model.model_fields[name].metadata if isinstance(m, Opt))

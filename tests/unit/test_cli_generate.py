@@ -10,10 +10,16 @@ import pytest
 import typer.main
 
 from glmserve.bench.options import BenchOptions
+from glmserve.sweep.options import SweepCommand
+from glmserve.tune.options import TuneCommand
 
 CLI = Path(__file__).resolve().parents[2] / "src" / "glmserve" / "cli"
 # verb -> (its options model, the verb's own rendering parameters)
-VERBS = {"bench": (BenchOptions, {"wide", "as_json"})}
+VERBS = {
+    "bench": (BenchOptions, {"wide", "as_json"}),
+    "sweep": (SweepCommand, {"as_json"}),
+    "tune": (TuneCommand, {"as_json"}),
+}
 
 
 def _click_params(verb: str) -> dict:
@@ -49,7 +55,7 @@ def test_a_generated_verb_writes_no_default_of_its_own(verb):
     """The verb function declares only its rendering options: a model field re-declared in
     cli/*_cmds.py (with a literal default) would be a second place for that default."""
     own = VERBS[verb][1]
-    for path in CLI.glob("*_cmds.py"):
+    for path in CLI.glob("*_cmd*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef) and node.name == verb:
                 names = {a.arg for a in node.args.args[1:] + node.args.kwonlyargs}
@@ -80,3 +86,37 @@ def test_shared_defaults_are_declared_once():
     src = (CLI.parent / "bench" / "runner.py").read_text()
     for lit in ("input_len: int = 128", "output_len: int = 256", "stall_timeout: float = 120"):
         assert lit not in src, lit
+
+
+def test_stage_defaults_are_the_models():
+    """The stored sweep options (sweep.json) default to what the sweep verb declares, and a
+    stage's differing default (60 s stall) is declared once, in sweep/options.py."""
+    from glmserve.sweep.options import STAGE_STALL_TIMEOUT
+    from glmserve.sweep.state import SweepOptions
+
+    stored = SweepOptions()
+    for field, stored_as in (("input_len", "input_len"), ("output_len", "output_len"),
+                             ("stall_timeout", "stall_timeout_s"), ("repeat", "repeat"),
+                             ("max_parallel", "max_parallel")):  # fmt: skip
+        assert getattr(stored, stored_as) == SweepCommand.default(field), field
+    assert stored.concurrency == [int(x) for x in SweepCommand.default("concurrency").split(",")]
+    assert SweepCommand.default("stall_timeout") == STAGE_STALL_TIMEOUT
+    src = (CLI.parent / "sweep" / "state.py").read_text()
+    for lit in ("input_len: int = 128", "output_len: int = 256", "stall_timeout_s: float = 60"):
+        assert lit not in src, lit
+
+
+def test_tune_defaults_are_the_models():
+    """A tune's stored options default to its verb's: 64 output tokens (its override, declared
+    once in tune/options.py), the stage's 60 s stall and 3 repeats."""
+    from glmserve.sweep.options import STAGE_STALL_TIMEOUT
+    from glmserve.tune.options import TUNE_OUTPUT_LEN
+    from glmserve.tune.runner import TuneOptions
+
+    stored = TuneOptions()
+    assert stored.output_len == TuneCommand.default("output_len") == TUNE_OUTPUT_LEN
+    assert stored.input_len == TuneCommand.default("input_len") == BenchOptions.default("input_len")
+    assert stored.repeat == TuneCommand.default("repeat")
+    assert stored.host_lost_s == TuneCommand.default("host_lost_after")
+    assert stored.stall_timeout_s == STAGE_STALL_TIMEOUT
+    assert "stall_timeout" not in TuneCommand.model_fields  # no --stall-timeout on tune

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from glmserve.errors import ConfigError
-from glmserve.optmodel import Options, arg, opt
+from glmserve.optmodel import Options, arg, opt, same_as
 
 # Defaults shared with the stages that bench (sweep, tune): declared here, once.
 DEFAULT_INPUT_LEN = 128
@@ -32,6 +32,39 @@ DATASET_NAMES = ("random", "sharegpt")
 # Labels are stored with every result and shown in every listing: a 120 KB label was taken.
 MAX_LABEL_CHARS = 256
 MAX_LABELS = 32
+
+
+# --------------------------------------------------------------------------- composed load
+# A sweep and a tune bench every server they launch: the load shape they share is declared
+# here, once, and composed (inherited) by their options models.
+STAGE_REPEAT = 3  # a sweep's or tune's bench N times per server: medians, intervals (vLLM: 3)
+
+
+class LoadOptions(Options):
+    """The bench a sweep or tune runs on each server (``--input-len``... ``--repeat``)."""
+
+    input_len: Annotated[
+        int,
+        opt(
+            "--input-len", "--random-input-len", help="Prompt tokens per request (random prompts)."
+        ),
+    ] = DEFAULT_INPUT_LEN
+    output_len: Annotated[
+        int,
+        opt("--output-len", "--random-output-len", help="Output tokens per request (ignore_eos)."),
+    ] = DEFAULT_OUTPUT_LEN
+    num_prompts: Annotated[
+        int | None,
+        opt("--num-prompts", help="Requests per level (default: decode 5, concurrency 2 x level)."),
+    ] = None
+    max_excess_nll: Annotated[
+        float | None,
+        opt("--max-excess-nll", help="WRONG_OUTPUT above this many nats/token (default 0.1)."),
+    ] = None
+    min_greedy_agreement: Annotated[
+        float | None,
+        opt("--min-greedy-agreement", help="WRONG_OUTPUT below this mean agreement (0.25)."),
+    ] = None
 
 
 class BenchOptions(Options):
@@ -57,12 +90,7 @@ class BenchOptions(Options):
         str | None,
         opt("--concurrency", help="Concurrency levels to bench, a comma list like 1,4,16."),
     ] = None
-    input_len: Annotated[
-        int,
-        opt(
-            "--input-len", "--random-input-len", help="Prompt tokens per request (random prompts)."
-        ),
-    ] = DEFAULT_INPUT_LEN
+    input_len: Annotated[int, same_as(LoadOptions, "input_len")] = DEFAULT_INPUT_LEN
     output_len: Annotated[
         int | None,
         opt(
@@ -85,10 +113,7 @@ class BenchOptions(Options):
             help="bench_serving's: --output-len for --dataset-path prompts (ignored without).",
         ),
     ] = None
-    num_prompts: Annotated[
-        int | None,
-        opt("--num-prompts", help="Requests per level (default: decode 5, concurrency 2 x level)."),
-    ] = None
+    num_prompts: Annotated[int | None, same_as(LoadOptions, "num_prompts")] = None
     duration: Annotated[float | None, opt("--duration", help="Seconds per level instead.")] = None
     warmup: Annotated[
         int,
@@ -195,14 +220,10 @@ class BenchOptions(Options):
             "--probe); WRONG_OUTPUT fails the output-agreement gate (exit 1).",
         ),
     ] = None
-    max_excess_nll: Annotated[
-        float | None,
-        opt("--max-excess-nll", help="WRONG_OUTPUT above this many nats/token (default 0.1)."),
-    ] = None
-    min_greedy_agreement: Annotated[
-        float | None,
-        opt("--min-greedy-agreement", help="WRONG_OUTPUT below this mean agreement (0.25)."),
-    ] = None
+    max_excess_nll: Annotated[float | None, same_as(LoadOptions, "max_excess_nll")] = None
+    min_greedy_agreement: Annotated[float | None, same_as(LoadOptions, "min_greedy_agreement")] = (
+        None
+    )
     repeat: Annotated[
         int, opt("--repeat", help="Run the bench N times on the server: medians, 95% intervals.")
     ] = 1

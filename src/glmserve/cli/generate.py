@@ -29,7 +29,7 @@ def parameter(name: str, info: Any, spec: Opt) -> inspect.Parameter:
     if spec.metavar is not None:
         kw["metavar"] = spec.metavar
     if spec.callback is not None:
-        kw["callback"] = spec.callback
+        kw["callback"] = _usage_errors(spec.callback)
     if spec.argument:
         info_obj = typer.Argument(default, **kw)
     else:
@@ -72,3 +72,26 @@ def from_options(model: type[Options]) -> Callable[[Callable[..., Any]], Callabl
         return verb
 
     return decorate
+
+
+def _usage_errors(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A model's parse-time check (ValueError) as click's usage error (exit 2, the flag named)."""
+
+    def callback(value: Any) -> Any:
+        try:
+            return check(value)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+
+    return callback
+
+
+def annotated(model: type[Options], name: str) -> Any:
+    """``Annotated[type, typer.Option(...)]`` of one model field, for a verb not generated
+    from that model that takes the same option (``--set`` on ``launch``): spelled once."""
+    info = model.model_fields[name]
+    spec = next(m for m in info.metadata if isinstance(m, Opt))
+    param = parameter(name, info, spec)
+    opt_info = param.default
+    opt_info.default = ...  # the verb's own default (or the model's, given in its signature)
+    return typing.Annotated[info.annotation, opt_info]

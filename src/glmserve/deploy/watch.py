@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from glmserve.deploy.options import DEFAULT_READY_TIMEOUT
 from glmserve.diagnose import (
     Category,
     Diagnosis,
@@ -62,7 +63,7 @@ from glmserve.store import RunRecord, RunStore
 DEFAULT_POLL_S = 1.0
 # No verdict this long after the watch began: TIMEOUT (exit 4), so a hang that still logs
 # something can never hold a CI job forever. ``--timeout`` changes it, ``--timeout 0`` drops it.
-DEFAULT_DEADLINE_S = 7200.0
+DEFAULT_DEADLINE_S = DEFAULT_READY_TIMEOUT  # deploy.options: declared once
 RECONNECT_GIVE_UP_S = 120.0  # a connection down this long ends the watch (exit 5)
 _SEP = "--glmserve-poll-sep--"
 
