@@ -10,6 +10,7 @@ import pytest
 import typer.main
 
 from glmserve.bench.options import BenchOptions
+from glmserve.deploy.options import LaunchOptions
 from glmserve.sweep.options import SweepCommand
 from glmserve.tune.options import TuneCommand
 
@@ -19,6 +20,7 @@ VERBS = {
     "bench": (BenchOptions, {"wide", "as_json"}),
     "sweep": (SweepCommand, {"as_json"}),
     "tune": (TuneCommand, {"as_json"}),
+    "launch": (LaunchOptions, {"json_out"}),
 }
 
 
@@ -37,9 +39,13 @@ def test_generated_parameters_are_the_models(verb):
     assert set(params) == set(fields) | own
     for name, (info, spec) in fields.items():
         p = params[name]
-        default = info.get_default(call_default_factory=True)
-        assert p.default == (default if not isinstance(default, list) else list(default) or None
-                             ) or (p.default in ((), []) and default == []), name  # fmt: skip
+        default = None if info.is_required() else info.get_default(call_default_factory=True)
+        if info.is_required():
+            assert p.required and p.default is None, name
+        elif isinstance(default, list):  # a repeatable option: typer's () or [] for "none"
+            assert default == [] and p.default in ((), [], None), name
+        else:
+            assert p.default == default and not p.required, name
         if spec.argument:
             assert p.param_type_name == "argument", name
             continue

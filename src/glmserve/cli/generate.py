@@ -22,7 +22,7 @@ from glmserve.optmodel import Opt, Options
 
 def parameter(name: str, info: Any, spec: Opt) -> inspect.Parameter:
     """The typer parameter of one model field."""
-    default = info.get_default(call_default_factory=True)
+    default = ... if info.is_required() else info.get_default(call_default_factory=True)
     if isinstance(default, list):
         default = tuple(default)  # typer hands a list either way; never a shared one
     kw: dict[str, Any] = {"help": spec.help}

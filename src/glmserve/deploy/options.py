@@ -7,7 +7,7 @@ derived from these fields, so ``--set`` means and reads the same on every verb.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -75,3 +75,56 @@ class ReleaseOptions(Options):
             callback=release_given,
         ),
     ] = None
+
+
+class PlaceOptions(Options):
+    """Where a stage's servers run: one host, or a host group (``launch``, ``sweep``)."""
+
+    host: Annotated[
+        str | None, opt("--host", "-H", help="Host from hosts.yaml (default local).")
+    ] = None
+    nodes: Annotated[
+        str | None,
+        opt("--nodes", help="Host group a,b (node 0 first): one server over several nodes."),
+    ] = None
+
+
+DEFAULT_POLL_S = 1.0  # --poll: seconds between reads of the log
+
+
+class LaunchOptions(StartOptions, PlaceOptions):
+    """``glmserve launch``'s options (``--json`` is rendering only)."""
+
+    cli_order = ("profile", "host", "sets", "simulate", "no_wait", "replace", "timeout",
+                 "stall_timeout", "stall_budgets", "poll", "nodes")  # fmt: skip
+
+    profile: Annotated[str, opt("--profile", "-p", help="Profile name or YAML path.")]
+    no_wait: Annotated[bool, opt("--no-wait", help="Start and return at once.")] = False
+    replace: Annotated[bool, opt("--replace", help="Stop a live run on that port first.")] = False
+    stall_timeout: Annotated[
+        float | None,
+        opt(
+            "--stall-timeout",
+            help="Seconds without log progress = STALLED, every phase (default per phase).",
+        ),
+    ] = None
+    poll: Annotated[float, opt("--poll", help="Seconds between reads of the log.", min=0.05)] = (
+        DEFAULT_POLL_S
+    )
+
+    def plan(self) -> tuple[Any, Any]:
+        """``(Plan, stall budgets)``: the deployment to launch, every option checked first
+        (a typo fails before anything starts). ConfigError names the flag."""
+        from glmserve.deploy.plan import parse_nodes, plan
+        from glmserve.deploy.watch import check_stall_timeout, parse_stall_budgets
+
+        budgets = parse_stall_budgets(self.stall_budgets)
+        check_stall_timeout(self.stall_timeout)
+        p = plan(
+            self.profile,
+            host=self.host,
+            nodes=parse_nodes(self.nodes),
+            overrides=list(self.sets),
+            simulate=self.simulate,
+        )
+        return p, budgets

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from glmserve.bench.options import STAGE_REPEAT, LoadOptions
-from glmserve.deploy.options import StartOptions
+from glmserve.deploy.options import PlaceOptions, StartOptions
 from glmserve.errors import ConfigError
 from glmserve.optmodel import opt
 
@@ -37,7 +37,7 @@ class StageOptions(LoadOptions, StartOptions):
     ] = None
 
 
-class SweepCommand(StageOptions):
+class SweepCommand(StageOptions, PlaceOptions):
     """``glmserve sweep``'s options (``--json`` is rendering only)."""
 
     stall_timeout: Annotated[
@@ -57,13 +57,6 @@ class SweepCommand(StageOptions):
             "--profiles",
             help="Comma-separated profiles, in order (the first success is 1.00x).",
         ),
-    ] = None
-    host: Annotated[
-        str | None, opt("--host", "-H", help="Host from hosts.yaml (default local).")
-    ] = None
-    nodes: Annotated[
-        str | None,
-        opt("--nodes", help="Host group a,b (node 0 first): one server over several nodes."),
     ] = None
     bench: Annotated[
         list[str], opt("--bench", help="decode and/or concurrency (repeatable; default decode).")
