@@ -126,3 +126,24 @@ def test_tune_defaults_are_the_models():
     assert stored.host_lost_s == TuneCommand.default("host_lost_after")
     assert stored.stall_timeout_s == STAGE_STALL_TIMEOUT
     assert "stall_timeout" not in TuneCommand.model_fields  # no --stall-timeout on tune
+
+
+def test_bench_validates_its_settings_once(capsys, monkeypatch, tmp_path):
+    """Issue 21: the verb validated twice when it had a note to say (dataset prompts without
+    --tokenizer), once before the note and again in run_bench; BenchOptions.plan() is the one
+    validation, and run_bench is told so."""
+    from tests.fixtures.cli import run_cli
+
+    from glmserve.bench import session
+
+    calls = []
+    real = session.validate_settings
+    monkeypatch.setattr(session, "validate_settings", lambda *a: calls.append(a) or real(*a))
+    data = tmp_path / "d.txt"
+    data.write_text("hello there\nanother prompt\n")
+    code, _out, err = run_cli(
+        capsys, "bench", "--url", "http://127.0.0.1:9", "--dataset-path", str(data)
+    )
+    assert "every dataset prompt asks for 256 output tokens" in err  # the note was said
+    assert code == 5, err  # nothing listens: the bench ran, and found no server
+    assert len(calls) == 1
