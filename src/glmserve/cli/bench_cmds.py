@@ -24,7 +24,7 @@ from glmserve.errors import BenchInterrupted, BenchmarkGateFailed, ConfigError, 
 
 
 @app.command()
-@from_options(BenchOptions)
+@from_options(BenchOptions, after="gpu_telemetry")
 def bench(opts: BenchOptions, wide: WideOpt = False, as_json: JsonOpt = False) -> None:
     """Measure decode tok/s (one stream) or throughput under concurrency; store the result.
 

@@ -47,9 +47,12 @@ def parameters(model: type[Options]) -> list[inspect.Parameter]:
     return [parameter(name, info, spec) for name, info, spec in model.cli_fields()]
 
 
-def from_options(model: type[Options]) -> Callable[[Callable[..., Any]], Callable[..., None]]:
+def from_options(
+    model: type[Options], after: str | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., None]]:
     """Decorate ``fn(opts: model, **own)``: its typer signature is the model's fields, then
-    ``fn``'s own keyword parameters (rendering: ``--json``, ``--wide``)."""
+    ``fn``'s own keyword parameters (rendering: ``--json``, ``--wide``), or those right after
+    the field ``after`` (where ``--help`` has always listed them)."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., None]:
         hints = typing.get_type_hints(fn, include_extras=True)
@@ -65,7 +68,8 @@ def from_options(model: type[Options]) -> Callable[[Callable[..., Any]], Callabl
             mine = {k: values.pop(k) for k in own_names}
             fn(model(**values), **mine)
 
-        params = [*fields, *own]
+        at = next((i + 1 for i, p in enumerate(fields) if p.name == after), len(fields))
+        params = [*fields[:at], *own, *fields[at:]]
         verb.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
         verb.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
         del verb.__wrapped__  # typer must read the generated signature, not fn's

@@ -65,7 +65,7 @@ def check(
 
 # -- launch ------------------------------------------------------------------------------------
 @app.command()
-@from_options(LaunchOptions)
+@from_options(LaunchOptions, after="poll")
 def launch(opts: LaunchOptions, json_out: JsonOpt = False) -> None:
     """Start a run (nohup + setsid, recorded) and wait for READY; exit 3 crashed, 4 stalled.
     A profile with `nodes:` (or --nodes) starts one run per node as a group.
