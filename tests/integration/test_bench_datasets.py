@@ -213,7 +213,7 @@ def test_repeated_dataset_prompts_are_noted(capsys, start_simulator, tmp_path):
 def test_random_and_sharegpt_output_lens_apply_to_their_own_prompts():
     """bench_serving's --random-output-len is ignored for a ShareGPT file and
     --sharegpt-output-len for random prompts; --output-len is both (refused beside either)."""
-    from glmserve.cli.bench_cmds import pick_output_len
+    from glmserve.bench.options import pick_output_len
 
     assert pick_output_len(None, 1024, None, "d.json") is None  # the replies' lengths
     assert pick_output_len(None, 1024, 64, "d.json") == 64

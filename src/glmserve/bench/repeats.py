@@ -156,6 +156,7 @@ def run_repeated(
     repeat: int = 1,
     gate_on: str = "median",
     store_result: bool = True,
+    validated: bool = False,
 ) -> Any:
     """``run_bench`` ``repeat`` times on one server, merged and stored once (a BenchOutcome).
 
@@ -164,11 +165,12 @@ def run_repeated(
     from glmserve.bench.results import evaluate_gates
     from glmserve.bench.session import BenchOutcome, Gates, run_bench
 
-    check_repeat(repeat, gate_on, getattr(settings, "rate_sweep", None))
+    if not validated:
+        check_repeat(repeat, gate_on, getattr(settings, "rate_sweep", None))
     if repeat == 1 and gate_on == "median":
         return run_bench(
             settings, run_id, gates, progress, store_result=store_result, labels=labels,
-            probe=probe,
+            probe=probe, validated=validated,
         )  # fmt: skip
     pristine = copy.copy(settings)
     outcomes = []
@@ -178,7 +180,7 @@ def run_repeated(
             s.warmup = 0
         o = run_bench(
             s, run_id, Gates(), progress, store_result=False, labels=labels,
-            probe=probe if i == repeat - 1 else None,
+            probe=probe if i == repeat - 1 else None, validated=validated,
         )  # fmt: skip
         outcomes.append(o)
         settings.model, settings.base_url = s.model, s.base_url  # as run_bench leaves them

@@ -39,6 +39,7 @@ import httpx
 
 from glmserve.bench.client import make_client, prepare_request, stream_request
 from glmserve.bench.metrics import StreamRecord
+from glmserve.bench.options import DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_STALL_TIMEOUT
 from glmserve.bench.progress import Progress
 from glmserve.bench.workload import (
     Request,
@@ -67,14 +68,14 @@ class BenchSettings:
     base_url: str
     mode: str = "decode"  # "decode" | "concurrency"
     concurrency: list[int] = field(default_factory=lambda: [1])
-    input_len: int = 128
-    output_len: int = 256
+    input_len: int = DEFAULT_INPUT_LEN  # bench.options: the one place of these defaults
+    output_len: int = DEFAULT_OUTPUT_LEN
     num_prompts: int | None = None  # per level; default: decode 5, concurrency 2 x level
     duration: float | None = None  # per level, seconds (instead of num_prompts)
     warmup: int = 1
     api: str = "native"
     seed: int = 0
-    stall_timeout: float = 120.0
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT
     workers: int | None = None  # client processes per level; None = auto
     model: str | None = None  # OpenAI "model" field; None = first of /v1/models
     request_rate: list[float] | None = None  # open loop: one level per rate (req/s)
@@ -883,7 +884,7 @@ def keep_in_flight(
     stop: threading.Event,
     records: list[StreamRecord],
     api: str = "native",
-    stall_timeout: float = 120.0,
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT,
 ) -> str | None:
     """Load for a measurement taken elsewhere (``glmserve profile``): the closed loop keeps
     ``slots`` streams of ``requests`` (cycled) in flight until ``stop`` is set or the server

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from glmserve.bench.options import BenchOptions
 from glmserve.bench.progress import Progress
 from glmserve.cli._app import app, emit_json, err, is_interactive, out
-from glmserve.cli.options import (
-    ConcurrencyLevelsOpt,
-    InputLenOpt,
-    JsonOpt,
-    LastOpt,
-    NumPromptsOpt,
-    WideOpt,
-)
+from glmserve.cli.generate import from_options
+from glmserve.cli.options import JsonOpt, LastOpt, WideOpt
 from glmserve.cli.views import (
     PlainProgress,
     RichProgress,
@@ -29,287 +23,9 @@ from glmserve.cli.views import (
 from glmserve.errors import BenchInterrupted, BenchmarkGateFailed, ConfigError, StoreError
 
 
-def _items(flag: str, text: str, example: str) -> list[str]:
-    """A comma list's items (``glmserve.commalist``: an empty item is refused, not skipped)."""
-    from glmserve.commalist import comma_list
-
-    return comma_list(text, f"--{flag}", example)
-
-
-def _rates(text: str) -> list[float]:
-    """``--request-rate``: positive req/s, ``inf`` meaning all at once; NaN never."""
-    example = "5,10,inf"
-    items = _items("request-rate", text, example)
-    try:
-        rates = [float(x) for x in items]
-    except ValueError as exc:
-        raise ConfigError(f"--request-rate: expected req/s like {example}, got {text!r}") from exc
-    if any(math.isnan(r) or not r > 0 for r in rates):
-        raise ConfigError(f"--request-rate: expected positive req/s like {example}, got {text!r}")
-    return rates
-
-
-def _parse(flag: str, fn: Any, text: str) -> Any:
-    try:
-        return fn(text)
-    except ValueError as exc:
-        raise ConfigError(f"{flag}: {exc}") from exc
-
-
-# Labels are stored with every result and shown in every listing: a 120 KB label was taken.
-MAX_LABEL_CHARS = 256
-MAX_LABELS = 32
-
-
-def parse_labels(items: list[str]) -> dict[str, str]:
-    """``["team=infra", "gpu=h200"]`` -> dict; ConfigError names a malformed or repeated one
-    (``k=v --label k=w`` silently keeping the last would store or filter something else)."""
-    out: dict[str, str] = {}
-    for item in items:
-        k, sep, v = item.partition("=")
-        if not sep or not k.strip():
-            raise ConfigError(f"--label: expected KEY=VALUE, got {item!r}")
-        if k.strip() in out:
-            raise ConfigError(
-                f"--label: {k.strip()} given twice ({out[k.strip()]!r}, {v.strip()!r})"
-            )
-        if len(item) > MAX_LABEL_CHARS:
-            raise ConfigError(f"--label {k.strip()[:40]}: at most {MAX_LABEL_CHARS} characters")
-        out[k.strip()] = v.strip()
-    if len(out) > MAX_LABELS:
-        raise ConfigError(f"--label: at most {MAX_LABELS} labels, got {len(out)}")
-    return out
-
-
-def _levels(text: str) -> list[int]:
-    example = "1,4,16"
-    items = _items("concurrency", text, example)
-    try:
-        return [int(x) for x in items]
-    except ValueError as exc:
-        raise ConfigError(f"--concurrency: expected integers like {example}, got {text!r}") from exc
-
-
-def _check_output(output: Path | None) -> None:
-    """Refuse an ``--output`` that cannot be written before the bench runs, not after it."""
-    if output is not None:
-        from glmserve.paths import check_output_file
-
-        check_output_file("--output", output)
-
-
-def resolve_mode(mode: str | None, open_loop: bool) -> str:
-    """``--mode`` as given, or implied: ``rate`` with --request-rate/--rate-sweep, else decode.
-
-    An explicit closed-loop mode with an open-loop flag is refused: ``--mode decode
-    --request-rate 5`` used to become a rate bench silently."""
-    if mode is None:
-        return "rate" if open_loop else "decode"
-    if open_loop and mode in ("decode", "concurrency"):
-        raise ConfigError(
-            f"--mode {mode}: --request-rate/--rate-sweep are open loop (--mode rate); "
-            "leave out one of them"
-        )
-    return mode
-
-
-DEFAULT_LEVELS = "1,4,16,64,256"
-DEFAULT_OUTPUT_LEN = 256
-
-
-DATASET_NAMES = ("random", "sharegpt")
-
-
-def check_dataset_name(name: str | None, path: str | None) -> None:
-    """bench_serving's ``--dataset-name``, so its command lines carry over: ``random`` is
-    glmserve's default (random token ids), ``sharegpt`` reads ``--dataset-path`` (nothing is
-    downloaded: the file must be given). Its other datasets are not built in."""
-    if name is None:
-        return
-    if name not in DATASET_NAMES:
-        raise ConfigError(
-            f"--dataset-name {name}: expected {' or '.join(DATASET_NAMES)} (other bench_serving "
-            "datasets: convert to ShareGPT JSON/JSONL and give --dataset-path)"
-        )
-    if name == "sharegpt" and not path:
-        raise ConfigError("--dataset-name sharegpt needs --dataset-path FILE (none is downloaded)")
-    if name == "random" and path:
-        raise ConfigError("--dataset-name random sends random token ids: leave out --dataset-path")
-
-
-def pick_output_len(
-    output_len: int | None, random_len: int | None, sharegpt_len: int | None, dataset: str | None
-) -> int | None:
-    """bench_serving's three output lengths: ``--random-output-len`` applies to random prompts
-    and ``--sharegpt-output-len`` to dataset prompts, each ignored for the other (so a
-    bench_serving command line that keeps ``--random-output-len 1024`` beside a ShareGPT file
-    still gets the replies' lengths); ``--output-len`` is both and is refused beside either."""
-    given = [f for f, v in (("--random-output-len", random_len),
-                            ("--sharegpt-output-len", sharegpt_len)) if v is not None]  # fmt: skip
-    if output_len is not None and given:
-        raise ConfigError(f"--output-len and {given[0]} both set the output length: give one")
-    if output_len is not None:
-        return output_len
-    return sharegpt_len if dataset else random_len
-
-
-def output_len_note(s: Any) -> str | None:
-    """Why dataset prompts get a fixed output length where bench_serving would take each
-    conversation's reply length (said on stderr, so the figure is not misread)."""
-    if not s.dataset_path or s.fixed_output_len or s.reply_lengths():
-        return None
-    why = (
-        "--rate-sweep compares one output length"
-        if s.rate_sweep
-        else "no --tokenizer to count replies"
-    )
-    return (
-        f"every dataset prompt asks for {s.output_len} output tokens ({why}; bench_serving "
-        "would use each reply's length)"
-    )
-
-
 @app.command()
-def bench(
-    run: str | None = typer.Argument(
-        None, help="Run id or group id (from `glmserve launch`); a group is benched on node 0."
-    ),
-    url: str | None = typer.Option(
-        None, "--url", "--base-url", help="Bench this server URL instead of a run."
-    ),
-    mode: str | None = typer.Option(
-        None,
-        "--mode",
-        help="decode (one stream; the default) | concurrency (--concurrency levels, default "
-        f"{DEFAULT_LEVELS}) | rate (open loop; implied by --request-rate, --rate-sweep).",
-    ),
-    concurrency: ConcurrencyLevelsOpt = None,
-    input_len: InputLenOpt = 128,
-    output_len: int | None = typer.Option(
-        None,
-        "--output-len",
-        help=f"Output tokens per request (ignore_eos; default {DEFAULT_OUTPUT_LEN}). With "
-        "--dataset-path and --tokenizer: default each prompt's reply length (bench_serving's).",
-    ),
-    random_output_len: int | None = typer.Option(
-        None,
-        "--random-output-len",
-        help="bench_serving's: --output-len for random prompts (ignored with --dataset-path).",
-    ),
-    sharegpt_output_len: int | None = typer.Option(
-        None,
-        "--sharegpt-output-len",
-        help="bench_serving's: --output-len for --dataset-path prompts (ignored without).",
-    ),
-    num_prompts: NumPromptsOpt = None,
-    duration: float | None = typer.Option(None, "--duration", help="Seconds per level instead."),
-    warmup: int = typer.Option(
-        1, "--warmup", "--warmup-requests", help="Unmeasured requests before the first level."
-    ),
-    api: str = typer.Option("native", "--api", help="native (/generate) | openai | chat"),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random token-id prompts."),
-    stall_timeout: float = typer.Option(
-        120.0, "--stall-timeout", help="Fail a request that brings no token for this long (s)."
-    ),
-    workers: int | None = typer.Option(
-        None, "--workers", help="Client processes per level (default: 1 per 128 streams)."
-    ),
-    min_decode_tok_s: float | None = typer.Option(
-        None, "--min-decode-tok-s", help="Gate: exit 1 if median decode tok/s is lower."
-    ),
-    max_ttft_ms: float | None = typer.Option(
-        None, "--max-ttft-ms", help="Gate: exit 1 if median TTFT (any level) is higher."
-    ),
-    min_output_tok_s: list[str] = typer.Option(
-        (),
-        "--min-output-tok-s",
-        help="Gate C:X (e.g. 64:900): exit 1 if output tok/s at concurrency C is below X.",
-    ),
-    request_rate: str | None = typer.Option(
-        None,
-        "--request-rate",
-        help="Open loop: offer R requests/s (comma list: one level each; inf = all at once).",
-    ),
-    rate_sweep: int | None = typer.Option(
-        None,
-        "--rate-sweep",
-        help="Find saturation: synchronous, then all at once, then N rates between.",
-    ),
-    burstiness: float | None = typer.Option(
-        None,
-        "--burstiness",
-        help="Open loop: gamma shape of arrival gaps, 1 (default) Poisson, <1 burstier.",
-    ),
-    max_concurrency: int | None = typer.Option(
-        None, "--max-concurrency", help="Open loop: at most this many requests in flight."
-    ),
-    random_range_ratio: float | None = typer.Option(
-        None,
-        "--random-range-ratio",
-        help="Lengths uniform in \\[len*ratio, len]; default 0.0 with --request-rate "
-        "(bench_serving's), else 1.0 (fixed lengths).",
-    ),
-    dataset_path: str | None = typer.Option(
-        None, "--dataset-path", help="Prompts from a ShareGPT JSON/JSONL or plain text file."
-    ),
-    dataset_name: str | None = typer.Option(
-        None,
-        "--dataset-name",
-        help="bench_serving's: random (token ids, the default) | sharegpt (needs --dataset-path).",
-    ),
-    tokenizer: str | None = typer.Option(
-        None, "--tokenizer", help="Local tokenizer directory: exact token lengths for text."
-    ),
-    percentiles: str = typer.Option(
-        "50,90,95,99", "--percentiles", help="Latency percentiles to report (comma list)."
-    ),
-    slo: str | None = typer.Option(
-        None, "--slo", help="Goodput SLOs, ms: ttft_ms=..,tpot_ms=..,itl_ms=..,e2e_ms=.."
-    ),
-    output_details: bool = typer.Option(
-        False, "--output-details", help="Per-request arrays (TTFT, TPOT, ITLs...) in the JSON."
-    ),
-    label: list[str] = typer.Option(
-        (), "--label", help="k=v stored with the result (repeat); `glmserve results --label`."
-    ),
-    probe: bool = typer.Option(
-        False, "--probe", help="After the levels, send the built-in probe set (greedy, logprobs)."
-    ),
-    reference: int | None = typer.Option(
-        None,
-        "--reference",
-        help="Bench result id whose probe outputs the server must reproduce (implies --probe); "
-        "WRONG_OUTPUT fails the output-agreement gate (exit 1).",
-    ),
-    max_excess_nll: float | None = typer.Option(
-        None, "--max-excess-nll", help="WRONG_OUTPUT above this many nats/token (default 0.1)."
-    ),
-    min_greedy_agreement: float | None = typer.Option(
-        None, "--min-greedy-agreement", help="WRONG_OUTPUT below this mean agreement (0.25)."
-    ),
-    repeat: int = typer.Option(
-        1, "--repeat", help="Run the bench N times on the server: medians, 95% intervals."
-    ),
-    gate_on: str = typer.Option(
-        "median", "--gate-on", help="median | lower: gates read the interval's bound."
-    ),
-    metrics_interval: float = typer.Option(
-        1.0,
-        "--metrics-interval",
-        help="Scrape the server's /metrics (--enable-metrics) every this many seconds per "
-        "level; 0: off.",
-    ),
-    gpu_telemetry: bool = typer.Option(
-        True,
-        "--gpu-telemetry/--no-gpu-telemetry",
-        help="Sample nvidia-smi on the server's host: power, clocks, tokens per joule.",
-    ),
-    wide: WideOpt = False,
-    as_json: JsonOpt = False,
-    output: Path | None = typer.Option(
-        None, "--output", "--output-file", help="Also write the JSON here."
-    ),
-) -> None:
+@from_options(BenchOptions, after="gpu_telemetry")
+def bench(opts: BenchOptions, wide: WideOpt = False, as_json: JsonOpt = False) -> None:
     """Measure decode tok/s (one stream) or throughput under concurrency; store the result.
 
     Examples:
@@ -345,76 +61,30 @@ def bench(
     were not run (the result is stored, marked incomplete), 130 Ctrl-C (partial results
     stored, incomplete).
     """
-    check_dataset_name(dataset_name, dataset_path)
-    output_len = pick_output_len(output_len, random_output_len, sharegpt_output_len, dataset_path)
-    open_loop = request_rate is not None or rate_sweep is not None
-    mode = resolve_mode(mode, open_loop)
-    if mode == "concurrency":
-        levels = _levels(DEFAULT_LEVELS if concurrency is None else concurrency)
-    elif concurrency is not None:
-        _levels(concurrency)  # a malformed value is named first
-        raise ConfigError(
-            f"--concurrency sets the levels of --mode concurrency; --mode {mode} "
-            + ("is one stream" if mode == "decode" else "caps in-flight with --max-concurrency")
-        )
-    else:
-        levels = [1]
-    if burstiness is not None and not open_loop:
-        raise ConfigError(
-            "--burstiness shapes open-loop arrivals: give --request-rate or --rate-sweep too"
-        )
-    _check_output(output)
-    from glmserve.bench.metrics import parse_percentiles, parse_slo
-    from glmserve.bench.results import parse_output_gate, render_plain
-    from glmserve.bench.runner import BenchSettings
-    from glmserve.bench.session import Gates, validate_settings
+    from glmserve.bench.repeats import run_repeated
 
-    settings = BenchSettings(
-        base_url=url or "",
-        mode=mode,
-        concurrency=levels,
-        input_len=input_len,
-        output_len=DEFAULT_OUTPUT_LEN if output_len is None else output_len,
-        fixed_output_len=output_len is not None,
-        num_prompts=num_prompts,
-        duration=duration,
-        warmup=warmup,
-        api=api,
-        seed=seed,
-        stall_timeout=stall_timeout,
-        workers=workers,
-        request_rate=_rates(request_rate) if request_rate is not None else None,
-        burstiness=1.0 if burstiness is None else burstiness,
-        max_concurrency=max_concurrency,
-        random_range_ratio=random_range_ratio,
-        dataset_path=dataset_path,
-        tokenizer=tokenizer,
-        percentiles=list(_parse("--percentiles", parse_percentiles, percentiles)),
-        slo=_parse("--slo", parse_slo, slo) if slo else {},
-        per_request=output_details,
-        rate_sweep=rate_sweep,
-        metrics_interval=metrics_interval,
-        gpu_telemetry=gpu_telemetry,
-    )
-    gates = Gates(min_decode_tok_s, max_ttft_ms, [parse_output_gate(g) for g in min_output_tok_s])
-    labels = parse_labels(label)
-    if note := output_len_note(settings):
-        validate_settings(settings, gates)  # a bad option is the one line, not after a note
-        err.print(f"bench: {note}", highlight=False, markup=False)
-    from glmserve.bench.probe import probe_lines, probe_spec
-    from glmserve.bench.repeats import check_repeat, repeat_lines, run_repeated
-
-    check_repeat(repeat, gate_on, rate_sweep)
-    spec = probe_spec(probe, reference, max_excess_nll, min_greedy_agreement)
+    plan = opts.plan()
+    if plan.note:
+        err.print(f"bench: {plan.note}", highlight=False, markup=False)
     progress: Progress = RichProgress() if is_interactive() else PlainProgress()
     try:
         outcome = run_repeated(
-            settings, run, gates, progress, labels=labels, probe=spec, repeat=repeat,
-            gate_on=gate_on,
+            plan.settings, plan.run, plan.gates, progress, labels=plan.labels, probe=plan.probe,
+            repeat=opts.repeat, gate_on=opts.gate_on, validated=True,
         )  # fmt: skip
     finally:
         if isinstance(progress, RichProgress):
             progress.close()
+    _render(outcome, opts.output, wide, as_json)
+
+
+def _render(outcome: Any, output: Path | None, wide: bool, as_json: bool) -> None:
+    """Print (and ``--output``) a finished bench, then raise what its exit status says."""
+    from glmserve.bench.probe import probe_lines
+    from glmserve.bench.repeats import repeat_lines
+    from glmserve.bench.results import render_plain
+    from glmserve.strictjson import dumps as strict_dumps
+
     res = outcome.result
     group = res.meta.get("group")
     if group and not as_json:
@@ -425,8 +95,6 @@ def bench(
             highlight=False,
             markup=False,
         )
-    from glmserve.strictjson import dumps as strict_dumps
-
     data = {"id": outcome.result_id, **res.to_dict()}
     output_error = None
     if output is not None:

@@ -14,17 +14,17 @@ from typing import Annotated
 import typer
 
 from glmserve.cli._app import app, emit_json, err
+from glmserve.cli.generate import from_options
 from glmserve.cli.options import (
     HostOpt,
     JsonOpt,
     NodesOpt,
     PollOpt,
     ProfileOpt,
-    ReadyTimeoutOpt,
     SetOpt,
     SimulateOpt,
-    StallBudgetOpt,
 )
+from glmserve.deploy.options import LaunchOptions
 from glmserve.errors import ConfigError, Interrupted, ProcessUnverified, TransportError
 
 
@@ -65,24 +65,8 @@ def check(
 
 # -- launch ------------------------------------------------------------------------------------
 @app.command()
-def launch(
-    profile: ProfileOpt,
-    host: HostOpt = None,
-    sets: SetOpt = (),
-    simulate: SimulateOpt = False,
-    no_wait: bool = typer.Option(False, "--no-wait", help="Start and return at once."),
-    replace: bool = typer.Option(False, "--replace", help="Stop a live run on that port first."),
-    timeout: ReadyTimeoutOpt = None,
-    stall_timeout: float = typer.Option(
-        None,
-        "--stall-timeout",
-        help="Seconds without log progress = STALLED, every phase (default per phase).",
-    ),
-    stall_budgets: StallBudgetOpt = (),
-    poll: PollOpt = 1.0,
-    json_out: JsonOpt = False,
-    nodes: NodesOpt = None,
-) -> None:
+@from_options(LaunchOptions, after="poll")
+def launch(opts: LaunchOptions, json_out: JsonOpt = False) -> None:
     """Start a run (nohup + setsid, recorded) and wait for READY; exit 3 crashed, 4 stalled.
     A profile with `nodes:` (or --nodes) starts one run per node as a group.
 
@@ -91,32 +75,28 @@ def launch(
     """
     from glmserve.cli import views
     from glmserve.deploy.deployment import Deployment
-    from glmserve.deploy.plan import parse_nodes, plan
-    from glmserve.deploy.watch import check_stall_timeout, parse_stall_budgets
     from glmserve.store import RunStore
 
-    budgets = parse_stall_budgets(stall_budgets)  # a typo fails before anything starts
-    check_stall_timeout(stall_timeout)
-    p = plan(profile, host=host, nodes=parse_nodes(nodes), overrides=sets, simulate=simulate)
+    p, budgets = opts.plan()
     dep = Deployment.launch(
         p,
         store=RunStore.open(),
-        replace_existing=replace,
+        replace_existing=opts.replace,
         say=lambda m: err.print(m, markup=False),
     )
     if not json_out:  # scripts capture the id: run=$(glmserve launch ...); --json carries it
         print(dep.id, flush=True)
     views.launched(dep)
-    if no_wait:
+    if opts.no_wait:
         if json_out:
             emit_json(views.launch_json(dep))
         return
     try:
         with views.watch_progress(dep) as progress:
             verdict = dep.watch(
-                poll_s=poll,
-                timeout_s=timeout,
-                stall_timeout_s=stall_timeout,
+                poll_s=opts.poll,
+                timeout_s=opts.timeout,
+                stall_timeout_s=opts.stall_timeout,
                 stall_budgets=budgets,
                 on_tick=progress,
             )

@@ -51,7 +51,7 @@ STATS = ("p50", "p90", "p95", "p99", "mean", "std")
 
 
 def _labels(items: list[str]) -> dict[str, str]:
-    from glmserve.cli.bench_cmds import parse_labels
+    from glmserve.bench.options import parse_labels
 
     return parse_labels(items)
 

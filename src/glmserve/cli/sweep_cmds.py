@@ -7,21 +7,10 @@ from pathlib import Path
 import typer
 
 from glmserve.cli._app import app, emit_json, err, out
-from glmserve.cli.options import (
-    ConcurrencyOpt,
-    HostOpt,
-    InputLenOpt,
-    JsonOpt,
-    NodesOpt,
-    NumPromptsOpt,
-    OutputLenOpt,
-    ReadyTimeoutOpt,
-    ResumeOpt,
-    SetOpt,
-    SimulateOpt,
-    StallBudgetOpt,
-)
+from glmserve.cli.generate import from_options
+from glmserve.cli.options import JsonOpt
 from glmserve.errors import ConfigError
+from glmserve.sweep.options import SweepCommand
 
 
 def _report_paths(html_file: str, png: Path | None) -> Path:
@@ -82,61 +71,8 @@ def report(
 
 
 @app.command()
-def sweep(
-    profiles: str = typer.Option(
-        None, "--profiles", help="Comma-separated profiles, in order (the first success is 1.00x)."
-    ),
-    host: HostOpt = None,
-    nodes: NodesOpt = None,
-    bench: list[str] = typer.Option(
-        (), "--bench", help="decode and/or concurrency (repeatable; default decode)."
-    ),
-    concurrency: ConcurrencyOpt = "1,4,16",
-    input_len: InputLenOpt = 128,
-    output_len: OutputLenOpt = 256,
-    num_prompts: NumPromptsOpt = None,
-    sets: SetOpt = (),
-    until_first_success: bool = typer.Option(
-        False, "--until-first-success", help="Stop at the first profile that benchmarks."
-    ),
-    continue_on_error: bool = typer.Option(
-        False, "--continue-on-error", help="Record tool errors (check/bench/transport) and go on."
-    ),
-    max_parallel: int = typer.Option(
-        1,
-        "--max-parallel",
-        help="On a Slurm host: K profiles' jobs at once (slot k serves on server.port + k).",
-    ),
-    capture_steps: int = typer.Option(
-        0, "--profile-steps", help="Also capture a torch-profiler trace of N decode steps."
-    ),
-    timeout: ReadyTimeoutOpt = None,
-    stall_budgets: StallBudgetOpt = (),
-    stall_timeout: float = typer.Option(
-        60.0, "--stall-timeout", help="Bench: seconds a stream may stay silent (then an error)."
-    ),
-    repeat: int = typer.Option(
-        3, "--repeat", help="Bench each profile N times: medians, 95% intervals, ties."
-    ),
-    probe: bool = typer.Option(
-        False, "--probe", help="Probe every profile's output against --reference (greedy)."
-    ),
-    reference: str | None = typer.Option(
-        None,
-        "--reference",
-        help="Profile (or bench result id) whose outputs are right (implies --probe; default: "
-        "the first profile that starts). WRONG_OUTPUT profiles get no speedup, never win.",
-    ),
-    max_excess_nll: float | None = typer.Option(
-        None, "--max-excess-nll", help="WRONG_OUTPUT above this many nats/token (default 0.1)."
-    ),
-    min_greedy_agreement: float | None = typer.Option(
-        None, "--min-greedy-agreement", help="WRONG_OUTPUT below this mean agreement (0.25)."
-    ),
-    resume: ResumeOpt = None,
-    simulate: SimulateOpt = False,
-    as_json: JsonOpt = False,
-) -> None:
+@from_options(SweepCommand)
+def sweep(opts: SweepCommand, as_json: JsonOpt = False) -> None:
     """Launch, bench and stop each profile in turn; crashes are recorded with their diagnosis.
 
     The sweep lives in $GLMSERVE_HOME/sweeps/<id>/ (sweep.json, sweep.md). Ctrl-C (or SIGTERM)
@@ -152,76 +88,25 @@ def sweep(
       glmserve sweep --simulate --profiles flashinfer_gtc,trtllm_mla,cutlass_mla
     """
     from glmserve.cli.views import print_sweep
-    from glmserve.errors import ConfigError, ServerCrashed, SweepInterrupted
-    from glmserve.sweep.backend import LifecycleBackend, check_plans
+    from glmserve.errors import ServerCrashed, SweepInterrupted
+    from glmserve.sweep.backend import LifecycleBackend
     from glmserve.sweep.loop import run_sweep
-    from glmserve.sweep.state import (
-        OK,
-        SweepOptions,
-        load_sweep,
-        resume_options,
-        start_sweep,
-        sweep_dir,
-    )
+    from glmserve.sweep.state import OK, sweep_dir
 
     def say(msg: str) -> None:
         err.print(f"sweep: {msg}", highlight=False, markup=False)
 
-    if resume:
-        sw = load_sweep(resume)
-        if profiles:
-            raise ConfigError("--resume: the sweep keeps its own --profiles; drop --profiles")
-        opts = resume_options(sw)
-        host, simulate, group = sw.host, sw.simulate, list(sw.nodes)
-    else:
-        if not profiles:
-            raise ConfigError("--profiles is required (or --resume SWEEP_ID)")
-        opts = SweepOptions.from_cli(
-            bench,
-            concurrency,
-            stall_budgets,
-            input_len=input_len,
-            output_len=output_len,
-            num_prompts=num_prompts,
-            overrides=list(sets),
-            until_first_success=until_first_success,
-            continue_on_error=continue_on_error,
-            capture_steps=capture_steps,
-            timeout_s=timeout,
-            stall_timeout_s=stall_timeout,
-            repeat=repeat,
-            probe=probe or reference is not None,
-            reference=reference,
-            max_excess_nll=max_excess_nll,
-            min_greedy_agreement=min_greedy_agreement,
-            max_parallel=max_parallel,
-        )
-        from glmserve.commalist import comma_list
-
-        group = comma_list(nodes, "--nodes", "a,b") if nodes is not None else []
-        if group and host:
-            raise ConfigError("give --host or --nodes, not both")
-        if nodes is not None and len(group) < 2:
-            raise ConfigError(f"--nodes: expected at least 2 host names like a,b, got {nodes!r}")
-        names = comma_list(profiles, "--profiles", "flashinfer,trtllm_mla")
-        opts.check_probe(names)
-        from glmserve.bench.repeats import check_repeat
-
-        check_repeat(repeat, "median")
-        _parallel_slots(opts, host, group)  # before the sweep is created
-        check_plans(names, host, group, opts, simulate)  # before the sweep is created
-        sw = start_sweep(names, host, simulate, opts, group)
-    say(f"{sw.sweep_id}: {', '.join(sw.profiles)}{' (simulated)' if simulate else ''}")
-    parallel = _parallel_slots(opts, host, group)
+    p = opts.plan()
+    sw = p.sweep
+    say(f"{sw.sweep_id}: {', '.join(sw.profiles)}{' (simulated)' if p.simulate else ''}")
+    backend = lambda: LifecycleBackend(p.host, p.simulate, say, p.group)  # noqa: E731
     try:
-        if parallel > 1:
+        if p.parallel > 1:
             from glmserve.sweep.parallel import run_sweep_parallel
 
-            run_sweep_parallel(
-                sw, opts, lambda: LifecycleBackend(host, simulate, say, group), parallel, say
-            )
+            run_sweep_parallel(sw, p.opts, backend, p.parallel, say)
         else:
-            run_sweep(sw, opts, LifecycleBackend(host, simulate, say, group), say)
+            run_sweep(sw, p.opts, backend(), say)
     except KeyboardInterrupt:
         # Raised as a glmserve error so the exit status is 130 however typer treats Ctrl-C.
         raise SweepInterrupted(
@@ -287,17 +172,3 @@ def profile(
         emit_json(analysis.to_dict())
         return
     print_analysis(analysis, top, all_ranks)
-
-
-def _parallel_slots(opts: object, host: str | None, group: list[str]) -> int:
-    """``--max-parallel K``: K jobs at once, on a Slurm host only (an ssh host runs one
-    server at a time; a host group is one job per profile already). ConfigError otherwise."""
-    from glmserve.errors import ConfigError
-    from glmserve.remote.hosts import get_host
-
-    k = getattr(opts, "max_parallel", 1)
-    if not isinstance(k, int) or k < 1:
-        raise ConfigError(f"--max-parallel: expected an integer >= 1, got {k}")
-    if k > 1 and (group or not get_host(host).is_slurm):
-        raise ConfigError("--max-parallel: only on a kind: slurm host (--host)")
-    return k

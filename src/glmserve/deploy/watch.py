@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from glmserve.deploy.options import DEFAULT_POLL_S as OPTIONS_POLL_S
+from glmserve.deploy.options import DEFAULT_READY_TIMEOUT
 from glmserve.diagnose import (
     Category,
     Diagnosis,
@@ -59,10 +61,10 @@ from glmserve.remote.process import (
 from glmserve.remote.transport import READ_CHUNK, Transport, log_read_script, parse_log_read
 from glmserve.store import RunRecord, RunStore
 
-DEFAULT_POLL_S = 1.0
+DEFAULT_POLL_S = OPTIONS_POLL_S  # deploy.options: declared once
 # No verdict this long after the watch began: TIMEOUT (exit 4), so a hang that still logs
 # something can never hold a CI job forever. ``--timeout`` changes it, ``--timeout 0`` drops it.
-DEFAULT_DEADLINE_S = 7200.0
+DEFAULT_DEADLINE_S = DEFAULT_READY_TIMEOUT  # deploy.options: declared once
 RECONNECT_GIVE_UP_S = 120.0  # a connection down this long ends the watch (exit 5)
 _SEP = "--glmserve-poll-sep--"
 

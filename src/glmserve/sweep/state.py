@@ -15,8 +15,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from glmserve.bench.options import DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, STAGE_REPEAT
 from glmserve.errors import ConfigError, RunNotFound
 from glmserve.statedir import StateDir, dataclass_from
+from glmserve.sweep.options import STAGE_STALL_TIMEOUT, SWEEP_LEVELS
 
 SWEEP_VERSION = 1
 
@@ -175,19 +177,20 @@ class SweepOptions:
     """How each profile is exercised; stored in sweep.json so ``--resume`` repeats it."""
 
     bench: list[str] = field(default_factory=lambda: ["decode"])  # decode | concurrency
-    concurrency: list[int] = field(default_factory=lambda: [1, 4, 16])
-    input_len: int = 128
-    output_len: int = 256
+    # defaults: the options models' (bench.options, sweep.options), declared once there
+    concurrency: list[int] = field(default_factory=lambda: positive_ints(SWEEP_LEVELS, "-"))
+    input_len: int = DEFAULT_INPUT_LEN
+    output_len: int = DEFAULT_OUTPUT_LEN
     num_prompts: int | None = None
     overrides: list[str] = field(default_factory=list)  # --set, applied to every profile
     until_first_success: bool = False
     continue_on_error: bool = False
     capture_steps: int = 0  # >0: torch-profiler capture of that many steps after the bench
     timeout_s: float | None = None  # READY deadline per profile (None: the watcher's default)
-    stall_timeout_s: float = 60.0  # bench: a stream silent this long is an error
+    stall_timeout_s: float = STAGE_STALL_TIMEOUT  # bench: a stream silent this long fails
     stall_budgets: list[str] = field(default_factory=list)  # start-up: --stall-budget PHASE=S
     sglang_version: str | None = None
-    repeat: int = 3  # each bench N times on the server: medians and 95% intervals (vLLM: 3)
+    repeat: int = STAGE_REPEAT  # each bench N times on the server: medians, 95% intervals
     probe: bool = False  # send the probe set after the benches and judge output agreement
     reference: str | None = None  # --reference PROFILE or bench result id (default: first)
     max_excess_nll: float | None = None

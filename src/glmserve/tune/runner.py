@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from glmserve.bench.options import DEFAULT_INPUT_LEN, STAGE_REPEAT
 from glmserve.errors import (
     ConfigError,
     FlagValidationError,
@@ -33,7 +34,9 @@ from glmserve.errors import (
 )
 from glmserve.sigterm import sigterm_as_interrupt
 from glmserve.sweep.backend import LifecycleBackend
+from glmserve.sweep.options import STAGE_STALL_TIMEOUT
 from glmserve.tune import state as st
+from glmserve.tune.options import TUNE_HOST_LOST_S, TUNE_OUTPUT_LEN
 from glmserve.tune.space import Budget, config_key, grid, level_metrics, starting_config
 
 Say = Callable[[str], None]
@@ -62,18 +65,19 @@ def _is_slurm(host: str) -> bool:
 class TuneOptions:
     """How every trial is run; stored in tune.json so ``--resume`` repeats it."""
 
-    input_len: int = 128
-    output_len: int = 64
+    # defaults: the options models' (bench.options, sweep.options, tune.options)
+    input_len: int = DEFAULT_INPUT_LEN
+    output_len: int = TUNE_OUTPUT_LEN
     num_prompts: int | None = None
     overrides: list[str] = field(default_factory=list)  # --set, applied to every trial
     timeout_s: float | None = None
     stall_budgets: list[str] = field(default_factory=list)
-    stall_timeout_s: float = 60.0
+    stall_timeout_s: float = STAGE_STALL_TIMEOUT
     sglang_version: str | None = None
     base_port: int = 30000
     sim_speed: float = 1.0  # the profile's sim.speed (simulated figures are scaled back)
-    host_lost_s: float = 60.0  # a host unreachable this long leaves the pool
-    repeat: int = 3  # each trial's bench N times on its server: medians, intervals, ties
+    host_lost_s: float = TUNE_HOST_LOST_S  # a host unreachable this long leaves the pool
+    repeat: int = STAGE_REPEAT  # each trial's bench N times on its server: medians, intervals, ties
     probe: bool = False  # judge every trial's output against the untuned profile's
     max_excess_nll: float | None = None
     min_greedy_agreement: float | None = None
