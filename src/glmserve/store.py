@@ -95,10 +95,22 @@ def _m002_port_claims(db: sqlite3.Connection) -> None:
     )
 
 
-# Append only: never edit or reorder a shipped migration, add m003_... instead.
+def _m003_run_host_config(db: sqlite3.Connection) -> None:
+    """Each run keeps the host entry it was launched with (JSON ``HostConfig``), so later
+    verbs reach the host the run is on, not whatever hosts.yaml says today. Rows written
+    before this migration have none (NULL): those fall back to today's hosts.yaml."""
+    db.executescript(
+        """
+        ALTER TABLE runs ADD COLUMN host_config TEXT;  -- JSON HostConfig at launch; NULL: older
+        """
+    )
+
+
+# Append only: never edit or reorder a shipped migration, add m004_... instead.
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_initial", _m001_initial),
     ("m002_port_claims", _m002_port_claims),
+    ("m003_run_host_config", _m003_run_host_config),
 ]
 
 
@@ -130,6 +142,9 @@ class RunRecord:
     ready_at: float | None = None
     ended_at: float | None = None
     port_claim: int | None = None  # 1 while the run holds its host:port (released at its end)
+    # The host entry the run was launched with (``HostConfig.model_dump``); None for a run
+    # recorded before m003 (later verbs then use today's hosts.yaml, see remote/process.py).
+    host_config: dict[str, Any] | None = None
 
     @property
     def log_path(self) -> str:
@@ -143,7 +158,8 @@ class RunRecord:
         return dict(self.__dict__)
 
 
-_JSON_COLS = {"patches", "spec", "meta"}
+_JSON_COLS = {"patches", "spec", "meta", "host_config"}
+_JSON_EMPTY: dict[str, Any] = {"patches": [], "spec": {}, "meta": {}, "host_config": None}
 _RUN_COLS = tuple(RunRecord.__dataclass_fields__)
 _TABLES = ("runs", "events", "bench_results")
 _SQLITE_MAX_LIMIT = 2**63 - 1
@@ -163,12 +179,17 @@ def _json_col(raw: Any, what: str, empty: Any) -> Any:
         raise StoreError(f"run store: {what} is not valid JSON ({exc})") from exc
 
 
+def _json_cell(col: str, value: Any) -> str | None:
+    """A JSON column's cell: ``host_config`` None stays NULL (a run without a recorded host)."""
+    if col == "host_config" and value is None:
+        return None
+    return json.dumps(value, default=str)
+
+
 def _row_to_run(row: sqlite3.Row) -> RunRecord:
     d = {k: row[k] for k in row.keys() if k in _RUN_COLS}  # noqa: SIM118 (Row iterates values)
     for k in _JSON_COLS:
-        d[k] = _json_col(
-            d.get(k), f"run {d.get('run_id')!r} column {k}", [] if k == "patches" else {}
-        )
+        d[k] = _json_col(d.get(k), f"run {d.get('run_id')!r} column {k}", _JSON_EMPTY[k])
     return RunRecord(**d)
 
 
@@ -374,7 +395,7 @@ class RunStore:
         run.updated_at = now
         d = run.to_dict()
         for k in _JSON_COLS:
-            d[k] = json.dumps(d[k], default=str)
+            d[k] = _json_cell(k, d[k])
         cols = ", ".join(d)
         marks = ", ".join("?" for _ in d)
         try:
@@ -422,7 +443,7 @@ class RunStore:
         if fields.get("ended_at") is not None or fields.get("state") in _RELEASING_STATES:
             fields.setdefault("port_claim", None)  # the run is over: its port is free to claim
         for k in _JSON_COLS & set(fields):
-            fields[k] = json.dumps(fields[k], default=str)
+            fields[k] = _json_cell(k, fields[k])
         sets = ", ".join(f"{k} = ?" for k in fields)
         with self._write() as db:
             db.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", (*fields.values(), run_id))

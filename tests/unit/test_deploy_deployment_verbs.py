@@ -14,6 +14,7 @@ from glmserve.cli import main
 from glmserve.deploy.deployment import group_summary
 from glmserve.deploy.logs import GroupLogs, node_prefix
 from glmserve.deploy.preflight import CheckRow, sglang_versions, version_row
+from glmserve.remote.hosts import get_host
 from glmserve.store import RunRecord, RunStore
 from glmserve.sweep.loop import StepOutcome, SweepBackend, run_sweep
 from glmserve.sweep.state import (
@@ -69,6 +70,7 @@ def _group(tmp_path: Path, logs: list[bytes]) -> list[RunRecord]:
         (d / "server.log").write_bytes(text)
         meta = {"group_id": "g1234567", "node_rank": rank, "nnodes": 2, "nodes": ["la", "lb"]}
         rec = RunRecord(f"r{rank}", host, "p", 30000, str(d), meta=meta, created_at=time.time())
+        rec.host_config = get_host(host).model_dump(mode="json")  # as a launch records it
         store.add_run(rec)
         runs.append(store.get_run(rec.run_id))
     return runs
@@ -109,6 +111,7 @@ def test_following_a_group_ends_when_every_node_has_ended(tmp_path):
 def test_logs_of_a_run_whose_log_was_deleted_is_one_line_exit_2(tmp_path, capsys, extra):
     runs = _group(tmp_path, [b"a1\n", b""])
     one = RunRecord("r9", "la", "p", 30001, str(tmp_path / "run0"), created_at=time.time())
+    one.host_config = runs[0].host_config
     RunStore.open().add_run(one)
     (Path(runs[0].run_dir) / "server.log").unlink()
     assert main(["logs", "r9", *extra]) == 2

@@ -113,3 +113,61 @@ def test_processes_opening_a_new_store_at_the_same_moment_all_succeed(tmp_path):
     while not errors.empty():
         seen.append(errors.get())
     assert seen == []
+
+
+# -- m003: the host entry a run was launched with ------------------------------------------------
+_HOST = {"name": "box", "target": "me@10.0.0.5", "port": 2222, "source": "/u/hosts.yaml:2"}
+
+
+def test_m003_from_empty_keeps_a_runs_host_entry(tmp_path):
+    s = RunStore.open(tmp_path / "runs.sqlite")
+    assert "m003_run_host_config" in s.applied_migrations()
+    assert "host_config" in {r[1] for r in s.db.execute("PRAGMA table_info(runs)")}
+    s.add_run(_run("a0000001", host_config=_HOST))
+    s.add_run(_run("a0000002"))  # none recorded: NULL, read back as None (not {})
+    assert s.get_run("a0000001").host_config == _HOST
+    assert s.get_run("a0000002").host_config is None
+    assert (
+        s.db.execute("SELECT host_config FROM runs WHERE run_id = 'a0000002'").fetchone()[0] is None
+    )
+
+
+def _store_before_m003(path) -> None:  # type: ignore[no-untyped-def]
+    """A runs.sqlite as the previous release wrote it: m001 and m002, one live run."""
+    import time
+
+    from glmserve.store import _run_migration
+
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied_at REAL)")
+    db.execute("BEGIN")
+    for name, fn in MIGRATIONS[:2]:
+        _run_migration(db, fn)
+        db.execute("INSERT INTO _migrations VALUES (?, ?)", (name, time.time()))
+    db.execute(
+        "INSERT INTO runs (run_id, host, profile, port, run_dir, created_at, updated_at, "
+        "port_claim) VALUES ('01d00001', 'box', 'p', 30000, '/x', 1, 1, 1)"
+    )
+    db.execute("COMMIT")
+    db.close()
+
+
+def test_m003_upgrades_the_previous_schema_in_place(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    _store_before_m003(path)
+    s = RunStore.open(path)
+    assert s.applied_migrations() == [name for name, _ in MIGRATIONS]
+    old = s.get_run("01d00001")
+    assert old.host_config is None and old.port_claim == 1  # older row: kept as it was
+    s.update_run("01d00001", state="READY")  # an update leaves it NULL
+    assert s.get_run("01d00001").host_config is None
+    s.add_run(_run("new00001", host_config=_HOST))
+    assert s.get_run("new00001").host_config == _HOST
+
+
+def test_a_previous_schema_opened_read_only_reads_its_runs_without_the_column(tmp_path):
+    """``stop`` on a full disk opens the file read-only, unmigrated: the rows still load."""
+    path = tmp_path / "runs.sqlite"
+    _store_before_m003(path)
+    s = RunStore._open_read_only(path, "test")
+    assert s.get_run("01d00001").host_config is None

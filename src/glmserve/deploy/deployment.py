@@ -30,6 +30,7 @@ from typing import Any
 
 from glmserve.deploy.plan import Plan
 from glmserve.errors import ConfigError, GlmserveError, RunNotFound
+from glmserve.remote.hosts import HostConfig
 from glmserve.store import TERMINAL_STATES, RunRecord, RunStore
 
 Say = Callable[[str], None]
@@ -74,6 +75,18 @@ class Deployment:
         self._store = store
         self.plan = plan
         self.named = named  # the one run an id named (None: a group id, or a launch)
+        # run id -> the host it was launched on, for runs this command launched (the plan's
+        # HostConfig); a run found in the store is reached by its recorded entry instead.
+        self.hosts: dict[str, HostConfig] = {}
+
+    def transport(self, run: RunRecord) -> Any:
+        """The transport to ``run``'s host: the plan's host for a run launched by this
+        command, else the entry the run was launched with (``process.run_host``)."""
+        from glmserve.remote.process import transport_for_run
+        from glmserve.remote.transport import transport_for
+
+        host = self.hosts.get(run.run_id)
+        return transport_for(host) if host is not None else transport_for_run(run)
 
     # -- what it is -------------------------------------------------------------------------
     @property
@@ -168,7 +181,7 @@ class Deployment:
         down, so node 0 (the one that binds ``--port``) checks its port last. If any node
         fails to start, the nodes already started are stopped."""
         from glmserve.deploy.preflight import check_simulated, port_for_host
-        from glmserve.remote.process import host_adjusted_spec, launch_run, stop_run
+        from glmserve.remote.process import launch_run, stop_run
         from glmserve.remote.transport import transport_for
 
         slurm = [n.host.name for n in plan.nodes if n.host.is_slurm]
@@ -187,15 +200,15 @@ class Deployment:
         started: list[RunRecord] = []
         try:
             for node in reversed(plan.nodes):
-                # the flags as the host's SGLang release spells them (one command reads it)
-                spec = host_adjusted_spec(node.spec, node.host)
-                spec = port_for_host(spec, transport_for(node.host), say)
+                # the plan's host and spec (its python/venv applied once, by plan), with the
+                # flags as the host's SGLang release spells them (one command reads it)
+                spec = port_for_host(node.spec, transport_for(node.host), say)
                 start = launch_run
                 if node.host.is_slurm:  # sbatch, not nohup (deploy/slurm_job.py)
                     from glmserve.deploy.slurm_job import launch_job_run as start
                 rec = start(
                     spec,
-                    node.host.name,
+                    node.host,
                     replace_existing=replace_existing,
                     store=store,
                     say=say,
@@ -213,7 +226,9 @@ class Deployment:
                     stop_run(rec.run_id, timeout=5, store=store)
             raise
         runs = sorted(started, key=lambda r: int(r.meta.get("node_rank", 0)))
-        return cls(runs, store, plan=plan)
+        dep = cls(runs, store, plan=plan)
+        dep.hosts = {r.run_id: plan.nodes[int(r.meta.get("node_rank", 0))].host for r in runs}
+        return dep
 
     # -- watching to a verdict -------------------------------------------------------------
     def watch(
@@ -249,26 +264,28 @@ class Deployment:
                 res = watch_job(
                     run,
                     self.store,
-                    lambda r, **k: _watcher(r, self.store, **k).watch(),
+                    lambda r, **k: _watcher(r, self.store, self.transport(r), **k).watch(),
                     timeout_s=timeout_s,
                     on_tick=tick,
                     **kw,
                 )
                 return Verdict(res.state, None, {0: res}, res.elapsed_s)
-            res = _watcher(run, self.store, timeout_s=timeout_s, on_tick=tick, **kw).watch()
+            t = self.transport(run)
+            res = _watcher(run, self.store, t, timeout_s=timeout_s, on_tick=tick, **kw).watch()
             return Verdict(res.state, None, {0: res}, res.elapsed_s)
-        verdict = _watch_nodes(self.runs, timeout_s, on_tick, kw)
+        transports = [self.transport(r) for r in self.runs]
+        verdict = _watch_nodes(self.runs, transports, timeout_s, on_tick, kw)
         if verdict.state == "READY":
             self._mark_others_ready()
         return verdict
 
     def _mark_others_ready(self) -> None:
         """Group READY: the other nodes are ready too; record them so ``status`` checks them."""
-        from glmserve.remote.process import run_ownership, transport_for_run
+        from glmserve.remote.process import run_ownership
 
         now = time.time()
         for run in self.followers:
-            own = run_ownership(transport_for_run(run), run)
+            own = run_ownership(self.transport(run), run)
             self.store.update_run(
                 run.run_id,
                 state="READY",
@@ -412,15 +429,18 @@ def _node_meta(plan: Plan, rank: int, gid: str | None) -> dict[str, Any] | None:
 
 
 # -- watching ------------------------------------------------------------------------------------
-def _watcher(run: RunRecord, store: RunStore, **kw: Any) -> Any:
+def _watcher(run: RunRecord, store: RunStore, t: Any, **kw: Any) -> Any:
     from glmserve.deploy.watch import Watcher
-    from glmserve.remote.process import transport_for_run
 
-    return Watcher(run, transport_for_run(run), store, **kw)
+    return Watcher(run, t, store, **kw)
 
 
 def _watch_nodes(
-    runs: list[RunRecord], timeout_s: float | None, on_tick: Tick | None, kw: dict[str, Any]
+    runs: list[RunRecord],
+    transports: list[Any],
+    timeout_s: float | None,
+    on_tick: Tick | None,
+    kw: dict[str, Any],
 ) -> Verdict:
     """Every node at once (a thread each); the first decisive verdict ends all watches.
 
@@ -431,12 +451,13 @@ def _watch_nodes(
     cancel = threading.Event()
     verdicts: queue.Queue[tuple[int, Any, BaseException | None]] = queue.Queue()
 
-    def work(rank: int, run: RunRecord) -> None:
+    def work(rank: int, run: RunRecord, t: Any) -> None:
         try:
             with RunStore.open() as store:  # sqlite connections stay in their thread
                 w = _watcher(
                     run,
                     store,
+                    t,
                     timeout_s=timeout_s if rank == 0 else None,
                     health=rank == 0,
                     cancel=cancel,
@@ -448,8 +469,8 @@ def _watch_nodes(
             verdicts.put((rank, None, exc))
 
     threads = [
-        threading.Thread(target=work, args=(int(r.meta.get("node_rank", i)), r), daemon=True)
-        for i, r in enumerate(runs)
+        threading.Thread(target=work, args=(int(r.meta.get("node_rank", i)), r, t), daemon=True)
+        for i, (r, t) in enumerate(zip(runs, transports, strict=True))
     ]
     for th in threads:
         th.start()
@@ -491,7 +512,7 @@ def status_rows(store: RunStore, ident: str | None, all_runs: bool) -> list[dict
     from glmserve.deploy.identity import identity_problems
     from glmserve.deploy.watch import assess_run
     from glmserve.errors import ProcessUnverified, TransportError
-    from glmserve.remote.process import launch_in_progress
+    from glmserve.remote.process import host_note, launch_in_progress
 
     if ident:
         runs = Deployment.resolve(store, ident).runs
@@ -511,6 +532,9 @@ def status_rows(store: RunStore, ident: str | None, all_runs: bool) -> list[dict
             row["error"] = str(exc)
             row["unverified"] = isinstance(exc, ProcessUnverified)  # `status` exits 5
             rows.append(row)
+        note = host_note(r)  # checked on the host it was launched on, whatever hosts.yaml says
+        if note:
+            rows[-1]["host_note"] = note
         if r.meta.get("slurm") and r.ended_at is None:
             from glmserve.deploy.slurm_job import status_fields
 

@@ -21,7 +21,7 @@ from glmserve.config.flags import Flags
 from glmserve.config.spec import LaunchSpec
 from glmserve.errors import ConfigError
 from glmserve.remote.address import check_bind
-from glmserve.remote.hosts import HostConfig, get_host
+from glmserve.remote.hosts import HostConfig, as_host, get_host
 
 DIST_PORT_OFFSET = 1000  # default dist-init port: the server's --port + this
 _NNODES = ("--nnodes",)
@@ -80,7 +80,7 @@ def parse_nodes(text: str | None) -> list[str] | None:
 def plan(
     profile: str,
     *,
-    host: str | None = None,
+    host: HostConfig | str | None = None,
     nodes: Sequence[str] | None = None,
     overrides: Sequence[str] = (),
     simulate: bool = False,
@@ -105,7 +105,8 @@ def plan(
         spec = profiles.load_profile(profile, list(overrides), sglang_version)
         group = list(spec.nodes)
     # A host named by the profile's own `nodes:` is not one the user named (see get_host).
-    head = get_host(group[0] if group else host, explicit=bool(nodes) or not group)
+    # A HostConfig already resolved (the sweep's --host) is used as it is.
+    head = as_host(group[0] if group else host, explicit=bool(nodes) or not group)
     if spec is None:
         spec = profiles.load_profile(profile, list(overrides), sglang_version)
     if not group and spec.nodes:
@@ -129,11 +130,17 @@ def plan_spec(
 ) -> Plan:
     """The plan of a loaded spec: its ``nodes`` as a group (node 0's ``address`` is the
     rendezvous), else one node on ``host`` (default local). ``nodes_named``: the user gave
-    them (``--nodes``), rather than the profile's ``nodes:``."""
+    them (``--nodes``), rather than the profile's ``nodes:``. Each host is resolved once
+    here (node 0's is ``host`` when the caller resolved it already) and the plan carries the
+    HostConfig to every later step: the launch never reads hosts.yaml again."""
     from glmserve.remote.process import host_adjusted_spec
 
     if spec.nodes:
-        hosts = [get_host(n, explicit=nodes_named) for n in spec.nodes]
+        hosts = [
+            host if i == 0 and host is not None and host.name == n
+            else get_host(n, explicit=nodes_named)
+            for i, n in enumerate(spec.nodes)
+        ]  # fmt: skip
         if len(hosts) < 2:
             node_specs(spec, [])  # the one-line ConfigError for a group of fewer than 2
         head_addr = (address or node_address)(hosts[0])
@@ -243,9 +250,11 @@ def node_address(host: HostConfig) -> str:
         return host.address
     if host.is_local:
         return "127.0.0.1"
-    from glmserve.remote.transport import SshTransport
+    from glmserve.remote.transport import SshTransport, transport_for
 
-    t = SshTransport(host)
+    t = transport_for(host)  # the node's one transport of this command
+    if not isinstance(t, SshTransport):  # cannot be: this machine returned above
+        return "127.0.0.1"
     try:
         p = subprocess.run(
             [*t.ssh_base(), "-G", t.target], capture_output=True, text=True, timeout=10

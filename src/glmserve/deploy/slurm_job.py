@@ -20,7 +20,7 @@ from typing import Any
 
 from glmserve.config.spec import LaunchSpec
 from glmserve.errors import ConfigError, GlmserveError
-from glmserve.remote.hosts import get_host
+from glmserve.remote.hosts import HostConfig, as_host
 from glmserve.store import RunRecord, RunStore
 
 Say = Callable[[str], None]
@@ -28,7 +28,7 @@ Say = Callable[[str], None]
 
 def launch_job_run(
     spec: LaunchSpec,
-    host_name: str,
+    host_name: HostConfig | str,
     *,
     store: RunStore,
     replace_existing: bool = False,
@@ -51,7 +51,7 @@ def launch_job_run(
     from glmserve.remote.slurm import job_ownership, submit
     from glmserve.remote.transport import transport_for
 
-    host = get_host(host_name)
+    host = as_host(host_name)  # the plan's HostConfig: hosts.yaml is not read again
     store.check()
     t = transport_for(host)
     for old in store.list_runs(host=host.name, port=spec.port, live_only=True):

@@ -64,6 +64,7 @@ from glmserve.remote.slurm_config import SlurmOptions
 
 LOCAL = "local"
 DEFAULT_REMOTE_WORKDIR = "~/glmserve"
+BUILT_IN = "<built-in>"  # the source of the built-in ``local`` host
 
 # Everything below reaches ssh as one argv word (never a shell), but ssh itself re-parses some
 # of it: a target starting with '-' is an option (-oProxyCommand=...), '%h' expansions feed
@@ -543,7 +544,7 @@ def _entries() -> dict[str, _Entry]:
 
 def load_hosts() -> dict[str, HostConfig]:
     """All hosts, every entry checked: built-in ``local``, the project file, the user's."""
-    hosts: dict[str, HostConfig] = {LOCAL: HostConfig(name=LOCAL, source="<built-in>")}
+    hosts: dict[str, HostConfig] = {LOCAL: HostConfig(name=LOCAL, source=BUILT_IN)}
     for name, e in _entries().items():
         hosts[name] = _build(e)
     return hosts
@@ -563,6 +564,27 @@ def announce(host: HostConfig) -> None:
     sys.stderr.write(f"note: host {host.name} comes from the project file {host.source} ({what})\n")
 
 
+# One resolution per entry: ``get_host`` re-reads the (small) files on every call, so an edit
+# is seen, but validates an entry into a HostConfig once per content (and --ssh-config): every
+# caller in one command gets the same object, and ``transport_for`` the same transport.
+_resolved: dict[tuple[str, ...], HostConfig] = {}
+
+
+def _resolve(e: _Entry) -> HostConfig:
+    """``_build(e)``, once per entry content."""
+    key = (str(e.path), str(e.trusted), e.name, str(e.line), repr(e.fields), str(CLI_SSH_CONFIG))
+    host = _resolved.get(key)
+    if host is None:
+        host = _resolved[key] = _build(e)
+    return host
+
+
+def as_host(host: HostConfig | str | None, *, explicit: bool = True) -> HostConfig:
+    """``host`` as a HostConfig: one already resolved (a plan's, a recorded run's) is used as it
+    is, never looked up again; a name (None: ``local``) is resolved by :func:`get_host`."""
+    return host if isinstance(host, HostConfig) else get_host(host, explicit=explicit)
+
+
 def get_host(name: str | None, *, explicit: bool = True, quiet: bool = False) -> HostConfig:
     """The host called ``name`` (default ``local``), checking only that entry; ConfigError
     listing known hosts if absent (or the bad name in a hosts file, which may be the one
@@ -575,7 +597,7 @@ def get_host(name: str | None, *, explicit: bool = True, quiet: bool = False) ->
     name = name or LOCAL
     entries = _entries()
     if name in entries:
-        host = _build(entries[name])
+        host = _resolve(entries[name])
         if host.project_local_code and not explicit:
             raise ConfigError(
                 f"{host.source}: host {name} comes from the project file and names a python, "
@@ -586,10 +608,58 @@ def get_host(name: str | None, *, explicit: bool = True, quiet: bool = False) ->
             announce(host)
         return host
     if name == LOCAL:
-        return HostConfig(name=LOCAL, source="<built-in>")
+        return HostConfig(name=LOCAL, source=BUILT_IN)
     bad = [e.problem for e in entries.values() if e.bad_name and e.problem]
     if bad:
         raise ConfigError(bad[0])
     files = ", ".join(str(f) for f in host_files())
     known = sorted({LOCAL, *(n for n, e in entries.items() if not e.problem)})
     raise ConfigError(f"unknown host {name!r}; known hosts: {', '.join(known)} (from {files})")
+
+
+# Compared between a run's recorded entry and today's: where it came from is not a difference.
+_NOT_COMPARED = frozenset({"source", "project_local_code"})
+
+
+def recorded_host(
+    name: str, recorded: dict[str, Any] | None, run_id: str
+) -> tuple[HostConfig, str | None]:
+    """The host a run is on: the entry it was launched with (recorded in the run store, which
+    is the user's own, so a project hosts.yaml edited since cannot redirect it), and a one-line
+    note when today's hosts.yaml differs or lacks it (the recorded one is used all the same).
+    A run recorded before glmserve kept the entry falls back to today's (said in the note)."""
+    if recorded is None:
+        today = get_host(name, quiet=True)
+        if today.source == BUILT_IN:  # this machine, no entry then or now: nothing to differ
+            return today, None
+        return today, (
+            f"run {run_id} was recorded before glmserve kept each run's host entry: using "
+            f"today's hosts.yaml entry for {name} ({today.source})"
+        )
+    try:
+        host = HostConfig.model_validate(recorded)
+    except ValidationError as exc:
+        why = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        return get_host(name, quiet=True), (
+            f"run {run_id}: its recorded entry for host {name} is not readable ({why}): using "
+            "today's hosts.yaml entry"
+        )
+    if CLI_SSH_CONFIG is not None and not host.is_local:  # the user typed it for this command
+        host = host.model_copy(update={"ssh_config": str(CLI_SSH_CONFIG)})
+    try:
+        today = get_host(name, quiet=True)
+    except ConfigError as exc:
+        return host, (
+            f"host {name} of run {run_id} has no usable hosts.yaml entry now ({exc}); "
+            f"acting on the entry it was launched with ({host.source})"
+        )
+    changed = [
+        k for k in HostConfig.model_fields
+        if k not in _NOT_COMPARED and getattr(today, k) != getattr(host, k)
+    ]  # fmt: skip
+    if not changed:
+        return host, None
+    return host, (
+        f"host {name}: hosts.yaml changed since run {run_id} was launched ({', '.join(changed)}); "
+        f"acting on the entry it was launched with ({host.source})"
+    )

@@ -19,6 +19,7 @@ import platform
 import re
 import secrets
 import shlex
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -34,7 +35,7 @@ from glmserve.errors import (
     StoreError,
 )
 from glmserve.remote.address import bind_host, probe_host, run_probe_host, url_host
-from glmserve.remote.hosts import HostConfig, get_host
+from glmserve.remote.hosts import HostConfig, as_host, recorded_host
 from glmserve.remote.transport import READ_CHUNK, Transport, shell_path, transport_for
 from glmserve.store import RunRecord, RunStore
 
@@ -127,7 +128,33 @@ def new_run_id(store: RunStore) -> str:
 
 
 def transport_for_run(run: RunRecord) -> Transport:
-    return transport_for(get_host(run.host, quiet=True))
+    """The transport to the host ``run`` is on: the entry it was launched with (see
+    :func:`run_host`)."""
+    return transport_for(run_host(run))
+
+
+_said: set[str] = set()
+
+
+def run_host(run: RunRecord) -> HostConfig:
+    """The host entry ``run`` was launched with (recorded in the store), not whatever
+    hosts.yaml says today; when today's entry differs, is gone, or the run predates the
+    recording, one line on stderr says so (once per process), and the recorded entry (or,
+    for an older run, today's) is used."""
+    host, note = recorded_host(run.host, run.host_config, run.run_id)
+    if note and note not in _said:
+        _said.add(note)
+        word = "note" if run.host_config is None else "warning"
+        sys.stderr.write(f"{word}: {note}\n")
+    return host
+
+
+def host_note(run: RunRecord) -> str | None:
+    """What :func:`run_host` says about ``run``'s host (for ``--json`` output), or None."""
+    try:
+        return recorded_host(run.host, run.host_config, run.run_id)[1]
+    except GlmserveError:
+        return None  # no host to act on: the verb's own error says so
 
 
 # -- process probing -------------------------------------------------------------------------
@@ -424,6 +451,7 @@ def new_run_record(
     rec = RunRecord(
         run_id=run_id,
         host=host.name,
+        host_config=host.model_dump(mode="json"),  # later verbs act on this very entry
         profile=spec.profile,
         port=spec.port,
         run_dir=f"{workdir}/runs/{run_id}",
@@ -449,7 +477,7 @@ def start_script(t: Transport, run_dir: str) -> Started:
 
 def launch_run(
     spec: LaunchSpec,
-    host_name: str | None = None,
+    host_name: HostConfig | str | None = None,
     *,
     replace_existing: bool = False,
     store: RunStore | None = None,
@@ -466,9 +494,13 @@ def launch_run(
     know. If recording the started process fails, it is stopped again (see ``_record_start``).
 
     ``meta`` is stored with the run (and in its meta.json), e.g. a multi-node group's id and
-    this node's rank."""
-    host = get_host(host_name)
-    spec = host_adjusted_spec(spec, host)
+    this node's rank.
+
+    ``host_name``: the HostConfig the plan resolved (used as it is: hosts.yaml is not read
+    again, and ``spec`` already carries its python/venv, see ``deploy.plan``), or a name."""
+    host = as_host(host_name)
+    if not isinstance(host_name, HostConfig):  # a name: no plan applied the host's python
+        spec = host_adjusted_spec(spec, host)
     store = store or RunStore.open()
     store.check()
     t = transport_for(host)
@@ -666,6 +698,7 @@ def stop_run(run_id: str, timeout: float = 15.0, store: RunStore | None = None) 
     # Said before the first signal: a watcher (a `launch` still waiting on this run) or a
     # `status` that finds the processes gone meanwhile must not call it a crash or an exit.
     t = transport_for_run(run)
+    note = host_note(run)
     if run.pgid is not None:
         run_ownership(t, run)  # unverifiable: ProcessUnverified, before any STOPPING is said
     with contextlib.suppress(StoreError):
@@ -676,6 +709,8 @@ def stop_run(run_id: str, timeout: float = 15.0, store: RunStore | None = None) 
         report = cancel_job(t, run, timeout)
     else:
         report = stop_process(t, run, timeout)
+    if note:
+        report["host_note"] = note  # acted on the recorded host all the same
     with contextlib.suppress(StoreError):
         run = store.get_run(run.run_id)  # a verdict reached meanwhile (CRASHED, STALLED) holds
     fields: dict[str, Any] = {"ended_at": run.ended_at or time.time()}
@@ -704,6 +739,9 @@ def stop_runs(
         except GlmserveError as exc:
             rep = {"run_id": run.run_id, "host": run.host, "ok": False, "error": str(exc)}
             rep["exit_code"] = exc.exit_code
+            note = host_note(run)
+            if note:
+                rep["host_note"] = note
         if "group_id" in run.meta:
             rep["node_rank"] = run.meta.get("node_rank")
             rep["group_id"] = run.meta.get("group_id")

@@ -24,6 +24,7 @@ import socket
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -536,6 +537,20 @@ def _is_ssh_failure(stderr: bytes) -> bool:
     return not text.strip() or any(m in text for m in _SSH_MARKERS)
 
 
+# One transport per host entry (and GLMSERVE_HOME, which holds its control socket) for the
+# life of the process: a command's preflight, launch, watch and stop of one node share it (and
+# its reconnect count) instead of each building its own.
+_transports: dict[str, Transport] = {}
+_transports_lock = threading.Lock()
+
+
 def transport_for(host: HostConfig) -> Transport:
-    """The transport for ``host``: local when it has no ssh target."""
-    return LocalTransport(host) if host.is_local else SshTransport(host)
+    """The transport for ``host``: local when it has no ssh target; the same object for the
+    same entry every time (threads included)."""
+    key = json.dumps([str(glmserve_home()), host.model_dump(mode="json")], default=str)
+    with _transports_lock:
+        t = _transports.get(key)
+        if t is None:
+            t = LocalTransport(host) if host.is_local else SshTransport(host)
+            _transports[key] = t
+    return t

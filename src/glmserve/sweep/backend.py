@@ -10,8 +10,8 @@ from glmserve.sweep.state import SweepOptions
 
 
 def plan_profile(
-    profile: str, host: str | None, nodes: list[str], opts: SweepOptions, simulate: bool
-) -> Any:  # -> deploy.plan.Plan
+    profile: str, host: Any, nodes: list[str], opts: SweepOptions, simulate: bool
+) -> Any:  # host: a HostConfig, a name or None; -> deploy.plan.Plan
     """How the sweep plans one profile: onto ``host`` (default local) unless it names its
     own ``nodes:``, or onto the group ``nodes`` (--nodes)."""
     from glmserve.deploy.plan import plan
@@ -100,7 +100,7 @@ class LifecycleBackend(SweepBackend):
     def prepare(self, profile: str, opts: SweepOptions) -> Any:
         """The profile's plan (--host applies to a profile without ``nodes:``)."""
         self._known_before_launch = None  # a new entry: it has launched nothing yet
-        p = plan_profile(profile, self.host.name, self.nodes, opts, self.simulate)
+        p = plan_profile(profile, self.host, self.nodes, opts, self.simulate)  # resolved once
         if p.grouped:
             self.group_hosts.update(p.names)
         return p
