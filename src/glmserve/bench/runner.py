@@ -96,6 +96,16 @@ class BenchSettings:
     rate_sweep: int | None = None  # guidellm's sweep: synchronous, throughput, N rates between
     metrics_interval: float = 1.0  # /metrics scrape period per level, s; 0: off (bench.telemetry)
     gpu_telemetry: bool = True  # nvidia-smi on the server's host (bench.gpu_telemetry)
+    # -- workload (issue 24; checks in bench.gsp_bench.check_workload) ---------------------
+    dataset_name: str | None = None  # "generated-shared-prefix": bench.gsp_bench
+    gsp_num_groups: int = 64  # defaults: sglang bench_serving.py 0.5.9 lines 3319-3372
+    gsp_prompts_per_group: int = 16
+    gsp_system_prompt_len: int = 2048
+    gsp_question_len: int = 128
+    gsp_output_len: int = 256
+    gsp_num_turns: int = 1  # > 1: each turn's prompt carries the server's real last reply
+    think_time: float = 0.0  # s between a reply and the conversation's next turn
+    flush_cache: bool = False  # POST /flush_cache before each level (recorded per level)
     # Set (by the run monitor) when the server died: the level stops at once, keeping what
     # it measured; in-flight requests are recorded as failed.
     abort: threading.Event | None = None
@@ -148,6 +158,10 @@ class BenchSettings:
         return [(c, None) for c in self.concurrency]
 
     def prompts_for(self, concurrency: int, rate: float | None = None) -> int | None:
+        if self.dataset_name == "generated-shared-prefix" and self.num_prompts is None:
+            n = self.gsp_num_groups * self.gsp_prompts_per_group  # bench_serving's count
+            if self.duration is None or self.gsp_num_turns > 1:
+                return n * self.gsp_num_turns if self.gsp_num_turns > 1 else n
         if self.rate_sweep and rate is None:  # the synchronous level: one at a time
             return max(5, (self.num_prompts or 200) // 10)
         if self.duration is not None:
@@ -169,6 +183,8 @@ class BenchSettings:
 
     def workers_for(self, concurrency: int, rate: float | None = None) -> int:
         slots = self.slots_for(concurrency, rate)
+        if self.gsp_num_turns > 1:  # conversations run in one process (bench.gsp_bench)
+            return 1
         if self.workers is not None:
             return max(1, min(self.workers, slots))
         want = math.ceil(slots / SLOTS_PER_PROCESS)
@@ -627,7 +643,11 @@ def run_level(
     t0 = time.perf_counter()
     with _ServerSampler(settings.base_url) as sampler:
         try:
-            if run.workers <= 1:
+            if settings.dataset_name and settings.gsp_num_turns > 1:
+                from glmserve.bench.gsp_bench import run_conversations
+
+                run_conversations(settings, slots, progress, run)
+            elif run.workers <= 1:
                 _run_inprocess(settings, slots, requests, indices, progress, run, arrivals)
             else:
                 _run_processes(settings, slots, requests, indices, progress, run, arrivals)
@@ -834,6 +854,10 @@ def run_warmup(settings: BenchSettings, requests: list[Request], watch: Any = No
     ends it at once with a TransportError, which the session turns into the verdict."""
     if settings.warmup <= 0:
         return
+    if settings.dataset_name == "generated-shared-prefix":
+        from glmserve.bench import gsp_bench
+
+        requests = gsp_bench.warmup_requests(settings, settings.model or "default")
     slots = min(settings.warmup, max(settings.concurrency), 16)
     spec = _LoopSpec(
         settings.base_url,
@@ -898,6 +922,10 @@ def prepare_requests(settings: BenchSettings, model: str) -> list[Request]:
     or each dataset prompt's reply length (``BenchSettings.reply_lengths``)."""
     need = settings.prompts_needed()
     tok = load_tokenizer(settings.tokenizer)
+    if settings.dataset_name == "generated-shared-prefix":
+        from glmserve.bench import gsp_bench
+
+        return gsp_bench.requests(settings, model, tok)
     ratio = settings.range_ratio()
     prompts: list[Any]
     rng = random.Random(settings.seed + 1)

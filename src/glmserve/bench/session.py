@@ -399,7 +399,10 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
     if need > MAX_PROMPTS:
         raise ConfigError(f"{need:,} prompts to build (--num-prompts/--duration x rate): at most "
                           f"{MAX_PROMPTS:,}")  # fmt: skip
-    if not s.dataset_path and need * s.input_len > MAX_PROMPT_TOKENS:
+    from glmserve.bench.gsp_bench import check_workload
+
+    check_workload(s)  # --dataset-name generated-shared-prefix, --gsp-*, --think-time
+    if not s.dataset_path and not s.dataset_name and need * s.input_len > MAX_PROMPT_TOKENS:
         raise ConfigError(
             f"--input-len {s.input_len:,} x {need:,} prompts is {need * s.input_len:,} tokens to "
             f"build; at most {MAX_PROMPT_TOKENS:,} (fewer prompts, or --duration cycles them)"
@@ -423,6 +426,12 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
             raise ConfigError(
                 f"--min-output-tok-s {c}:...: concurrency {c} is not in --concurrency"
             )
+
+
+def flush_cache(base: str) -> dict[str, Any]:
+    from glmserve.bench.gsp_bench import flush_cache as flush
+
+    return flush(base)
 
 
 def run_bench(
@@ -500,6 +509,7 @@ def run_bench(
                 run = LevelRun(concurrency=c, workers=settings.workers_for(c, rate), rate=rate)
                 view = ServerView(run_id, target.base).start()  # bench.contention
                 tel = LevelTelemetry(target.base, settings.metrics_interval, gpu)
+                flushed = flush_cache(target.base) if settings.flush_cache else {}
                 try:
                     with tel:
                         run_level(settings, c, requests, watch, run)
@@ -517,6 +527,7 @@ def run_bench(
                         )
                     )
                     tel.attach(levels[-1])
+                    levels[-1].update(flushed)
                     judge_contention(view.stop(), levels[-1])
                 if run.stopped or any(not r.ok for r in run.records):
                     verdict = _server_verdict(target)
@@ -567,6 +578,10 @@ def run_bench(
         )
     res.notes.extend(contention_notes(levels))
     res.notes.extend(telemetry_notes)
+    for lv in levels:
+        if lv.get("cache_flushed") is False:  # the level did not start cold: say why
+            res.notes.append(f"--flush-cache: not flushed before level {lv['concurrency']} "
+                             f"({lv.get('cache_flush_error')})")  # fmt: skip
     if settings.rate_sweep:
         res.sweep = saturation(levels)
     res.gates = evaluate_gates(

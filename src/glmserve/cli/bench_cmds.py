@@ -117,7 +117,7 @@ DEFAULT_LEVELS = "1,4,16,64,256"
 DEFAULT_OUTPUT_LEN = 256
 
 
-DATASET_NAMES = ("random", "sharegpt")
+DATASET_NAMES = ("random", "sharegpt", "generated-shared-prefix")
 
 
 def check_dataset_name(name: str | None, path: str | None) -> None:
@@ -133,6 +133,8 @@ def check_dataset_name(name: str | None, path: str | None) -> None:
         )
     if name == "sharegpt" and not path:
         raise ConfigError("--dataset-name sharegpt needs --dataset-path FILE (none is downloaded)")
+    if name == "generated-shared-prefix" and path:
+        raise ConfigError(f"--dataset-name {name} generates its prompts: leave out --dataset-path")
     if name == "random" and path:
         raise ConfigError("--dataset-name random sends random token ids: leave out --dataset-path")
 
@@ -255,7 +257,37 @@ def bench(
     dataset_name: str | None = typer.Option(
         None,
         "--dataset-name",
-        help="bench_serving's: random (token ids, the default) | sharegpt (needs --dataset-path).",
+        help="bench_serving's: random (token ids, the default) | sharegpt (needs "
+        "--dataset-path) | generated-shared-prefix (--gsp-*).",
+    ),
+    # -- workload flags (issue 24): one block; fields of BenchSettings, checked in
+    # bench.gsp_bench.check_workload. Names/defaults: sglang bench_serving.py 0.5.9 3319-3372.
+    gsp_num_groups: int = typer.Option(
+        64, "--gsp-num-groups", help="generated-shared-prefix: groups (one system prompt each)."
+    ),
+    gsp_prompts_per_group: int = typer.Option(
+        16, "--gsp-prompts-per-group", help="generated-shared-prefix: prompts per group."
+    ),
+    gsp_system_prompt_len: int = typer.Option(
+        2048, "--gsp-system-prompt-len", help="generated-shared-prefix: shared prefix tokens."
+    ),
+    gsp_question_len: int = typer.Option(
+        128, "--gsp-question-len", help="generated-shared-prefix: question tokens per turn."
+    ),
+    gsp_output_len: int = typer.Option(
+        256, "--gsp-output-len", help="generated-shared-prefix: output tokens per request."
+    ),
+    gsp_num_turns: int = typer.Option(
+        1,
+        "--gsp-num-turns",
+        help="generated-shared-prefix: turns per conversation; turn k's prompt carries the "
+        "server's reply to turn k-1 (--api native).",
+    ),
+    think_time: float = typer.Option(
+        0.0, "--think-time", help="Seconds between a reply and the next turn (--gsp-num-turns)."
+    ),
+    flush_cache: bool = typer.Option(
+        False, "--flush-cache", help="POST /flush_cache before each level (recorded per level)."
     ),
     tokenizer: str | None = typer.Option(
         None, "--tokenizer", help="Local tokenizer directory: exact token lengths for text."
@@ -347,6 +379,10 @@ def bench(
     """
     check_dataset_name(dataset_name, dataset_path)
     output_len = pick_output_len(output_len, random_output_len, sharegpt_output_len, dataset_path)
+    gsp = dataset_name == "generated-shared-prefix"
+    if gsp and output_len is not None:
+        raise ConfigError("--dataset-name generated-shared-prefix: the output length is "
+                          "--gsp-output-len")  # fmt: skip
     open_loop = request_rate is not None or rate_sweep is not None
     mode = resolve_mode(mode, open_loop)
     if mode == "concurrency":
@@ -373,8 +409,12 @@ def bench(
         base_url=url or "",
         mode=mode,
         concurrency=levels,
-        input_len=input_len,
-        output_len=DEFAULT_OUTPUT_LEN if output_len is None else output_len,
+        input_len=gsp_system_prompt_len + gsp_question_len if gsp else input_len,
+        output_len=gsp_output_len
+        if gsp
+        else DEFAULT_OUTPUT_LEN
+        if output_len is None
+        else output_len,
         fixed_output_len=output_len is not None,
         num_prompts=num_prompts,
         duration=duration,
@@ -395,6 +435,15 @@ def bench(
         rate_sweep=rate_sweep,
         metrics_interval=metrics_interval,
         gpu_telemetry=gpu_telemetry,
+        dataset_name=dataset_name if dataset_name == "generated-shared-prefix" else None,
+        gsp_num_groups=gsp_num_groups,
+        gsp_prompts_per_group=gsp_prompts_per_group,
+        gsp_system_prompt_len=gsp_system_prompt_len,
+        gsp_question_len=gsp_question_len,
+        gsp_output_len=gsp_output_len,
+        gsp_num_turns=gsp_num_turns,
+        think_time=think_time,
+        flush_cache=flush_cache,
     )
     gates = Gates(min_decode_tok_s, max_ttft_ms, [parse_output_gate(g) for g in min_output_tok_s])
     labels = parse_labels(label)
