@@ -7,6 +7,7 @@ simulator received it. One simulator per cache setting, shared by the module."""
 from __future__ import annotations
 
 import json
+import statistics
 
 import httpx
 import pytest
@@ -88,3 +89,47 @@ def test_turn_two_carries_the_servers_reply_to_turn_one(sims, capsys):
     assert lv["cache_hit_rate"] == pytest.approx(
         sum(r["cached_tokens"] for r in new) / sum(r["prompt_tokens"] for r in new), abs=0.02
     )
+
+
+TRACE_MS = [0, 40, 95, 180, 200, 330, 415, 600]
+
+
+def _trace_file(tmp_path) -> str:
+    rows = [{"timestamp": t, "input_length": 600 if i % 2 else 1100, "output_length": 2,
+             "hash_ids": [0, 1, i + 2] if i % 2 == 0 else [0, i + 2]}
+            for i, t in enumerate(TRACE_MS)]  # fmt: skip
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+@pytest.mark.parametrize("speedup", [1, 2])
+def test_trace_replay_arrives_on_the_trace_timestamps(sims, capsys, tmp_path, speedup):
+    on, _ = sims
+    before = set(_trace(on.url))
+    code, out, err = run_cli(
+        capsys, "bench", "--url", on.url, "--warmup", "0", "--json", "--dataset-name",
+        "mooncake", "--dataset-path", _trace_file(tmp_path), "--trace-speedup", str(speedup),
+    )  # fmt: skip
+    assert code == 0, err
+    (lv,) = json.loads(out)["levels"]
+    assert lv["completed"] == len(TRACE_MS)
+    new = sorted((r for rid, r in _trace(on.url).items() if rid not in before),
+                 key=lambda r: r["arrival"])  # fmt: skip
+    assert len(new) == len(TRACE_MS)
+    # the server's arrival stamps against the trace's due times; the server's clock has its
+    # own zero, so one constant (the median difference) is taken out, not the first request's
+    diff = [r["arrival"] - t / 1000 / speedup for r, t in zip(new, TRACE_MS, strict=True)]
+    zero = statistics.median(diff)
+    assert max(abs(d - zero) for d in diff) < 0.005, [round((d - zero) * 1000, 1) for d in diff]
+    assert [r["prompt_tokens"] for r in new] == [600 if i % 2 else 1100 for i in range(8)]
+
+
+def test_a_bad_trace_line_is_one_line_naming_file_and_line(capsys, tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": []}\n'
+                    '{"timestamp": 5, "input_length": "x", "output_length": 2}\n')  # fmt: skip
+    code, _, err = run_cli(capsys, "bench", "--url", "http://127.0.0.1:9", "--dataset-name",
+                           "mooncake", "--dataset-path", str(path))  # fmt: skip
+    assert code == 2 and f"{path}:2: input_length must be an integer" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -99,7 +99,7 @@ def test_a_shared_prefix_level_sends_every_group_prompt_once():
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--output-len", "8"], "--gsp-output-len"),
+        (["--output-len", "8"], "the output length is --gsp-output-len"),
         (["--dataset-path", "x.json"], "leave out --dataset-path"),
         (["--gsp-num-turns", "0"], "--gsp-num-turns must be at least 1"),
         (["--gsp-num-turns", "2", "--api", "chat"], "multi-turn needs --api native"),

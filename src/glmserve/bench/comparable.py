@@ -150,6 +150,7 @@ def workload_key(st: dict[str, Any]) -> str:
         parts += [f"{name}={st.get(k)}" for k, name in GSP_KEYS]
     if st.get("trace_sha256"):
         parts.append(f"trace=sha256:{str(st['trace_sha256'])[:16]}")
+        parts.append(f"speedup={st.get('trace_speedup', 1.0)}")
     return " ".join(parts)
 
 

@@ -52,6 +52,7 @@ from glmserve.bench.workload import (
 from glmserve.errors import TransportError
 
 SLOTS_PER_PROCESS = 128
+PRECONNECT_LEAD_S = 0.05
 # --random-range-ratio defaults: bench_serving's (sglang/bench_serving.py 0.5.9, line 3093)
 # for open-loop random prompts; fixed lengths for decode and concurrency levels.
 BENCH_SERVING_RANGE_RATIO = 0.0
@@ -106,6 +107,9 @@ class BenchSettings:
     gsp_num_turns: int = 1  # > 1: each turn's prompt carries the server's real last reply
     think_time: float = 0.0  # s between a reply and the conversation's next turn
     flush_cache: bool = False  # POST /flush_cache before each level (recorded per level)
+    trace_speedup: float = 1.0  # --dataset-name mooncake: due times / this (bench.trace_replay)
+    trace_rows: int | None = None  # set by trace_replay.prepare: the trace's requests
+    trace_sha256: str | None = None  # set by trace_replay.prepare: what compare checks
     # Set (by the run monitor) when the server died: the level stops at once, keeping what
     # it measured; in-flight requests are recorded as failed.
     abort: threading.Event | None = None
@@ -158,6 +162,8 @@ class BenchSettings:
         return [(c, None) for c in self.concurrency]
 
     def prompts_for(self, concurrency: int, rate: float | None = None) -> int | None:
+        if self.dataset_name == "mooncake" and self.trace_rows:
+            return self.trace_rows  # every row, at its timestamp
         if self.dataset_name == "generated-shared-prefix" and self.num_prompts is None:
             n = self.gsp_num_groups * self.gsp_prompts_per_group  # bench_serving's count
             if self.duration is None or self.gsp_num_turns > 1:
@@ -386,6 +392,9 @@ class _LoopSpec:
     start_at: float
     deadline: float | None
     arrivals: list[float] | None = None  # open loop: due time of request i, s after start_at
+    # Trace replay: open the slots' connections before the first due time, so a request's
+    # arrival is not a TCP connect (~7 ms on a busy host) later than the trace says.
+    preconnect: bool = False
 
 
 def arrival_offsets(
@@ -438,6 +447,14 @@ async def _closed_loop(
         )
         for i in wanted
     }
+
+    if spec.preconnect:
+        n = min(spec.slots, len(wanted))
+        with contextlib.suppress(httpx.HTTPError):
+            await asyncio.gather(*(client.get(spec.base_url + "/health") for _ in range(n)))
+        # the schedule starts a moment later: every slot is then waiting on its due time,
+        # so the first request is not later than the rest by the slots' own start-up
+        spec.start_at = max(spec.start_at, perf() + PRECONNECT_LEAD_S)
 
     async def slot() -> None:
         while not stopped:
@@ -637,6 +654,10 @@ def run_level(
     arrivals = None
     if run.rate is not None:
         arrivals = arrival_offsets(total or 0, run.rate, settings.burstiness, settings.seed)
+    if settings.dataset_name == "mooncake":
+        from glmserve.bench.trace_replay import arrivals as trace_arrivals
+
+        arrivals = trace_arrivals(settings)  # the trace's own due times, / --trace-speedup
     deadline_len = settings.duration
     progress.level_started(concurrency, total, deadline_len, run.rate)
     before = scrape_metrics(settings.base_url)
@@ -692,6 +713,7 @@ def _run_inprocess(
             start,
             deadline,
             arrivals,
+            preconnect=settings.dataset_name == "mooncake",
         )
         loop_task = asyncio.create_task(_closed_loop(spec, run.records, on_record, inflight))
         while not loop_task.done():
@@ -745,6 +767,7 @@ def _run_processes(
             start,
             deadline,
             arrivals,
+            preconnect=settings.dataset_name == "mooncake",
         )
         r, w = ctx.Pipe(duplex=False)
         p = ctx.Process(target=_worker_main, args=(spec, w, stop, wid), daemon=True)
@@ -854,7 +877,7 @@ def run_warmup(settings: BenchSettings, requests: list[Request], watch: Any = No
     ends it at once with a TransportError, which the session turns into the verdict."""
     if settings.warmup <= 0:
         return
-    if settings.dataset_name == "generated-shared-prefix":
+    if settings.dataset_name in ("generated-shared-prefix", "mooncake"):
         from glmserve.bench import gsp_bench
 
         requests = gsp_bench.warmup_requests(settings, settings.model or "default")
@@ -926,6 +949,10 @@ def prepare_requests(settings: BenchSettings, model: str) -> list[Request]:
         from glmserve.bench import gsp_bench
 
         return gsp_bench.requests(settings, model, tok)
+    if settings.dataset_name == "mooncake":
+        from glmserve.bench import trace_replay
+
+        return trace_replay.requests(settings, model, tok)
     ratio = settings.range_ratio()
     prompts: list[Any]
     rng = random.Random(settings.seed + 1)

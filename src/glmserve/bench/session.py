@@ -333,6 +333,9 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
     Every float is checked finite: a NaN or inf that got through used to run forever
     (``--duration``), crash in the arrival schedule (``--burstiness``), or be written into the
     stored JSON (``--slo``)."""
+    from glmserve.bench.gsp_bench import check_workload
+
+    check_workload(s)  # --dataset-name generated-shared-prefix/mooncake, --gsp-*, --trace-*
     mi = s.metrics_interval
     if not math.isfinite(mi) or mi < 0 or mi > 3600:
         raise ConfigError(f"--metrics-interval must be 0 (off) to 3600 seconds, got {mi}")
@@ -399,9 +402,6 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
     if need > MAX_PROMPTS:
         raise ConfigError(f"{need:,} prompts to build (--num-prompts/--duration x rate): at most "
                           f"{MAX_PROMPTS:,}")  # fmt: skip
-    from glmserve.bench.gsp_bench import check_workload
-
-    check_workload(s)  # --dataset-name generated-shared-prefix, --gsp-*, --think-time
     if not s.dataset_path and not s.dataset_name and need * s.input_len > MAX_PROMPT_TOKENS:
         raise ConfigError(
             f"--input-len {s.input_len:,} x {need:,} prompts is {need * s.input_len:,} tokens to "

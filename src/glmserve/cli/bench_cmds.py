@@ -117,7 +117,7 @@ DEFAULT_LEVELS = "1,4,16,64,256"
 DEFAULT_OUTPUT_LEN = 256
 
 
-DATASET_NAMES = ("random", "sharegpt", "generated-shared-prefix")
+DATASET_NAMES = ("random", "sharegpt", "generated-shared-prefix", "mooncake")
 
 
 def check_dataset_name(name: str | None, path: str | None) -> None:
@@ -131,8 +131,8 @@ def check_dataset_name(name: str | None, path: str | None) -> None:
             f"--dataset-name {name}: expected {' or '.join(DATASET_NAMES)} (other bench_serving "
             "datasets: convert to ShareGPT JSON/JSONL and give --dataset-path)"
         )
-    if name == "sharegpt" and not path:
-        raise ConfigError("--dataset-name sharegpt needs --dataset-path FILE (none is downloaded)")
+    if name in ("sharegpt", "mooncake") and not path:
+        raise ConfigError(f"--dataset-name {name} needs --dataset-path FILE (none is downloaded)")
     if name == "generated-shared-prefix" and path:
         raise ConfigError(f"--dataset-name {name} generates its prompts: leave out --dataset-path")
     if name == "random" and path:
@@ -158,7 +158,7 @@ def pick_output_len(
 def output_len_note(s: Any) -> str | None:
     """Why dataset prompts get a fixed output length where bench_serving would take each
     conversation's reply length (said on stderr, so the figure is not misread)."""
-    if not s.dataset_path or s.fixed_output_len or s.reply_lengths():
+    if not s.dataset_path or s.dataset_name or s.fixed_output_len or s.reply_lengths():
         return None
     why = (
         "--rate-sweep compares one output length"
@@ -258,7 +258,8 @@ def bench(
         None,
         "--dataset-name",
         help="bench_serving's: random (token ids, the default) | sharegpt (needs "
-        "--dataset-path) | generated-shared-prefix (--gsp-*).",
+        "--dataset-path) | generated-shared-prefix (--gsp-*) | mooncake (a trace in "
+        "--dataset-path).",
     ),
     # -- workload flags (issue 24): one block; fields of BenchSettings, checked in
     # bench.gsp_bench.check_workload. Names/defaults: sglang bench_serving.py 0.5.9 3319-3372.
@@ -288,6 +289,9 @@ def bench(
     ),
     flush_cache: bool = typer.Option(
         False, "--flush-cache", help="POST /flush_cache before each level (recorded per level)."
+    ),
+    trace_speedup: float = typer.Option(
+        1.0, "--trace-speedup", help="mooncake: replay the trace this many times faster."
     ),
     tokenizer: str | None = typer.Option(
         None, "--tokenizer", help="Local tokenizer directory: exact token lengths for text."
@@ -380,11 +384,11 @@ def bench(
     check_dataset_name(dataset_name, dataset_path)
     output_len = pick_output_len(output_len, random_output_len, sharegpt_output_len, dataset_path)
     gsp = dataset_name == "generated-shared-prefix"
-    if gsp and output_len is not None:
-        raise ConfigError("--dataset-name generated-shared-prefix: the output length is "
-                          "--gsp-output-len")  # fmt: skip
+    if dataset_name in ("generated-shared-prefix", "mooncake") and output_len is not None:
+        where = "--gsp-output-len" if gsp else "each trace row's output_length"
+        raise ConfigError(f"--dataset-name {dataset_name}: the output length is {where}")
     open_loop = request_rate is not None or rate_sweep is not None
-    mode = resolve_mode(mode, open_loop)
+    mode = resolve_mode(mode, open_loop or dataset_name == "mooncake")
     if mode == "concurrency":
         levels = _levels(DEFAULT_LEVELS if concurrency is None else concurrency)
     elif concurrency is not None:
@@ -435,7 +439,9 @@ def bench(
         rate_sweep=rate_sweep,
         metrics_interval=metrics_interval,
         gpu_telemetry=gpu_telemetry,
-        dataset_name=dataset_name if dataset_name == "generated-shared-prefix" else None,
+        dataset_name=dataset_name
+        if dataset_name in ("generated-shared-prefix", "mooncake")
+        else None,
         gsp_num_groups=gsp_num_groups,
         gsp_prompts_per_group=gsp_prompts_per_group,
         gsp_system_prompt_len=gsp_system_prompt_len,
@@ -444,6 +450,7 @@ def bench(
         gsp_num_turns=gsp_num_turns,
         think_time=think_time,
         flush_cache=flush_cache,
+        trace_speedup=trace_speedup,
     )
     gates = Gates(min_decode_tok_s, max_ttft_ms, [parse_output_gate(g) for g in min_output_tok_s])
     labels = parse_labels(label)
