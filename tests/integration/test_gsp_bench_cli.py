@@ -24,7 +24,8 @@ GSP = [
 @pytest.fixture(scope="module")
 def sims(tmp_path_factory):
     base = tmp_path_factory.mktemp("gsp")
-    common = ("--tp-size", "2", "--disable-cuda-graph", "--sim-trace-ids", *FAST)
+    common = ("--tp-size", "2", "--disable-cuda-graph", "--sim-trace-ids", "--enable-metrics",
+              *FAST)  # fmt: skip
     on = launch_simulator(*common, log_path=base / "on.log")
     off = launch_simulator(*common, "--disable-radix-cache", log_path=base / "off.log")
     yield on, off
@@ -36,6 +37,13 @@ def _trace(url: str) -> dict:
     return httpx.get(url + "/sim/trace", timeout=10).json()["requests"]
 
 
+def _cached_total(url: str) -> float:
+    from glmserve.bench.runner import parse_prometheus
+
+    text = httpx.get(url + "/metrics", timeout=10).text
+    return parse_prometheus(text)["sglang:cached_tokens_total"]
+
+
 def _bench(capsys, url: str, *extra: str) -> dict:
     code, out, err = run_cli(capsys, "bench", "--url", url, "--warmup", "0", "--json", *GSP, *extra)
     assert code == 0, err
@@ -44,7 +52,7 @@ def _bench(capsys, url: str, *extra: str) -> dict:
 
 def test_hit_rate_is_ground_truth_and_the_cache_lowers_ttft(sims, capsys):
     on, off = sims
-    before = set(_trace(on.url))
+    before, counter = set(_trace(on.url)), _cached_total(on.url)
     res = _bench(capsys, on.url, "--mode", "concurrency", "--concurrency", "2", "--flush-cache")
     (lv,) = res["levels"]
     assert lv["completed"] == 12 and lv["cache_flushed"] is True
@@ -55,6 +63,7 @@ def test_hit_rate_is_ground_truth_and_the_cache_lowers_ttft(sims, capsys):
     assert truth > 0.5  # 10 of 12 prompts share a 2048-token system prompt
     assert lv["cache_hit_rate"] == pytest.approx(truth, abs=0.02)
     assert lv["cached_tokens"] == sum(r["cached_tokens"] for r in new)
+    assert _cached_total(on.url) - counter == lv["cached_tokens"]  # /metrics says the same
     cold = _bench(capsys, off.url, "--mode", "concurrency", "--concurrency", "2", "--flush-cache")
     (lv_off,) = cold["levels"]
     assert lv_off["cache_flushed"] is True and lv_off["cache_hit_rate"] == 0.0
