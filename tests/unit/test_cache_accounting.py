@@ -111,3 +111,15 @@ def test_the_cli_refuses_bad_workload_flags_in_one_line(capsys, args, needle):
     code, _, err = run_cli(capsys, "bench", "--url", "http://127.0.0.1:9", "--dataset-name",
                            "generated-shared-prefix", *args)  # fmt: skip
     assert code == 2 and needle in err and "Traceback" not in err
+
+
+def test_results_show_prints_the_level_hit_rate_and_the_flush():
+    from glmserve.bench.results import BenchResult, render_plain
+
+    lv = {"concurrency": 4, "request_rate": None, "cache_hit_rate": 0.5, "cached_tokens": 10,
+          "cache_prompt_tokens": 20, "cache_flushed": True}  # fmt: skip
+    res = BenchResult(mode="concurrency", complete=True, stopped=None, levels=[lv],
+                      settings={}, server={}, meta={})  # fmt: skip
+    assert "level 4: cache hit 50.0% (10 of 20 prompt tokens) (cache flushed before it)" in (
+        render_plain(res)
+    )
