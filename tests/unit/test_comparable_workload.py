@@ -38,3 +38,22 @@ def test_num_prompts_given_as_the_default_is_the_same_workload():
     assert fields(row(num_prompts=None, **decode), row(num_prompts=5, **decode)) == []
     assert fields(row(num_prompts=None, **decode), row(num_prompts=6, **decode)) == ["num_prompts"]
     assert fields(row(num_prompts=None), row(num_prompts=200)) == []  # open loop: 200
+
+
+GSP = {"dataset_name": "generated-shared-prefix", "gsp_num_groups": 2,
+       "gsp_prompts_per_group": 6, "gsp_system_prompt_len": 2048, "gsp_question_len": 32,
+       "gsp_output_len": 4, "gsp_num_turns": 1, "think_time": 0.0}  # fmt: skip
+
+
+def test_the_workload_kind_and_its_parameters_are_compared():
+    assert fields(row(**GSP), row(**GSP)) == []
+    assert fields(row(), row(**GSP)) == ["workload"]  # random vs shared prefix
+    assert fields(row(**GSP), row(**{**GSP, "gsp_system_prompt_len": 1024})) == ["workload"]
+    assert fields(row(**GSP), row(**{**GSP, "gsp_num_turns": 2})) == ["workload"]
+    assert fields(row(**GSP), row(**{**GSP, "think_time": 0.5})) == ["workload"]
+    assert fields(row(trace_sha256="a" * 64), row(trace_sha256="b" * 64)) == ["workload"]
+
+
+def test_a_flushed_cache_is_another_measurement():
+    assert fields(row(**GSP), row(**GSP, flush_cache=True)) == ["flush_cache"]
+    assert fields(row(), row(flush_cache=False)) == []  # older results: never flushed

@@ -218,6 +218,12 @@ class _Parser:
         prompt = _count(meta.get("prompt_tokens"), "meta_info.prompt_tokens")
         if prompt is not None:
             self.rec.prompt_tokens = prompt
+        # sglang 0.5.9 tokenizer_manager.py line 1530: meta_info.cached_tokens, every chunk
+        cached = _count(meta.get("cached_tokens"), "meta_info.cached_tokens")
+        if cached is not None:
+            self.rec.cached_tokens = cached
+        if self.rec.output_ids is not None:
+            self._keep_ids(obj.get("output_ids"), count)
         reason = meta.get("finish_reason")
         if count is not None:
             self._more_than_asked(count)
@@ -228,6 +234,17 @@ class _Parser:
         if reason is not None:
             self._finished(reason)
             self.rec.completion_tokens = count
+
+    def _keep_ids(self, ids: Any, count: int | None) -> None:
+        """Keep the reply's ids: cumulative ``output_ids`` (SGLang's default) replace what
+        was kept, incremental ones (``--incremental-streaming-output``) extend it."""
+        if not isinstance(ids, list) or not all(type(i) is int for i in ids):
+            return
+        kept = self.rec.output_ids if self.rec.output_ids is not None else []
+        if count is not None and len(ids) == count:
+            self.rec.output_ids = list(ids)
+        else:
+            self.rec.output_ids = kept + list(ids)
 
     def _finished(self, reason: Any) -> None:
         """Keep a finish_reason: SGLang's dict (``{"type": ..., "message": ...}``) natively,
@@ -255,6 +272,13 @@ class _Parser:
             prompt = _count(usage.get("prompt_tokens"), "usage.prompt_tokens")
             if prompt is not None:
                 self.rec.prompt_tokens = prompt
+            # sent with --enable-cache-report only (sglang 0.5.9 entrypoints/openai/
+            # usage_processor.py lines 21-83: prompt_tokens_details={"cached_tokens": n})
+            details = _object(usage.get("prompt_tokens_details"), "prompt_tokens_details")
+            if details:
+                cached = _count(details.get("cached_tokens"), "cached_tokens")
+                if cached is not None:
+                    self.rec.cached_tokens = cached
         choices = obj.get("choices")
         if choices is None:
             return

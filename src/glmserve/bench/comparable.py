@@ -127,7 +127,31 @@ def comparable_key(row: dict[str, Any]) -> dict[str, Any]:
     random_draw = (key["random_range_ratio"] or 0.0) < 1.0 or key["dataset_path"] is not None
     key["seed"] = st.get("seed", 0) if random_draw else None
     key["sim_speed"] = sim_speed(row)
+    key["workload"] = workload_key(st)
+    key["flush_cache"] = bool(st.get("flush_cache", False))
     return key
+
+
+GSP_KEYS = (("gsp_num_groups", "groups"), ("gsp_prompts_per_group", "prompts_per_group"),
+            ("gsp_system_prompt_len", "system_prompt_len"), ("gsp_question_len", "question_len"),
+            ("gsp_output_len", "output_len"), ("gsp_num_turns", "turns"),
+            ("think_time", "think_time"))  # fmt: skip
+
+
+def workload_key(st: dict[str, Any]) -> str:
+    """The workload's kind and parameters as one comparable string: ``random`` (older
+    results, which lack the field, are random or a ``--dataset-path`` file), ``file``, or
+    ``generated-shared-prefix groups=2 prompts_per_group=6 ...`` (two results that share a
+    prefix differently measure a different cache, not a faster server); a trace's sha256
+    when one was replayed."""
+    kind = st.get("dataset_name") or ("file" if st.get("dataset_path") else "random")
+    parts = [str(kind)]
+    if kind == "generated-shared-prefix":
+        parts += [f"{name}={st.get(k)}" for k, name in GSP_KEYS]
+    if st.get("trace_sha256"):
+        parts.append(f"trace=sha256:{str(st['trace_sha256'])[:16]}")
+        parts.append(f"speedup={st.get('trace_speedup', 1.0)}")
+    return " ".join(parts)
 
 
 def launch_of(row: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:

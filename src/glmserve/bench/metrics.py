@@ -84,6 +84,12 @@ class StreamRecord:
     end: float | None = None  # stream closed ([DONE] or error)
     error: str | None = None
     tokens_estimated: bool = False  # per-chunk counts spread from a final total
+    # Prompt tokens the server served from its prefix cache: native ``meta_info.cached_tokens``
+    # or OpenAI ``usage.prompt_tokens_details.cached_tokens`` (None: the server did not say).
+    cached_tokens: int | None = None
+    # The reply's token ids (native ``output_ids``), kept only when set to [] before the
+    # request (multi-turn: the next turn's prompt carries the server's real reply).
+    output_ids: list[int] | None = None
 
     @property
     def ok(self) -> bool:

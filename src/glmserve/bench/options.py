@@ -28,7 +28,7 @@ DEFAULT_OUTPUT_LEN = 256
 DEFAULT_STALL_TIMEOUT = 120.0
 DEFAULT_LEVELS = "1,4,16,64,256"  # --mode concurrency without --concurrency
 DEFAULT_PERCENTILES = "50,90,95,99"
-DATASET_NAMES = ("random", "sharegpt")
+DATASET_NAMES = ("random", "sharegpt", "generated-shared-prefix", "mooncake")
 # Labels are stored with every result and shown in every listing: a 120 KB label was taken.
 MAX_LABEL_CHARS = 256
 MAX_LABELS = 32
@@ -186,9 +186,47 @@ class BenchOptions(Options):
         opt(
             "--dataset-name",
             help="bench_serving's: random (token ids, the default) | sharegpt (needs "
+            "--dataset-path) | generated-shared-prefix (--gsp-*) | mooncake (a trace in "
             "--dataset-path).",
         ),
     ] = None
+    # -- workload knobs (docs/workload.md), checked in bench.gsp_bench.check_workload.
+    # Names/defaults: sglang bench_serving.py 0.5.9 lines 3319-3372.
+    gsp_num_groups: Annotated[
+        int,
+        opt("--gsp-num-groups", help="generated-shared-prefix: groups (one system prompt each)."),
+    ] = 64
+    gsp_prompts_per_group: Annotated[
+        int, opt("--gsp-prompts-per-group", help="generated-shared-prefix: prompts per group.")
+    ] = 16
+    gsp_system_prompt_len: Annotated[
+        int,
+        opt("--gsp-system-prompt-len", help="generated-shared-prefix: shared prefix tokens."),
+    ] = 2048
+    gsp_question_len: Annotated[
+        int, opt("--gsp-question-len", help="generated-shared-prefix: question tokens per turn.")
+    ] = 128
+    gsp_output_len: Annotated[
+        int, opt("--gsp-output-len", help="generated-shared-prefix: output tokens per request.")
+    ] = 256
+    gsp_num_turns: Annotated[
+        int,
+        opt(
+            "--gsp-num-turns",
+            help="generated-shared-prefix: turns per conversation; turn k's prompt carries the "
+            "server's reply to turn k-1 (--api native).",
+        ),
+    ] = 1
+    think_time: Annotated[
+        float,
+        opt("--think-time", help="Seconds between a reply and the next turn (--gsp-num-turns)."),
+    ] = 0.0
+    flush_cache: Annotated[
+        bool, opt("--flush-cache", help="POST /flush_cache before each level (recorded per level).")
+    ] = False
+    trace_speedup: Annotated[
+        float, opt("--trace-speedup", help="mooncake: replay the trace this many times faster.")
+    ] = 1.0
     tokenizer: Annotated[
         str | None,
         opt("--tokenizer", help="Local tokenizer directory: exact token lengths for text."),
@@ -263,8 +301,12 @@ class BenchOptions(Options):
         output_len = pick_output_len(
             self.output_len, self.random_output_len, self.sharegpt_output_len, self.dataset_path
         )
+        gsp = self.dataset_name == "generated-shared-prefix"
+        if self.dataset_name in ("generated-shared-prefix", "mooncake") and output_len is not None:
+            where = "--gsp-output-len" if gsp else "each trace row's output_length"
+            raise ConfigError(f"--dataset-name {self.dataset_name}: the output length is {where}")
         open_loop = self.request_rate is not None or self.rate_sweep is not None
-        mode = resolve_mode(self.mode, open_loop)
+        mode = resolve_mode(self.mode, open_loop or self.dataset_name == "mooncake")
         levels = self._levels(mode)
         if self.burstiness is not None and not open_loop:
             raise ConfigError(
@@ -275,8 +317,10 @@ class BenchOptions(Options):
             base_url=self.url or "",
             mode=mode,
             concurrency=levels,
-            input_len=self.input_len,
-            output_len=DEFAULT_OUTPUT_LEN if output_len is None else output_len,
+            input_len=self.gsp_system_prompt_len + self.gsp_question_len if gsp else self.input_len,
+            output_len=self.gsp_output_len
+            if gsp
+            else (DEFAULT_OUTPUT_LEN if output_len is None else output_len),
             fixed_output_len=output_len is not None,
             num_prompts=self.num_prompts,
             duration=self.duration,
@@ -297,6 +341,18 @@ class BenchOptions(Options):
             rate_sweep=self.rate_sweep,
             metrics_interval=self.metrics_interval,
             gpu_telemetry=self.gpu_telemetry,
+            dataset_name=self.dataset_name
+            if self.dataset_name in ("generated-shared-prefix", "mooncake")
+            else None,
+            gsp_num_groups=self.gsp_num_groups,
+            gsp_prompts_per_group=self.gsp_prompts_per_group,
+            gsp_system_prompt_len=self.gsp_system_prompt_len,
+            gsp_question_len=self.gsp_question_len,
+            gsp_output_len=self.gsp_output_len,
+            gsp_num_turns=self.gsp_num_turns,
+            think_time=self.think_time,
+            flush_cache=self.flush_cache,
+            trace_speedup=self.trace_speedup,
         )
         gates = Gates(
             self.min_decode_tok_s,
@@ -424,8 +480,10 @@ def check_dataset_name(name: str | None, path: str | None) -> None:
             f"--dataset-name {name}: expected {' or '.join(DATASET_NAMES)} (other bench_serving "
             "datasets: convert to ShareGPT JSON/JSONL and give --dataset-path)"
         )
-    if name == "sharegpt" and not path:
-        raise ConfigError("--dataset-name sharegpt needs --dataset-path FILE (none is downloaded)")
+    if name in ("sharegpt", "mooncake") and not path:
+        raise ConfigError(f"--dataset-name {name} needs --dataset-path FILE (none is downloaded)")
+    if name == "generated-shared-prefix" and path:
+        raise ConfigError(f"--dataset-name {name} generates its prompts: leave out --dataset-path")
     if name == "random" and path:
         raise ConfigError("--dataset-name random sends random token ids: leave out --dataset-path")
 
@@ -449,7 +507,7 @@ def pick_output_len(
 def output_len_note(s: Any) -> str | None:
     """Why dataset prompts get a fixed output length where bench_serving would take each
     conversation's reply length (said on stderr, so the figure is not misread)."""
-    if not s.dataset_path or s.fixed_output_len or s.reply_lengths():
+    if not s.dataset_path or s.dataset_name or s.fixed_output_len or s.reply_lengths():
         return None
     why = (
         "--rate-sweep compares one output length"

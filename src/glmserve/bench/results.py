@@ -104,6 +104,9 @@ def summarize_level(
     srv = {k: v for k, v in server.items() if k != "last_gen_throughput_samples"}
     srv["last_gen_throughput"] = percentile(samples, 50)
     srv["last_gen_throughput_max"] = max(samples) if samples else None
+    from glmserve.bench.cache_report import cache_figures
+
+    lm.update(cache_figures(records))  # the level's prefix-cache hit rate (bench.cache_report)
     if not lm["completed"]:
         lm["output_tok_s"] = None  # no stream finished: no window to measure throughput over
     lm.update(
@@ -253,6 +256,13 @@ def render_plain(res: BenchResult) -> list[str]:
                 else f"level {level_label(lv)}"
             )
             lines.append(f"{where}: error: {e}")
+    from glmserve.bench.cache_report import hit_rate_text
+
+    for lv in res.levels:
+        text = hit_rate_text(lv)
+        flushed = " (cache flushed before it)" if lv.get("cache_flushed") else ""
+        if text:
+            lines.append(f"level {level_label(lv)}: {text}{flushed}")
     for g in res.gates:
         lines.append(f"gate {g['gate']}: {g['reason']}")
     return lines

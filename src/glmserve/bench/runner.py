@@ -53,6 +53,7 @@ from glmserve.bench.workload import (
 from glmserve.errors import TransportError
 
 SLOTS_PER_PROCESS = 128
+PRECONNECT_LEAD_S = 0.05
 # --random-range-ratio defaults: bench_serving's (sglang/bench_serving.py 0.5.9, line 3093)
 # for open-loop random prompts; fixed lengths for decode and concurrency levels.
 BENCH_SERVING_RANGE_RATIO = 0.0
@@ -97,6 +98,19 @@ class BenchSettings:
     rate_sweep: int | None = None  # guidellm's sweep: synchronous, throughput, N rates between
     metrics_interval: float = 1.0  # /metrics scrape period per level, s; 0: off (bench.telemetry)
     gpu_telemetry: bool = True  # nvidia-smi on the server's host (bench.gpu_telemetry)
+    # -- workload (issue 24; checks in bench.gsp_bench.check_workload) ---------------------
+    dataset_name: str | None = None  # "generated-shared-prefix": bench.gsp_bench
+    gsp_num_groups: int = 64  # defaults: sglang bench_serving.py 0.5.9 lines 3319-3372
+    gsp_prompts_per_group: int = 16
+    gsp_system_prompt_len: int = 2048
+    gsp_question_len: int = 128
+    gsp_output_len: int = 256
+    gsp_num_turns: int = 1  # > 1: each turn's prompt carries the server's real last reply
+    think_time: float = 0.0  # s between a reply and the conversation's next turn
+    flush_cache: bool = False  # POST /flush_cache before each level (recorded per level)
+    trace_speedup: float = 1.0  # --dataset-name mooncake: due times / this (bench.trace_replay)
+    trace_rows: int | None = None  # set by trace_replay.prepare: the trace's requests
+    trace_sha256: str | None = None  # set by trace_replay.prepare: what compare checks
     # Set (by the run monitor) when the server died: the level stops at once, keeping what
     # it measured; in-flight requests are recorded as failed.
     abort: threading.Event | None = None
@@ -149,6 +163,12 @@ class BenchSettings:
         return [(c, None) for c in self.concurrency]
 
     def prompts_for(self, concurrency: int, rate: float | None = None) -> int | None:
+        if self.dataset_name == "mooncake" and self.trace_rows:
+            return self.trace_rows  # every row, at its timestamp
+        if self.dataset_name == "generated-shared-prefix" and self.num_prompts is None:
+            n = self.gsp_num_groups * self.gsp_prompts_per_group  # bench_serving's count
+            if self.duration is None or self.gsp_num_turns > 1:
+                return n * self.gsp_num_turns if self.gsp_num_turns > 1 else n
         if self.rate_sweep and rate is None:  # the synchronous level: one at a time
             return max(5, (self.num_prompts or 200) // 10)
         if self.duration is not None:
@@ -170,6 +190,8 @@ class BenchSettings:
 
     def workers_for(self, concurrency: int, rate: float | None = None) -> int:
         slots = self.slots_for(concurrency, rate)
+        if self.gsp_num_turns > 1:  # conversations run in one process (bench.gsp_bench)
+            return 1
         if self.workers is not None:
             return max(1, min(self.workers, slots))
         want = math.ceil(slots / SLOTS_PER_PROCESS)
@@ -371,6 +393,9 @@ class _LoopSpec:
     start_at: float
     deadline: float | None
     arrivals: list[float] | None = None  # open loop: due time of request i, s after start_at
+    # Trace replay: open the slots' connections before the first due time, so a request's
+    # arrival is not a TCP connect (~7 ms on a busy host) later than the trace says.
+    preconnect: bool = False
 
 
 def arrival_offsets(
@@ -423,6 +448,14 @@ async def _closed_loop(
         )
         for i in wanted
     }
+
+    if spec.preconnect:
+        n = min(spec.slots, len(wanted))
+        with contextlib.suppress(httpx.HTTPError):
+            await asyncio.gather(*(client.get(spec.base_url + "/health") for _ in range(n)))
+        # the schedule starts a moment later: every slot is then waiting on its due time,
+        # so the first request is not later than the rest by the slots' own start-up
+        spec.start_at = max(spec.start_at, perf() + PRECONNECT_LEAD_S)
 
     async def slot() -> None:
         while not stopped:
@@ -622,13 +655,21 @@ def run_level(
     arrivals = None
     if run.rate is not None:
         arrivals = arrival_offsets(total or 0, run.rate, settings.burstiness, settings.seed)
+    if settings.dataset_name == "mooncake":
+        from glmserve.bench.trace_replay import arrivals as trace_arrivals
+
+        arrivals = trace_arrivals(settings)  # the trace's own due times, / --trace-speedup
     deadline_len = settings.duration
     progress.level_started(concurrency, total, deadline_len, run.rate)
     before = scrape_metrics(settings.base_url)
     t0 = time.perf_counter()
     with _ServerSampler(settings.base_url) as sampler:
         try:
-            if run.workers <= 1:
+            if settings.dataset_name and settings.gsp_num_turns > 1:
+                from glmserve.bench.gsp_bench import run_conversations
+
+                run_conversations(settings, slots, progress, run)
+            elif run.workers <= 1:
                 _run_inprocess(settings, slots, requests, indices, progress, run, arrivals)
             else:
                 _run_processes(settings, slots, requests, indices, progress, run, arrivals)
@@ -673,6 +714,7 @@ def _run_inprocess(
             start,
             deadline,
             arrivals,
+            preconnect=settings.dataset_name == "mooncake",
         )
         loop_task = asyncio.create_task(_closed_loop(spec, run.records, on_record, inflight))
         while not loop_task.done():
@@ -726,6 +768,7 @@ def _run_processes(
             start,
             deadline,
             arrivals,
+            preconnect=settings.dataset_name == "mooncake",
         )
         r, w = ctx.Pipe(duplex=False)
         p = ctx.Process(target=_worker_main, args=(spec, w, stop, wid), daemon=True)
@@ -835,6 +878,10 @@ def run_warmup(settings: BenchSettings, requests: list[Request], watch: Any = No
     ends it at once with a TransportError, which the session turns into the verdict."""
     if settings.warmup <= 0:
         return
+    if settings.dataset_name in ("generated-shared-prefix", "mooncake"):
+        from glmserve.bench import gsp_bench
+
+        requests = gsp_bench.warmup_requests(settings, settings.model or "default")
     slots = min(settings.warmup, max(settings.concurrency), 16)
     spec = _LoopSpec(
         settings.base_url,
@@ -899,6 +946,14 @@ def prepare_requests(settings: BenchSettings, model: str) -> list[Request]:
     or each dataset prompt's reply length (``BenchSettings.reply_lengths``)."""
     need = settings.prompts_needed()
     tok = load_tokenizer(settings.tokenizer)
+    if settings.dataset_name == "generated-shared-prefix":
+        from glmserve.bench import gsp_bench
+
+        return gsp_bench.requests(settings, model, tok)
+    if settings.dataset_name == "mooncake":
+        from glmserve.bench import trace_replay
+
+        return trace_replay.requests(settings, model, tok)
     ratio = settings.range_ratio()
     prompts: list[Any]
     rng = random.Random(settings.seed + 1)

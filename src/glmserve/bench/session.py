@@ -333,6 +333,9 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
     Every float is checked finite: a NaN or inf that got through used to run forever
     (``--duration``), crash in the arrival schedule (``--burstiness``), or be written into the
     stored JSON (``--slo``)."""
+    from glmserve.bench.gsp_bench import check_workload
+
+    check_workload(s)  # --dataset-name generated-shared-prefix/mooncake, --gsp-*, --trace-*
     mi = s.metrics_interval
     if not math.isfinite(mi) or mi < 0 or mi > 3600:
         raise ConfigError(f"--metrics-interval must be 0 (off) to 3600 seconds, got {mi}")
@@ -394,7 +397,7 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
     if need > MAX_PROMPTS:
         raise ConfigError(f"{need:,} prompts to build (--num-prompts/--duration x rate): at most "
                           f"{MAX_PROMPTS:,}")  # fmt: skip
-    if not s.dataset_path and need * s.input_len > MAX_PROMPT_TOKENS:
+    if not s.dataset_path and not s.dataset_name and need * s.input_len > MAX_PROMPT_TOKENS:
         raise ConfigError(
             f"--input-len {s.input_len:,} x {need:,} prompts is {need * s.input_len:,} tokens to "
             f"build; at most {MAX_PROMPT_TOKENS:,} (fewer prompts, or --duration cycles them)"
@@ -418,6 +421,12 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
             raise ConfigError(
                 f"--min-output-tok-s {c}:...: concurrency {c} is not in --concurrency"
             )
+
+
+def flush_cache(base: str) -> dict[str, Any]:
+    from glmserve.bench.gsp_bench import flush_cache as flush
+
+    return flush(base)
 
 
 def run_bench(
@@ -497,6 +506,7 @@ def run_bench(
                 run = LevelRun(concurrency=c, workers=settings.workers_for(c, rate), rate=rate)
                 view = ServerView(run_id, target.base).start()  # bench.contention
                 tel = LevelTelemetry(target.base, settings.metrics_interval, gpu)
+                flushed = flush_cache(target.base) if settings.flush_cache else {}
                 try:
                     with tel:
                         run_level(settings, c, requests, watch, run)
@@ -514,6 +524,7 @@ def run_bench(
                         )
                     )
                     tel.attach(levels[-1])
+                    levels[-1].update(flushed)
                     judge_contention(view.stop(), levels[-1])
                 if run.stopped or any(not r.ok for r in run.records):
                     verdict = _server_verdict(target)
@@ -564,6 +575,10 @@ def run_bench(
         )
     res.notes.extend(contention_notes(levels))
     res.notes.extend(telemetry_notes)
+    for lv in levels:
+        if lv.get("cache_flushed") is False:  # the level did not start cold: say why
+            res.notes.append(f"--flush-cache: not flushed before level {lv['concurrency']} "
+                             f"({lv.get('cache_flush_error')})")  # fmt: skip
     if settings.rate_sweep:
         res.sweep = saturation(levels)
     res.gates = evaluate_gates(

@@ -102,7 +102,8 @@ LEVEL_FIELDS = ("concurrency", "request_rate", "requests", "completed", "errors"
                 "input_tok_s", "output_tok_s_full", "total_tok_s", "goodput", "good_requests",
                 "achieved_concurrency", "max_concurrency_seen", "achieved_request_rate",
                 "tokens_estimated", "output_tok_per_j", "power_w_mean", "energy_j",
-                "gpu_throttled")  # fmt: skip
+                "gpu_throttled", "cache_hit_rate", "cached_tokens", "cache_prompt_tokens",
+                "cache_flushed")  # fmt: skip
 # A cell starting with one of these is a formula to Excel/LibreOffice/Sheets (OWASP "CSV
 # injection"): ``--label x=@SUM(...)`` or a dataset path must not run when a CSV is opened.
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")

@@ -143,6 +143,7 @@ class Request:
         "prompt_tokens",
         "rid",
         "seed",
+        "seen_ids",
         "sink",
         "text_acc",
         "text_parts",
@@ -174,6 +175,7 @@ class Request:
         self.key: Any = None  # the prompt's prefix-cache key (simulator/radix.py), if any
         self.cached_tokens = 0  # prompt tokens reused from the prefix cache
         self.prompt_sha: str | None = None  # radix.key_digest of the prompt as received
+        self.seen_ids: tuple[list[int], list[int]] | None = None  # --sim-trace-ids
         self.abort_at = 0  # aborted once it has this many tokens (0: never)
         self.abort_reason: dict[str, Any] | None = None  # QUEUE_FULL or ABORTED
 
@@ -207,6 +209,11 @@ class Request:
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
             "prompt_sha256": self.prompt_sha,
+            **(
+                {"prompt_ids": self.seen_ids[0], "output_ids": self.seen_ids[1]}
+                if self.seen_ids is not None
+                else {}
+            ),
             "max_new_tokens": self.max_new,
             "completion_tokens": self.n_out or len(self.out_ids),
             "arrival": self.arrival,
@@ -502,6 +509,8 @@ class Engine:
         if r.key is None:
             return
         r.prompt_sha = key_digest(r.key)  # ground truth of what was received, kept small
+        if self.opts.trace_ids and not isinstance(r.key, bytes):
+            r.seen_ids = (list(r.key), list(r.out_ids))  # prompt as received, reply as sent
         if self.cache.enabled:
             key = (
                 r.key + r.text_acc.encode()

@@ -169,6 +169,7 @@ def sim_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-abort-after-tokens", type=int, default=None)
     p.add_argument("--sim-abort-every", type=int, default=1)
     p.add_argument("--sim-trace-max-requests", type=int, default=20000)
+    p.add_argument("--sim-trace-ids", action="store_true")
     p.add_argument("--sim-trace-max-steps", type=int, default=200000)
     p.add_argument("--sim-output-fault", type=str, default=None)  # simulator/textmodel.py
     p.add_argument("--sim-run-variation", type=float, default=0.0)  # simulator/variation.py
@@ -202,6 +203,9 @@ class SimOptions:
     abort_after_tokens: int | None = None
     abort_every: int = 1
     trace_max_requests: int = 20000
+    # --sim-trace-ids: /sim/trace keeps each token-id request's prompt ids as received and
+    # its reply ids (ground truth for multi-turn tests: the reply appears in the next prompt)
+    trace_ids: bool = False
     send_threads: int = 0
     trace_max_steps: int = 200000
     patches: tuple[str, ...] = ()
@@ -250,7 +254,7 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
             if name not in sim_flags:
                 raise SimUsageError(f"unknown simulator option {name} (see --sim-help)")
             sim.append(tok)
-            takes_value = name != "--sim-help"
+            takes_value = name not in ("--sim-help", "--sim-trace-ids")  # the two flags
             if takes_value and "=" not in tok:
                 if i + 1 >= len(argv):
                     raise SimUsageError(f"{name} needs a value")
@@ -529,6 +533,7 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:
         abort_after_tokens=sim.sim_abort_after_tokens,
         abort_every=sim.sim_abort_every,
         trace_max_requests=sim.sim_trace_max_requests,
+        trace_ids=sim.sim_trace_ids,
         send_threads=max(0, sim.sim_send_threads),
         trace_max_steps=sim.sim_trace_max_steps,
         patches=patches,

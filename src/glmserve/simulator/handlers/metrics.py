@@ -108,7 +108,8 @@ def render_metrics(engine: Engine, opts: SimOptions) -> str:
             "Number of requests aborted.",
             c["num_aborted_requests_total"],
         ),
-        ("sglang:cached_tokens_total", "Number of cached prompt tokens.", 0),
+        # the radix cache's ground truth: every prompt token served from it (simulator/radix.py)
+        ("sglang:cached_tokens_total", "Number of cached prompt tokens.", engine.cache.hit_tokens),
     ]
     for name, help_, v in counters:
         lines += [f"# HELP {name} {help_}", f"# TYPE {name} counter", f"{name}{{{tok}}} {float(v)}"]
