@@ -28,6 +28,13 @@ DEFAULT_OUTPUT_LEN = 256
 DEFAULT_STALL_TIMEOUT = 120.0
 DEFAULT_LEVELS = "1,4,16,64,256"  # --mode concurrency without --concurrency
 DEFAULT_PERCENTILES = "50,90,95,99"
+# The shared-prefix workload's knobs (bench_serving.py 0.5.9 lines 3319-3372), read by the
+# model and by BenchSettings (a library caller's defaults), declared here once.
+GSP_NUM_GROUPS = 64
+GSP_PROMPTS_PER_GROUP = 16
+GSP_SYSTEM_PROMPT_LEN = 2048
+GSP_QUESTION_LEN = 128
+GSP_OUTPUT_LEN = 256
 DATASET_NAMES = ("random", "sharegpt", "generated-shared-prefix", "mooncake")
 # Labels are stored with every result and shown in every listing: a 120 KB label was taken.
 MAX_LABEL_CHARS = 256
@@ -195,20 +202,20 @@ class BenchOptions(Options):
     gsp_num_groups: Annotated[
         int,
         opt("--gsp-num-groups", help="generated-shared-prefix: groups (one system prompt each)."),
-    ] = 64
+    ] = GSP_NUM_GROUPS
     gsp_prompts_per_group: Annotated[
         int, opt("--gsp-prompts-per-group", help="generated-shared-prefix: prompts per group.")
-    ] = 16
+    ] = GSP_PROMPTS_PER_GROUP
     gsp_system_prompt_len: Annotated[
         int,
         opt("--gsp-system-prompt-len", help="generated-shared-prefix: shared prefix tokens."),
-    ] = 2048
+    ] = GSP_SYSTEM_PROMPT_LEN
     gsp_question_len: Annotated[
         int, opt("--gsp-question-len", help="generated-shared-prefix: question tokens per turn.")
-    ] = 128
+    ] = GSP_QUESTION_LEN
     gsp_output_len: Annotated[
         int, opt("--gsp-output-len", help="generated-shared-prefix: output tokens per request.")
-    ] = 256
+    ] = GSP_OUTPUT_LEN
     gsp_num_turns: Annotated[
         int,
         opt(

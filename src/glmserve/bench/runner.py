@@ -37,6 +37,7 @@ from typing import Any
 
 import httpx
 
+import glmserve.bench.options as _o
 from glmserve.bench.client import make_client, prepare_request, stream_request
 from glmserve.bench.metrics import StreamRecord
 from glmserve.bench.options import DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_STALL_TIMEOUT
@@ -100,11 +101,11 @@ class BenchSettings:
     gpu_telemetry: bool = True  # nvidia-smi on the server's host (bench.gpu_telemetry)
     # -- workload (issue 24; checks in bench.gsp_bench.check_workload) ---------------------
     dataset_name: str | None = None  # "generated-shared-prefix": bench.gsp_bench
-    gsp_num_groups: int = 64  # defaults: sglang bench_serving.py 0.5.9 lines 3319-3372
-    gsp_prompts_per_group: int = 16
-    gsp_system_prompt_len: int = 2048
-    gsp_question_len: int = 128
-    gsp_output_len: int = 256
+    gsp_num_groups: int = _o.GSP_NUM_GROUPS  # defaults: bench.options (bench_serving 0.5.9)
+    gsp_prompts_per_group: int = _o.GSP_PROMPTS_PER_GROUP
+    gsp_system_prompt_len: int = _o.GSP_SYSTEM_PROMPT_LEN
+    gsp_question_len: int = _o.GSP_QUESTION_LEN
+    gsp_output_len: int = _o.GSP_OUTPUT_LEN
     gsp_num_turns: int = 1  # > 1: each turn's prompt carries the server's real last reply
     think_time: float = 0.0  # s between a reply and the conversation's next turn
     flush_cache: bool = False  # POST /flush_cache before each level (recorded per level)
