@@ -23,6 +23,12 @@ pytestmark = pytest.mark.slow
 SWEPT = ["flashinfer", "flashinfer_gtc", "triton", "trtllm_mla_decode"]
 SPEED = 2  # the simulator runs 2x real time; the sweep reports what the client saw
 INPUT_LEN, OUTPUT_LEN = 128, 48
+# Neither test is about the start-up: its simulated phases take no time (the phases and their
+# log lines still run, in order).
+NO_STARTUP_WAIT = [
+    "--set", "sim.load-seconds=0", "--set", "sim.kv-seconds=0",
+    "--set", "sim.graphs-seconds=0", "--set", "sim.warmup-seconds=0",
+]  # fmt: skip
 
 
 def predicted_decode_tok_s(profile: str) -> float:
@@ -41,7 +47,7 @@ def test_sweep_on_sm120_ranks_as_the_calibrated_model():
          "--set", "sim.gpu-arch=sm120", "--set", f"sim.speed={SPEED}",
          "--set", f"server.port={free_port()}", "--bench", "decode",
          "--input-len", str(INPUT_LEN), "--output-len", str(OUTPUT_LEN), "--num-prompts", "3",
-         "--timeout", "90", "--json"],
+         *NO_STARTUP_WAIT, "--timeout", "90", "--repeat", "1", "--json"],
         capture_output=True, text=True, timeout=400,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -69,7 +75,7 @@ def _tune(concurrency: str, tmp_path: Path) -> dict:
         "--search", "server.triton-attention-num-kv-splits=8,16,32,64",
         "--objective", "decode_tok_s", "--concurrency", concurrency,
         "--input-len", "4000", "--output-len", "24", "--num-prompts", concurrency,
-        "--timeout", "90", "--set", f"server.port={free_port()}", "--json",
+        "--timeout", "90", "--set", f"server.port={free_port()}", *NO_STARTUP_WAIT, "--json",
     ]  # fmt: skip
     proc = subprocess.run(args, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]

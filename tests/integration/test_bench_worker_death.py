@@ -36,7 +36,7 @@ def _finished(url: str) -> int:
 
 @pytest.mark.slow
 def test_a_worker_killed_with_sigkill_leaves_its_requests_accounted_for(start_simulator):
-    sim = start_simulator("--disable-cuda-graph", "--sim-speed", "2")
+    sim = start_simulator("--disable-cuda-graph", "--sim-speed", "6")
     proc = subprocess.Popen(
         [*GLMSERVE, "bench", "--url", sim.url, "--json", "--warmup", "0", "--mode",
          "concurrency", "--concurrency", "4", "--workers", "2", "--num-prompts", "40",

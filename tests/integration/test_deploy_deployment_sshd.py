@@ -330,7 +330,8 @@ def test_sweep_over_groups_crash_names_node_ctrl_c_stops_every_node_and_resume(g
     proc = subprocess.Popen(
         [*argv, "--simulate", "--host", "nodea", "--profiles", "crash2n,cutlass_mla,ok2n",
          "--set", f"server.port={free_local_port()}", "--set", "sim.gpu-arch=sm100",
-         "--set", "sim.speed=5", "--output-len", "64", "--num-prompts", "3", "--timeout", "60"],
+         "--set", "sim.speed=5", "--output-len", "64", "--num-prompts", "3", "--timeout", "60",
+         "--repeat", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

@@ -70,7 +70,9 @@ def _wait(pred, timeout: float = 20.0) -> None:
 
 @pytest.mark.slow
 def test_max_queued_requests_aborts_a_request_that_finds_the_queue_full(start_simulator):
-    sim = start_simulator("--disable-cuda-graph", "--sim-speed", "1", "--max-running-requests",
+    # 4x: the running request still lasts seconds (the window for the probes below), and the
+    # test does not wait half a minute for both long requests to finish
+    sim = start_simulator("--disable-cuda-graph", "--sim-speed", "4", "--max-running-requests",
                           "1", "--max-queued-requests", "1")  # fmt: skip
     long = {**GEN, "sampling_params": {"max_new_tokens": 120, "ignore_eos": True}}
     got: list[list] = []

@@ -29,7 +29,7 @@ def sweep_args(port: int, *extra: str) -> list[str]:
     return glmserve(
         "sweep", "--simulate", "--profiles", PROFILES, "--set", f"server.port={port}",
         "--set", "sim.speed=10", "--output-len", "24", "--num-prompts", "2",
-        "--timeout", "60", *extra,
+        "--timeout", "60", "--repeat", "1", *extra,
     )  # fmt: skip
 
 
@@ -100,7 +100,7 @@ def test_flashinfer_gtc_beats_plain_flashinfer_because_of_the_whole_pool_cast():
     proc = subprocess.run(
         glmserve("sweep", "--simulate", "--profiles", "flashinfer,flashinfer_gtc",
                  "--set", f"server.port={port}", "--set", "sim.speed=10", "--output-len", "24",
-                 "--num-prompts", "2", "--profile-steps", "2", "--json"),
+                 "--num-prompts", "2", "--profile-steps", "2", "--repeat", "1", "--json"),
         capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -177,7 +177,7 @@ def test_sweep_over_ssh_captures_traces_and_stops_every_server(ssh_host):
     proc = subprocess.run(
         glmserve("sweep", "--simulate", "--host", ssh_host, "--profiles", "trtllm_mla,flashinfer",
                  "--set", f"server.port={port}", "--set", "sim.speed=10", "--output-len", "24",
-                 "--num-prompts", "2", "--profile-steps", "2", "--json"),
+                 "--num-prompts", "2", "--profile-steps", "2", "--repeat", "1", "--json"),
         capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -202,7 +202,7 @@ def test_resume_after_kill_9_stops_the_server_the_sweep_recorded_and_only_that_o
     port = free_port()
     args = glmserve("sweep", "--simulate", "--profiles", "flashinfer", "--set",
                     f"server.port={port}", "--set", "sim.speed=10", "--output-len", "100",
-                    "--num-prompts", "4", "--timeout", "60")  # fmt: skip
+                    "--num-prompts", "4", "--timeout", "60", "--repeat", "1")  # fmt: skip
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # A bench of ~4 s: long enough to be killed in, short enough for the resume to run it.
     try:

@@ -33,7 +33,7 @@ def test_garbling_value_is_excluded_with_the_reason(tmp_path):
         [*GLMSERVE, "tune", "--simulate", "--profile", "agreebase",
          "--search", "server.attention-backend=flashinfer,trtllm_mla",
          "--concurrency", "1", "--output-len", "16", "--num-prompts", "2", "--probe",
-         "--timeout", "60", "--set", f"server.port={free_port()}", "--json"],
+         "--repeat", "1", "--timeout", "60", "--set", f"server.port={free_port()}", "--json"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -105,7 +105,7 @@ def test_killing_one_hosts_sshd_requeues_its_trial_on_the_other(two_ssh_hosts):
         "--search", "server.max-running-requests=4,16",
         "--search", "server.cuda-graph-max-bs=8,32",
         "--concurrency", "8", "--output-len", "32", "--num-prompts", "48",
-        "--hosts", ",".join(NODES), "--timeout", "60", "--host-lost-after", "5",
+        "--hosts", ",".join(NODES), "--timeout", "60", "--host-lost-after", "5", "--repeat", "1",
         "--set", f"server.port={free_local_port()}", "--json",
     ]  # fmt: skip
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

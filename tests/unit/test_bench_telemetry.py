@@ -243,7 +243,11 @@ def test_loop_is_stopped_when_the_hosts_shell_has_job_control(tmp_path, monkeypa
     monkeypatch.setenv("FAKE_SMI_PIDFILE", str(tmp_path / "pid"))
     s = GpuSampler(JobControl(HostConfig(name=LOCAL)), command=str(FAKE_SMI)).start()
     assert s.pid is not None, s.note
-    loop = int((tmp_path / "pid").read_text())
+    # the loop writes its pid once its interpreter is up, after start() has returned
+    pidfile, deadline = tmp_path / "pid", time.monotonic() + 10
+    while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    loop = int(pidfile.read_text())
     try:
         assert os.getpgid(loop) == s.pid  # the reported PID leads the loop's group
         s.stop()
