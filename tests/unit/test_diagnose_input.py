@@ -238,3 +238,22 @@ def test_a_log_whose_first_line_comes_late_within_the_limit_is_still_diagnosed(
     chunks = (log[i : i + (1 << 20)] for i in range(0, len(log), 1 << 20))
     d = diagnose_stream(chunks, evidence_within=16 << 20)
     assert d.sglang_log and d.state.value == "CRASHED" and d.category.value == "OOM"
+
+
+def test_a_run_whose_launch_failed_is_not_said_to_be_stopped(tmp_path: Path, capsys) -> None:
+    """A FAILED run never started (its launch failed before a server process existed):
+    ``diagnose RUN`` said "was stopped (glmserve stop)", which nobody did."""
+    from glmserve.store import RunRecord, RunStore
+
+    (tmp_path / "server.log").write_text("[2026-03-02 10:09:17] server_args=ServerArgs()\n")
+    with RunStore.open() as store:
+        store.add_run(
+            RunRecord(
+                run_id="fa11ed00", host="local", profile="p", port=1, run_dir=str(tmp_path),
+                state="FAILED",
+            )
+        )  # fmt: skip
+    assert run(["diagnose", "fa11ed00"]) == 2
+    err = capsys.readouterr().err
+    assert "never started" in err, err
+    assert "glmserve stop" not in err, err

@@ -178,7 +178,12 @@ def _with_run_state(diag: Diagnosis, run: RunRecord, store: RunStore) -> tuple[D
         return crashed, label
     if state == "STALLED":
         return dataclasses.replace(diag, state=State.STALLED, hint=run.hint or diag.hint), label
-    if state in ("STOPPED", "FAILED"):
+    if state == "FAILED":  # its launch failed before any server process existed
+        raise RunNotServing(
+            f"{label} never started: its launch failed (phase {diag.phase.value} in its log); "
+            f"its log: glmserve logs {run.run_id}"
+        )
+    if state == "STOPPED":
         raise RunNotServing(
             f"{label} was stopped (glmserve stop) in phase {diag.phase.value}; its log: "
             f"glmserve logs {run.run_id}"
