@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import signal
 import subprocess
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -73,6 +75,7 @@ def test_simulator_metrics_parse_with_the_prometheus_parser():
             self.counters = {"prompt_tokens_total": 10, "generation_tokens_total": 20,
                              "num_requests_total": 2, "num_aborted_requests_total": 0}  # fmt: skip
             self.latencies = {"ttft": [0.2], "itl": [0.01, 0.02], "e2e": [1.0]}
+            self.cache = types.SimpleNamespace(hit_tokens=7)  # the radix cache's hits
 
         def used_tokens(self):
             return 250
@@ -90,6 +93,8 @@ def test_simulator_metrics_parse_with_the_prometheus_parser():
     m = parse_metrics(render_metrics(Eng(), Opts()))
     assert (m["num_running_reqs"], m["num_queue_reqs"], m["token_usage"]) == (2.0, 1.0, 0.25)
     assert m["gen_throughput"] == 42.5 and m["itl_s_count"] == 2.0
+    text = render_metrics(Eng(), Opts())
+    assert re.search(r"^sglang:cached_tokens_total(\{[^}]*\})? 7\.0$", text, re.M), text
 
 
 def test_stand_in_prints_the_real_query_format():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -179,7 +180,10 @@ def test_control_paths_differ_per_connection_and_per_home(monkeypatch, tmp_path)
     assert cp() != base
 
 
-def test_a_loose_socket_directory_is_made_private(monkeypatch, tmp_path):
+def test_a_loose_socket_directory_is_made_private(monkeypatch, short_tmp):
+    # a short dir: under a long tmp path (pytest-xdist's popen-gwN) the socket path would pass
+    # the 104-byte limit and the socket would rightly go to /tmp instead
+    tmp_path = short_tmp
     monkeypatch.setenv("GLMSERVE_HOME", str(tmp_path / "h"))
     d = tmp_path / "h" / "ssh"
     d.mkdir(parents=True)
@@ -211,3 +215,10 @@ def test_no_ssh_option_value_is_split_by_ssh_whatever_home_is(monkeypatch, tmp_p
     values = [a for a in argv[1:] if a != "-o"]
     assert all(" " not in v and "'" not in v and '"' not in v for v in values), values
     assert "IdentityFile=~/.ssh/id_ed25519" in values
+
+
+@pytest.fixture
+def short_tmp():
+    d = Path(tempfile.mkdtemp(prefix="g", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
