@@ -65,6 +65,17 @@ def test_the_level_hit_rate_counts_only_requests_that_reported():
     assert none["cache_hit_rate"] is None and hit_rate_text(none) is None  # not 0%
 
 
+@pytest.mark.parametrize("api", ["openai", "chat"])
+def test_openai_requests_silent_beside_reporting_ones_had_no_cached_token(api):
+    """SGLang's OpenAI usage has prompt_tokens_details only when cached_tokens > 0, even
+    with --enable-cache-report: the silent requests of a level that reported are the misses.
+    Leaving them out read a 25% hit rate as 75%."""
+    f = cache_figures([_rec(100, 50), _rec(300, 250), _rec(1000, None), _rec(50, 50, "x")], api)
+    assert (f["cached_tokens"], f["cache_prompt_tokens"], f["cache_reported"]) == (300, 1400, 3)
+    assert f["cache_hit_rate"] == pytest.approx(300 / 1400)
+    assert cache_figures([_rec(100, None)], api)["cache_hit_rate"] is None  # no report at all
+
+
 GSP = {"dataset_name": "generated-shared-prefix"}
 
 

@@ -106,7 +106,8 @@ def summarize_level(
     srv["last_gen_throughput_max"] = max(samples) if samples else None
     from glmserve.bench.cache_report import cache_figures
 
-    lm.update(cache_figures(records))  # the level's prefix-cache hit rate (bench.cache_report)
+    # the level's prefix-cache hit rate (bench.cache_report)
+    lm.update(cache_figures(records, str(getattr(settings, "api", "native"))))
     if not lm["completed"]:
         lm["output_tok_s"] = None  # no stream finished: no window to measure throughput over
     lm.update(
