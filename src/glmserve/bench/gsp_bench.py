@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 
 from glmserve.bench.datasets.shared_prefix import Conversation, GspParams, conversations
+from glmserve.bench.metrics import close_unfinished
 from glmserve.bench.workload import Request, build_request, make_prompts
 from glmserve.errors import ConfigError
 
@@ -207,7 +208,4 @@ def run_conversations(s: Any, slots: int, progress: Any, run: Any) -> None:
         run.stopped = "interrupted"
         raise
     finally:
-        for rec in run.records:
-            if rec.end is None:
-                rec.error = rec.error or "interrupted"
-                rec.end = perf()
+        close_unfinished(run.records, perf())

@@ -168,6 +168,15 @@ class LevelMetrics:
     per_request: dict[str, list] | None = None
 
 
+def close_unfinished(records: Sequence[StreamRecord], now: float) -> None:
+    """Records still open when a level ends (Ctrl-C, the run stopped) are failed requests:
+    "interrupted" unless they already failed otherwise, ended now, so none is counted ok."""
+    for rec in records:
+        if rec.end is None:
+            rec.error = rec.error or "interrupted"
+            rec.end = now
+
+
 def percentile(values: Sequence[float], p: float) -> float | None:
     """The p-th percentile (0..100) with linear interpolation; None for no values."""
     if not values:

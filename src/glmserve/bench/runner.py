@@ -39,7 +39,7 @@ import httpx
 
 import glmserve.bench.options as _o
 from glmserve.bench.client import make_client, prepare_request, stream_request
-from glmserve.bench.metrics import StreamRecord
+from glmserve.bench.metrics import StreamRecord, close_unfinished
 from glmserve.bench.options import DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_STALL_TIMEOUT
 from glmserve.bench.progress import Progress
 from glmserve.bench.workload import (
@@ -735,10 +735,7 @@ def _run_inprocess(
         run.stopped = "interrupted"
         raise
     finally:
-        for rec in run.records:
-            if rec.end is None:
-                rec.error = rec.error or "interrupted"
-                rec.end = time.perf_counter()
+        close_unfinished(run.records, time.perf_counter())
         progress.update(done["n"], done["err"], done["tok"], time.perf_counter() - t0)
 
 
