@@ -13,10 +13,10 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from glmserve.bench.options import STAGE_REPEAT, LoadOptions
+from glmserve.bench.options import STAGE_REPEAT, BenchOptions, LoadOptions
 from glmserve.deploy.options import PlaceOptions, StartOptions
 from glmserve.errors import ConfigError
-from glmserve.optmodel import opt
+from glmserve.optmodel import opt, same_as
 
 # A sweep or tune fails a silent stream after 60 s, not bench's 120: each profile's server was
 # just started by the stage itself, and a minute of silence there is a hung config to record
@@ -61,9 +61,7 @@ class SweepCommand(StageOptions, PlaceOptions):
     bench: Annotated[
         list[str], opt("--bench", help="decode and/or concurrency (repeatable; default decode).")
     ] = Field(default_factory=list)
-    concurrency: Annotated[
-        str, opt("--concurrency", help="Concurrency levels to bench, a comma list like 1,4,16.")
-    ] = SWEEP_LEVELS
+    concurrency: Annotated[str, same_as(BenchOptions, "concurrency")] = SWEEP_LEVELS
     until_first_success: Annotated[
         bool, opt("--until-first-success", help="Stop at the first profile that benchmarks.")
     ] = False

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from glmserve.bench.options import STAGE_REPEAT, LoadOptions
+from glmserve.bench.options import STAGE_REPEAT, BenchOptions, LoadOptions
 from glmserve.deploy.options import ReleaseOptions
 from glmserve.errors import ConfigError
 from glmserve.optmodel import opt, same_as
@@ -57,9 +57,7 @@ class TuneCommand(StageOptions, ReleaseOptions):
     slo: Annotated[
         str | None, opt("--slo", help="Latency SLOs, e.g. ttft_p99_ms=2000,tpot_p99_ms=60.")
     ] = None
-    concurrency: Annotated[
-        str, opt("--concurrency", help="Concurrency levels to bench, a comma list like 1,4,16.")
-    ] = TUNE_LEVELS
+    concurrency: Annotated[str, same_as(BenchOptions, "concurrency")] = TUNE_LEVELS
     hosts: Annotated[
         str,
         opt("--hosts", help="Host pool a,b,c (hosts.yaml): one server per host at a time."),
