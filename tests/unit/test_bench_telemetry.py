@@ -341,3 +341,25 @@ def test_a_normal_stop_kills_the_keeper_first(tmp_path, monkeypatch):
     finally:
         if _state(loop) not in (None, "Z"):
             os.kill(loop, signal.SIGTERM)
+
+
+def _telemetry_with_rows(seconds: float):
+    from glmserve.bench.telemetry import LevelTelemetry
+
+    tel = LevelTelemetry("http://x", 0, GpuSampler(transport=None, pid=1, path="/x"))
+    tel.gpu.rows = gt.parse_lines("0, 300.00, 1980, 3201, 97, 131072, 54, 0x0\n")
+    tel.gpu.t0, tel.gpu.t1 = 0.0, seconds
+    return tel
+
+
+def test_no_tokens_per_joule_for_a_level_where_nothing_completed():
+    """A level whose requests all failed (server killed mid-level) has output_tokens from
+    the cut streams and no output tok/s; tok/J from those tokens was still printed."""
+    level = {"concurrency": 8, "requests": 16, "completed": 0, "output_tokens": 824}
+    _telemetry_with_rows(10.0).attach(level)
+    assert "output_tok_per_j" not in level
+    assert level["telemetry"]["gpu"]["output_tok_per_j"] is None
+    assert "no request completed" in level["telemetry"]["gpu"]["note"]
+    ok = {"concurrency": 8, "requests": 16, "completed": 16, "output_tokens": 3000}
+    _telemetry_with_rows(10.0).attach(ok)
+    assert ok["output_tok_per_j"] == pytest.approx(3000 / 3000.0)  # 300 W x 10 s
