@@ -41,3 +41,20 @@ def test_sampler_over_ssh_reads_and_stops(ssh_host):
 def test_remote_without_nvidia_smi_is_a_note(ssh_host):
     s = GpuSampler(SshTransport(get_host(ssh_host)), command="nvidia-smi-absent").start()
     assert s.pid is None and "no nvidia-smi" in (s.note or "")
+
+
+def test_keeper_stops_the_remote_loop_when_the_bench_is_gone(ssh_host):
+    """The bench's end of the keeper's pipe closing (what a SIGKILLed bench does) makes the
+    keeper stop the loop over ssh: no nvidia-smi left on the remote host."""
+    t = SshTransport(get_host(ssh_host))
+    s = GpuSampler(t, command=str(FAKE_SMI)).start()
+    assert s.pid is not None and s.keeper is not None, s.note
+    pid, path, keeper = s.pid, s.path, s.keeper
+    s.pid = None  # as if the bench died: it never calls stop()
+    keeper.stdin.close()
+    keeper.wait(timeout=30)
+    probe = t.run(
+        f"s=$(cut -d' ' -f3 /proc/{pid}/stat 2>/dev/null); "
+        f'[ -n "$s" ] && [ "$s" != Z ] && echo "alive $s"; test -e {path} && echo file'
+    )
+    assert probe.stdout.strip() == "", probe.stdout

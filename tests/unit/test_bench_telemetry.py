@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 import types
 from pathlib import Path
@@ -274,3 +275,100 @@ def test_sim_trace_gauges_follow_since_step():
     assert eng._seen_until(0) == float("-inf")
     assert eng._seen_until(1) == 1.1 and eng._seen_until(2) == 2.1
     assert eng._seen_until(7) == float("-inf")  # not kept: all of them
+
+
+def _wait_gone(pid: int, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while _state(pid) not in (None, "Z") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _state(pid) in (None, "Z")
+
+
+def _stand_in_pid(path: Path) -> int:
+    """The PID the nvidia-smi stand-in writes once its Python is up (after ``start``)."""
+    deadline = time.monotonic() + 10
+    while True:
+        text = path.read_text().strip() if path.exists() else ""
+        if text:
+            return int(text)
+        assert time.monotonic() < deadline, "the nvidia-smi stand-in never started"
+        time.sleep(0.05)
+
+
+def test_loop_dies_with_a_sigkilled_bench(tmp_path):
+    """A bench killed with SIGKILL runs no ``finally``: the nvidia-smi loop it started must
+    not outlive it (its keeper sees the pipe close and stops the loop's process group)."""
+
+    code = (
+        "import sys, time\n"
+        "from glmserve.bench.gpu_telemetry import GpuSampler\n"
+        "from glmserve.remote.hosts import LOCAL, HostConfig\n"
+        "from glmserve.remote.transport import LocalTransport\n"
+        "s = GpuSampler(LocalTransport(HostConfig(name=LOCAL)), command=sys.argv[1]).start()\n"
+        "print(s.pid, s.path, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    env = dict(os.environ, FAKE_SMI_PIDFILE=str(tmp_path / "pid"))
+    bench = subprocess.Popen(
+        [sys.executable, "-c", code, str(FAKE_SMI)], stdout=subprocess.PIPE, env=env, text=True
+    )
+    loop = None
+    try:
+        pid, path = bench.stdout.readline().split()
+        assert pid.isdigit(), pid
+        loop = _stand_in_pid(tmp_path / "pid")
+        assert _state(loop) not in (None, "Z")
+        bench.kill()
+        bench.wait(timeout=10)
+        assert _wait_gone(loop), "the nvidia-smi loop outlived its SIGKILLed bench"
+        assert _wait_gone(int(pid))
+        deadline = time.monotonic() + 5
+        while Path(path).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not Path(path).exists()  # its CSV removed too
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+        if loop is not None and _state(loop) not in (None, "Z"):
+            os.kill(loop, signal.SIGTERM)  # a failed test leaves no orphan behind
+
+
+def test_a_normal_stop_kills_the_keeper_first(tmp_path, monkeypatch):
+    """stop() kills the keeper by PID before stopping the loop: it never fires later."""
+    from glmserve.remote.hosts import LOCAL, HostConfig
+    from glmserve.remote.transport import LocalTransport
+
+    monkeypatch.setenv("FAKE_SMI_PIDFILE", str(tmp_path / "pid"))
+    s = GpuSampler(LocalTransport(HostConfig(name=LOCAL)), command=str(FAKE_SMI)).start()
+    assert s.pid is not None and s.keeper is not None, s.note
+    keeper = s.keeper
+    loop = _stand_in_pid(tmp_path / "pid")
+    try:
+        s.stop()
+        assert keeper.poll() is not None and s.keeper is None
+        assert _wait_gone(loop)
+    finally:
+        if _state(loop) not in (None, "Z"):
+            os.kill(loop, signal.SIGTERM)
+
+
+def _telemetry_with_rows(seconds: float):
+    from glmserve.bench.telemetry import LevelTelemetry
+
+    tel = LevelTelemetry("http://x", 0, GpuSampler(transport=None, pid=1, path="/x"))
+    tel.gpu.rows = gt.parse_lines("0, 300.00, 1980, 3201, 97, 131072, 54, 0x0\n")
+    tel.gpu.t0, tel.gpu.t1 = 0.0, seconds
+    return tel
+
+
+def test_no_tokens_per_joule_for_a_level_where_nothing_completed():
+    """A level whose requests all failed (server killed mid-level) has output_tokens from
+    the cut streams and no output tok/s; tok/J from those tokens was still printed."""
+    level = {"concurrency": 8, "requests": 16, "completed": 0, "output_tokens": 824}
+    _telemetry_with_rows(10.0).attach(level)
+    assert "output_tok_per_j" not in level
+    assert level["telemetry"]["gpu"]["output_tok_per_j"] is None
+    assert "no request completed" in level["telemetry"]["gpu"]["note"]
+    ok = {"concurrency": 8, "requests": 16, "completed": 16, "output_tokens": 3000}
+    _telemetry_with_rows(10.0).attach(ok)
+    assert ok["output_tok_per_j"] == pytest.approx(3000 / 3000.0)  # 300 W x 10 s

@@ -171,6 +171,25 @@ def test_profile_dir_given_as_path_is_not_read(capsys, tmp_path):
     assert "not a regular file" in one_line_error(err)
 
 
+@pytest.mark.parametrize("kind", ["dir", "fifo", "broken-link"])
+def test_a_listed_profile_that_is_no_file_says_why(capsys, profdir, kind):
+    """``profiles/x.yaml`` a directory, FIFO or broken symlink: ``x`` is listed as a profile,
+    so "unknown profile 'x'; known profiles: ..., x" contradicted itself (and a user one
+    silently fell through to a shipped one of that name). Now: the path, and why."""
+    p = profdir("other", "server: {}\n").with_name("x.yaml")
+    if kind == "dir":
+        p.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(p)
+    else:
+        p.symlink_to(p.with_name("gone.yaml"))
+    code, _, err = run(capsys, "render", "--profile", "x")
+    assert code == 2
+    line = one_line_error(err)
+    assert str(p) in line and "unknown profile" not in line, line
+    assert ("broken symlink" if kind == "broken-link" else "not a regular file") in line
+
+
 def test_unicode_profile_name_resolves(capsys, profdir):
     profdir("ñame", "server: {port: 1}\n")
     code, out, _ = run(capsys, "render", "--profile", "ñame", "--format", "argv")

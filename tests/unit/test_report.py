@@ -78,6 +78,23 @@ def test_chart_without_data_says_so_instead_of_drawing_an_empty_axis():
     assert 'svg class="chart" data-chart="decode-tok-s"' in page
 
 
+def test_report_of_an_ambiguous_run_prefix_says_ambiguous():
+    """A prefix of two runs was reported as "neither a sweep nor a run nor a bench result
+    id", a false message for an id that names two runs."""
+    from glmserve.errors import RunNotFound
+    from glmserve.store import RunRecord, RunStore
+
+    with RunStore.open() as store:
+        for rid in ("7a289e95", "7a000000"):
+            store.add_run(
+                RunRecord(
+                    run_id=rid, host="local", profile="p", port=1, run_dir="/tmp/x", state="READY"
+                )
+            )
+    with pytest.raises(RunNotFound, match="ambiguous"):
+        load_report_data(["7a"])
+
+
 def test_report_loads_stored_sweeps_and_runs_and_rejects_unknown_ids():
     from glmserve.store import RunRecord, RunStore
 

@@ -6,6 +6,12 @@ cap, thermal) is measuring the cooling, not the config. The sampler runs on the 
 lines written between its start and end. It is started in its own session (``setsid``), its
 PID recorded, and stopped with the bench by that process group (never by name).
 
+A bench killed outright (SIGKILL, OOM killer) runs no ``finally``: a *keeper* stops the loop
+then. The keeper is a local ``sh`` in its own session blocked reading a pipe whose write end
+only the bench holds; when the bench dies the kernel closes it, ``cat`` sees EOF and the
+keeper runs the same stop command (locally, or over ssh). A normal stop kills the keeper
+first (by its PID), so it never fires twice.
+
 Fields, as NVIDIA documents them (``nvidia-smi --help-query-gpu``): ``index`` (zero based
 index of the GPU), ``power.draw`` (last measured power draw for the entire board, W),
 ``clocks.sm`` (current SM clock, MHz), ``clocks.mem`` (current memory clock, MHz),
@@ -19,7 +25,9 @@ A host without ``nvidia-smi`` (a simulator on a CPU box) gives a note, never an 
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +53,40 @@ QUERY = f"nvidia-smi {ARGS}"
 # sync boost (0x10) and display clock (0x100) do not slow a loaded GPU: not counted.
 THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 NO_SMI = "GLMSERVE_NO_NVIDIA_SMI"
+
+
+def stop_script(pid: int, path: str) -> str:
+    """Host shell that stops the loop by its process group and removes its files."""
+    q = shlex.quote(path)
+    return f"kill -TERM -- -{int(pid)} 2>/dev/null; rm -f -- {q} {shlex.quote(path + '.pid')}"
+
+
+def host_argv(transport: Any, cmd: str) -> list[str] | None:
+    """argv running ``cmd`` on the transport's host from a process of its own (the keeper
+    outlives the bench, so it cannot call the transport), None for another transport."""
+    from glmserve.remote.transport import LocalTransport, SshTransport
+
+    if isinstance(transport, LocalTransport):
+        return ["bash", "-c", cmd]
+    if isinstance(transport, SshTransport):
+        remote = "bash --norc --noprofile -c " + shlex.quote(cmd)
+        return [*transport.ssh_base(), transport.target, "--", remote]
+    return None
+
+
+def start_keeper(argv: list[str]) -> subprocess.Popen[bytes] | None:
+    """A local process that runs ``argv`` once the bench's end of its stdin pipe closes
+    (the bench exited or was killed); its own session, so a Ctrl-C does not reach it."""
+    try:
+        return subprocess.Popen(
+            ["sh", "-c", 'cat >/dev/null; exec "$@"', "glmserve-gpu-keeper", *argv],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError:
+        return None
 
 
 def _num(s: str) -> float | None:
@@ -140,6 +182,7 @@ class GpuSampler:
     path: str | None = None
     note: str | None = None
     offset: int = 0
+    keeper: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _buf: str = field(default="", repr=False)
 
     def start(self) -> GpuSampler:
@@ -166,6 +209,9 @@ class GpuSampler:
             self.note = f"GPU telemetry not started: {res.stderr.strip() or out or res.rc}"
             return self
         self.pid, self.path = int(pid), path
+        argv = host_argv(self.transport, stop_script(self.pid, path))
+        if argv is not None:
+            self.keeper = start_keeper(argv)
         return self
 
     def read(self) -> list[dict[str, Any]]:
@@ -187,12 +233,24 @@ class GpuSampler:
             return
         pid, path = self.pid, self.path or ""
         self.pid = None
-        q = shlex.quote(path)
-        cmd = f"kill -TERM -- -{pid} 2>/dev/null; rm -f -- {q} {shlex.quote(path + '.pid')}"
+        self._drop_keeper()
         try:
-            self.transport.run(cmd, timeout=20)
+            self.transport.run(stop_script(pid, path), timeout=20)
         except GlmserveError as exc:
             self.note = f"could not stop nvidia-smi (pid {pid}): {exc}"
+
+    def _drop_keeper(self) -> None:
+        """Kill the keeper (our child, by PID) before stopping the loop ourselves."""
+        k, self.keeper = self.keeper, None
+        if k is None:
+            return
+        with contextlib.suppress(OSError):
+            k.kill()
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            k.wait(timeout=5)
+        if k.stdin is not None:
+            with contextlib.suppress(OSError):
+                k.stdin.close()
 
 
 class LevelGpu:

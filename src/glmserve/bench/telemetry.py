@@ -275,6 +275,11 @@ class LevelTelemetry:
             g = self.gpu.doc(out_tokens)
             if g is not None:
                 doc["gpu"] = g
+                if level.get("completed") == 0 and g.get("output_tok_per_j") is not None:
+                    # Tokens of failed streams only: no output tok/s is shown for such a
+                    # level, so no tok/J either (the energy is still in telemetry.gpu).
+                    g["output_tok_per_j"] = None
+                    g["note"] = "no request completed in this level: no tokens per joule"
                 if g.get("output_tok_per_j") is not None:
                     level["output_tok_per_j"] = g["output_tok_per_j"]
                     level["power_w_mean"] = g["power_w_mean"]

@@ -38,7 +38,7 @@ from glmserve.commalist import comma_list
 from glmserve.config.spec import PATCHES_ENV, ArgOrigin, LaunchSpec
 from glmserve.config.yamlload import load_yaml, read_config_text
 from glmserve.errors import ConfigError, YamlSyntaxError
-from glmserve.paths import project_configs_dir, user_config_dir
+from glmserve.paths import project_configs_dir, require_regular_file, user_config_dir
 
 KNOWN_KEYS = {
     "extends": str,
@@ -127,6 +127,8 @@ def find_profile_path(name: str) -> Path:
             p = d / f"{name}{ext}"
             if p.is_file():
                 return p
+            if p.is_symlink() or p.exists():  # listed as a profile: say why it is not one
+                require_regular_file(p, "profile", missing="profile is a broken symlink")
     known = ", ".join(list_profile_names())
     if not known:
         raise ConfigError(f"unknown profile '{name}': {no_profiles_message()}")

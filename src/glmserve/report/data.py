@@ -328,6 +328,8 @@ def load_report_data(ids: list[str]) -> ReportData:
             try:
                 run = store.get_run(ident)
             except RunNotFound as exc:
+                if "ambiguous" in str(exc):  # a prefix of two runs: say so, not "no such id"
+                    raise
                 if not ident.isdigit():
                     raise RunNotFound(
                         f"{ident!r} is neither a sweep nor a run nor a bench result id "
