@@ -121,3 +121,17 @@ def test_exit_74_is_documented():
     docs = (Path(__file__).parents[2] / "docs" / "exit-codes.md").read_text()
     assert EXIT_OUTPUT == OutputError.exit_code == 74
     assert "\n| 74 | " in docs
+
+
+def test_a_failed_write_leaves_nothing_for_the_next_command(monkeypatch, capsys):
+    """rich keeps the text of a write that failed and sends it again with its next print, so an
+    in-process caller (a test worker, a script calling ``main`` twice) saw the earlier
+    "cannot write output" line ahead of the next command's own error."""
+    with monkeypatch.context() as failing:
+        failing.setattr(sys, "stdout", _Failing())
+        failing.setattr(sys, "stderr", _Failing())
+        assert main(["results"]) == 74
+    capsys.readouterr()
+    assert main(["bench", "--url", "http://127.0.0.1:9", "--request-rate", "5,,10"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --request-rate") and len(err.splitlines()) == 1, err

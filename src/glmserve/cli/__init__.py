@@ -21,7 +21,7 @@ from glmserve.cli import (  # noqa: F401  (imported for their @app.command regis
     tune_cmd,
     validate_cmd,
 )
-from glmserve.cli._app import STATE, app, err
+from glmserve.cli._app import STATE, app, err, out
 from glmserve.cli.output_streams import WatchedStreams
 from glmserve.errors import (
     EXIT_INTERNAL,
@@ -72,7 +72,17 @@ def main(argv: list[str] | None = None) -> int:
         if error is not None:
             _report(error, debug)
             code = error.exit_code
+        _discard_unwritten()
         return code
+
+
+def _discard_unwritten() -> None:
+    """Drop what the consoles could not write. rich deletes its buffer only after a write
+    succeeded (rich/console.py ``Console._write_buffer``), so text that met a full or closed
+    stream would be sent again, ahead of the next command's output, by anything that calls
+    ``main`` twice in one process (scripts, test workers)."""
+    for console in (out, err):
+        del console._buffer[:]  # rich has no public way to drop it
 
 
 def _report(exc: GlmserveError, debug: bool) -> None:
