@@ -4,6 +4,7 @@ one-line checks (issue 24)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -103,7 +104,7 @@ def test_a_shared_prefix_level_sends_every_group_prompt_once():
     s = BenchSettings(base_url="", gsp_num_groups=3, gsp_prompts_per_group=5, **GSP)
     check_workload(s)
     assert s.prompts_for(1) == 15
-    s.gsp_num_turns = 2
+    s = dataclasses.replace(s, gsp_num_turns=2)
     assert s.prompts_for(4) == 30 and s.workers_for(512) == 1
 
 

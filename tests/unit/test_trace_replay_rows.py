@@ -10,7 +10,15 @@ import math
 import pytest
 
 from glmserve.bench.runner import BenchSettings
-from glmserve.bench.trace_replay import BLOCK, mean_rate, offsets, prepare, prompts, read_trace
+from glmserve.bench.trace_replay import (
+    BLOCK,
+    check,
+    mean_rate,
+    offsets,
+    prompts,
+    read_trace,
+    resolve,
+)
 from glmserve.errors import ConfigError
 
 
@@ -69,18 +77,21 @@ def test_trace_speedup_bounds(tmp_path, speedup):
     s = BenchSettings(base_url="", dataset_name="mooncake", dataset_path=_write(tmp_path, row(0)),
                       trace_speedup=speedup)  # fmt: skip
     with pytest.raises(ConfigError, match="--trace-speedup"):
-        prepare(s)
+        check(s)
 
 
-def test_prepare_sets_the_rate_rows_and_digest_and_refuses_a_rate(tmp_path):
+def test_resolve_fills_in_the_rate_rows_and_digest_and_check_refuses_a_rate(tmp_path):
     path = _write(tmp_path, row(0), row(500), row(1000))
     s = BenchSettings(base_url="", dataset_name="mooncake", dataset_path=path)
-    prepare(s)
-    prepare(s)  # validation may run twice
-    assert (s.trace_rows, s.request_rate, s.prompts_for(0, 2.0)) == (3, [2.0], 3)
-    assert s.trace_sha256 and len(s.trace_sha256) == 64
+    check(s)
+    r = resolve(s)
+    assert s.trace_rows is None and s.request_rate is None  # a new value: s stays as given
+    check(r)  # a resolved value validates again (repeats, sweeps)
+    assert resolve(r) is r
+    assert (r.trace_rows, r.request_rate, r.prompts_for(0, 2.0)) == (3, [2.0], 3)
+    assert r.trace_sha256 and len(r.trace_sha256) == 64
     bad = BenchSettings(base_url="", dataset_name="mooncake", dataset_path=path, request_rate=[5])
     with pytest.raises(ConfigError, match="--request-rate"):
-        prepare(bad)
+        check(bad)
     with pytest.raises(ConfigError, match="--trace-speedup replays a trace"):
-        prepare(BenchSettings(base_url="", trace_speedup=2.0))
+        check(BenchSettings(base_url="", trace_speedup=2.0))

@@ -64,12 +64,12 @@ def multi_turn(s: Any) -> bool:
 
 def check_workload(s: Any) -> None:
     """Every workload flag's check, one line naming the flag (the one place they live);
-    a trace is read here (``bench.trace_replay.prepare``)."""
+    a trace is read here (``bench.trace_replay.check``)."""
     import math
 
-    from glmserve.bench.trace_replay import prepare
+    from glmserve.bench.trace_replay import check
 
-    prepare(s)
+    check(s)
 
     if not math.isfinite(s.think_time) or not 0 <= s.think_time <= MAX_THINK_TIME:
         raise ConfigError(f"--think-time must be 0 to {MAX_THINK_TIME:g} seconds, got "

@@ -18,6 +18,7 @@ throughput, the upper bound of a TTFT) instead of the median.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 from glmserve.bench.stats import METHOD, median, median_ci
@@ -172,18 +173,14 @@ def run_repeated(
             settings, run_id, gates, progress, store_result=store_result, labels=labels,
             probe=probe, validated=validated,
         )  # fmt: skip
-    pristine = copy.copy(settings)
     outcomes = []
     for i in range(repeat):
-        s = copy.copy(pristine)
-        if i:
-            s.warmup = 0
+        s = dataclasses.replace(settings, warmup=0) if i else settings  # frozen: never changed
         o = run_bench(
             s, run_id, Gates(), progress, store_result=False, labels=labels,
             probe=probe if i == repeat - 1 else None, validated=validated,
         )  # fmt: skip
         outcomes.append(o)
-        settings.model, settings.base_url = s.model, s.base_url  # as run_bench leaves them
         if o.interrupted or o.failure is not None or not o.result.complete:
             break
     last = outcomes[-1]

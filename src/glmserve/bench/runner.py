@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import multiprocessing as mp
 import multiprocessing.connection as mp_connection
@@ -63,9 +64,15 @@ CONNECT_FAILED = "connect failed"
 ABORTED = "aborted: the server stopped serving"
 
 
-@dataclass
+@dataclass(frozen=True)
 class BenchSettings:
-    """What to measure and how; stored with the result so a number can be reproduced."""
+    """What to measure and how; stored with the result so a number can be reproduced.
+
+    Frozen and pure: one value can be run, repeated and validated again and is never changed
+    by a run. What is read from the input files (a dataset's or trace's digest, a trace's rows
+    and mean rate) is filled in once by :func:`resolve_inputs`, as a new value; what a run
+    learns or signals while it runs (the endpoint measured, the model sent, the prompts a
+    dataset gave, the abort/failed events) lives on :class:`RunningBench`."""
 
     base_url: str
     mode: str = "decode"  # "decode" | "concurrency"
@@ -87,8 +94,7 @@ class BenchSettings:
     # (``range_ratio``), and the resolved number is what the result records.
     random_range_ratio: float | None = None
     dataset_path: str | None = None  # prompts from a file instead of random token ids
-    dataset_sha256: str | None = None  # its content (set by the session): what compare checks
-    dataset_rows: int | None = None  # distinct prompts it gave (set by prepare_requests)
+    dataset_sha256: str | None = None  # its content (resolve_inputs): what compare checks
     tokenizer: str | None = None  # local tokenizer: exact prompt lengths for text prompts
     # False: --output-len was not given, so dataset prompts may take their replies' lengths
     # (``reply_lengths``); sweep and tune always pass a length.
@@ -110,13 +116,8 @@ class BenchSettings:
     think_time: float = 0.0  # s between a reply and the conversation's next turn
     flush_cache: bool = False  # POST /flush_cache before each level (recorded per level)
     trace_speedup: float = 1.0  # --dataset-name mooncake: due times / this (bench.trace_replay)
-    trace_rows: int | None = None  # set by trace_replay.prepare: the trace's requests
-    trace_sha256: str | None = None  # set by trace_replay.prepare: what compare checks
-    # Set (by the run monitor) when the server died: the level stops at once, keeping what
-    # it measured; in-flight requests are recorded as failed.
-    abort: threading.Event | None = None
-    # Set by the runner whenever a request fails, so the run monitor takes a closer look.
-    failed: threading.Event | None = None
+    trace_rows: int | None = None  # resolve_inputs (trace_replay.resolve): the trace's requests
+    trace_sha256: str | None = None  # resolve_inputs (trace_replay.resolve): what compare checks
 
     @property
     def open_loop(self) -> bool:
@@ -198,10 +199,17 @@ class BenchSettings:
         want = math.ceil(slots / SLOTS_PER_PROCESS)
         return max(1, min(want, os.cpu_count() or 1, slots))
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (an infinite rate is "inf": strict JSON has no Infinity)."""
-        skip = ("abort", "failed", "fixed_output_len")
-        d = {k: v for k, v in self.__dict__.items() if k not in skip}
+    def to_dict(self, running: dict[str, Any] | None = None) -> dict[str, Any]:
+        """JSON-ready (an infinite rate is "inf": strict JSON has no Infinity), with what a
+        run learnt (``running``: base_url, model, dataset_rows) in place."""
+        running = running or {}
+        d: dict[str, Any] = {}
+        for k, v in self.__dict__.items():
+            if k == "fixed_output_len":
+                continue
+            d[k] = running.get(k, v)
+            if k == "dataset_sha256":  # where it was always stored: after the digest
+                d["dataset_rows"] = running.get("dataset_rows")
         d["random_range_ratio"] = self.range_ratio()  # the lengths used, never "default"
         if self.reply_lengths():
             d["output_len"] = "reply"  # each request: its conversation's reply, in tokens
@@ -209,9 +217,61 @@ class BenchSettings:
             d["request_rate"] = [r if math.isfinite(r) else "inf" for r in d["request_rate"]]
         return d
 
+    # A settings value never aborts and signals nothing: the runner's functions take it as it
+    # is (tests, tools) or a RunningBench, which has both.
+    aborted = False
+    failed = None
+
+
+def resolve_inputs(settings: BenchSettings) -> BenchSettings:
+    """The settings with what their input files say filled in: the dataset's digest (what
+    compare checks), a trace's rows, digest and mean rate (``trace_replay.resolve``). A new
+    value; idempotent."""
+    from glmserve.bench.trace_replay import resolve
+
+    s = settings
+    if s.dataset_path is not None and s.dataset_sha256 is None:
+        from glmserve.bench.workload import dataset_digest
+
+        s = dataclasses.replace(s, dataset_sha256=dataset_digest(s.dataset_path))
+    return resolve(s)
+
+
+@dataclass
+class RunningBench:
+    """One bench while it runs: its settings plus what it learns or signals meanwhile.
+
+    Reads through to the settings for everything else (``run.seed``), so the runner's
+    functions take either."""
+
+    settings: BenchSettings
+    base_url: str = ""  # the endpoint measured (the run's, once found and verified)
+    model: str | None = None  # the OpenAI "model" field sent
+    dataset_rows: int | None = None  # distinct prompts the dataset gave (prepare_requests)
+    # Set (by the run monitor) when the server died: the level stops at once, keeping what
+    # it measured; in-flight requests are recorded as failed.
+    abort: threading.Event = field(default_factory=threading.Event)
+    # Set by the runner whenever a request fails, so the run monitor takes a closer look.
+    failed: threading.Event = field(default_factory=threading.Event)
+
+    @classmethod
+    def start(cls, settings: BenchSettings) -> RunningBench:
+        return cls(settings, base_url=settings.base_url, model=settings.model)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "settings" or name.startswith("__"):  # unpickling, copying: not yet set
+            raise AttributeError(name)
+        return getattr(self.settings, name)
+
     @property
     def aborted(self) -> bool:
-        return self.abort is not None and self.abort.is_set()
+        return self.abort.is_set()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as stored, with the endpoint, model and dataset rows this run used."""
+        return self.settings.to_dict(
+            {"base_url": self.base_url, "model": self.model, "dataset_rows": self.dataset_rows}
+        )
 
 
 @dataclass
@@ -938,7 +998,7 @@ def keep_in_flight(
     return asyncio.run(_closed_loop(spec, records, lambda r: None, {}, should_stop=stop.is_set))
 
 
-def prepare_requests(settings: BenchSettings, model: str) -> list[Request]:
+def prepare_requests(settings: BenchSettings | RunningBench, model: str) -> list[Request]:
     """Enough distinct prompts for the largest level (cycled when running by duration):
     random token ids, or the dataset file's prompts; output lengths per --random-range-ratio,
     or each dataset prompt's reply length (``BenchSettings.reply_lengths``)."""
@@ -956,17 +1016,18 @@ def prepare_requests(settings: BenchSettings, model: str) -> list[Request]:
     prompts: list[Any]
     rng = random.Random(settings.seed + 1)
     path = settings.dataset_path
+    rows = None
     if path and settings.reply_lengths():
-        prompts, outs, settings.dataset_rows = dataset_prompts_with_replies(
-            path, need, settings.seed, tok
-        )
+        prompts, outs, rows = dataset_prompts_with_replies(path, need, settings.seed, tok)
     else:
         if path:
-            prompts, settings.dataset_rows = dataset_prompts_counted(path, need, settings.seed, tok)
+            prompts, rows = dataset_prompts_counted(path, need, settings.seed, tok)
         else:
             vocab = len(tok) if tok is not None else None
             prompts = make_prompts(need, settings.input_len, settings.seed, ratio, vocab)
         outs = lengths(need, settings.output_len, min(ratio, 1.0), rng)
+    if isinstance(settings, RunningBench):
+        settings.dataset_rows = rows
     return [
         build_request(settings.api, p, o, model, tok) for p, o in zip(prompts, outs, strict=True)
     ]

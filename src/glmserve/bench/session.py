@@ -29,9 +29,11 @@ from glmserve.bench.runner import (
     BenchSettings,
     LevelRun,
     Progress,
+    RunningBench,
     last_gen_throughput,
     prepare_requests,
     probe_server,
+    resolve_inputs,
     resolve_model,
     run_level,
     run_warmup,
@@ -449,10 +451,8 @@ def run_bench(
     for the whole bench."""
     if not validated:  # BenchOptions.plan() validated the CLI's settings already
         validate_settings(settings, gates)
-    if settings.dataset_path is not None:
-        from glmserve.bench.workload import dataset_digest
-
-        settings.dataset_sha256 = dataset_digest(settings.dataset_path)
+    # From here on ``settings`` is the running bench; the caller's value is never changed.
+    settings = RunningBench.start(resolve_inputs(settings))
     if run_id and settings.base_url:
         # The result would be filed under the run (its profile, argv, GPUs) while measured
         # on whatever answers the URL, unchecked: a speedup of one server over itself.
@@ -471,7 +471,6 @@ def run_bench(
     interrupted = False
     server: dict[str, Any] = {}
     telemetry_notes: list[str] = []
-    settings.abort, settings.failed = threading.Event(), threading.Event()
     # SIGTERM (a CI timeout, `kill`) is Ctrl-C here: workers stopped, partial result kept.
     # Without it the bench died at once with 143, its worker processes orphaned and still
     # sending load, nothing stored (an audit).

@@ -20,6 +20,7 @@ A bad line is one ConfigError naming ``file:line`` (exit 2), before any server i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass
@@ -123,9 +124,9 @@ def prompts(rows: list[TraceRow], seed: int) -> list[list[int]]:
     return out
 
 
-def prepare(s: Any) -> None:
-    """Check the trace and the flags beside it; set ``request_rate`` (the mean, for the
-    record), ``trace_rows`` and ``trace_sha256``. Idempotent (validation may run twice)."""
+def check(s: Any) -> None:
+    """Check the trace (read whole: a bad line is named here, before any load) and the flags
+    beside it. Changes nothing; a settings value already resolved passes again."""
     if not math.isfinite(s.trace_speedup) or not 0 < s.trace_speedup <= MAX_SPEEDUP:
         raise ConfigError(f"--trace-speedup must be > 0 and at most {MAX_SPEEDUP:g}, got "
                           f"{s.trace_speedup}")  # fmt: skip
@@ -142,12 +143,21 @@ def prepare(s: Any) -> None:
                         ("--num-prompts", s.num_prompts), ("--duration", s.duration)):  # fmt: skip
             if v is not None:
                 raise ConfigError(f"{flag}: a trace replay sends every row at its timestamp")
+    read_trace(s.dataset_path)
+
+
+def resolve(s: Any) -> Any:
+    """The settings (a frozen ``BenchSettings``) with the trace's rows, digest and mean rate
+    (for the record) filled in; unchanged when no trace is replayed or it is done already."""
+    if s.dataset_name != MOONCAKE or s.trace_rows is not None:
+        return s
     from glmserve.bench.workload import dataset_digest
 
     rows = read_trace(s.dataset_path)
-    s.trace_rows = len(rows)
-    s.trace_sha256 = dataset_digest(s.dataset_path)
-    s.request_rate = [mean_rate(rows, s.trace_speedup)]
+    return dataclasses.replace(
+        s, trace_rows=len(rows), trace_sha256=dataset_digest(s.dataset_path),
+        request_rate=[mean_rate(rows, s.trace_speedup)],
+    )  # fmt: skip
 
 
 def requests(s: Any, model: str, tok: Any = None) -> list[Request]:
