@@ -236,7 +236,9 @@ def test_a_group_node_dying_mid_bench_ends_the_bench_naming_it(tmp_path):
 def test_a_worker_dying_mid_bench_is_diagnosed_not_reported_complete(launch):
     """A scheduler that dies silently (SGLang does not notice, /health turns 503): its
     streams stall; the bench asks /health then and reports the crash (exit 3)."""
-    run = launch("flashinfer", f"server.port={free_port()}", "sim.worker-death-after=2")
+    # 6 s after ready: past the bench's start-up even on a loaded 2-core box (at 2 s the
+    # worker sometimes died before the first level, a crash with no result to print)
+    run = launch("flashinfer", f"server.port={free_port()}", "sim.worker-death-after=6")
     res = cli("bench", run, "--mode", "concurrency", "--concurrency", "2", "--num-prompts",
               "2000", "--output-len", "48", "--stall-timeout", "2", "--json")  # fmt: skip
     assert res.returncode == 3, res.stderr

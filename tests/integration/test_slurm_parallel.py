@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 from tests.fixtures.cli import GLMSERVE
+from tests.fixtures.simulator import free_ports
 
-from glmserve.remote.transport import free_local_port
 from glmserve.store import RunStore
 from glmserve.sweep.state import sweep_dir
 
@@ -36,7 +36,7 @@ def _overlap(spans: list[tuple[str, float, float]]) -> bool:
 
 
 def test_sweep_max_parallel_2_runs_two_jobs_at_once(slurm, cluster_host):
-    port = free_local_port()
+    port = free_ports(2)
     proc = subprocess.run(
         [*GLMSERVE, "sweep", "--simulate", "--host", "cluster", "--profiles",
          "trtllm_mla,flashinfer", "--set", f"server.port={port}", "--set", "sim.gpu-arch=sm100",
@@ -79,7 +79,7 @@ def test_tune_max_parallel_2_runs_two_jobs_at_once(slurm, cluster_host):
          "--search", "server.max-running-requests=4,16", "--concurrency", "4",
          "--output-len", "24", "--num-prompts", "8", "--repeat", "1", "--hosts", "cluster",
          "--max-parallel", "2", "--timeout", "60", "--set", "sim.gpu-arch=sm100",
-         "--set", "sim.speed=10", "--set", f"server.port={free_local_port()}", "--json"],
+         "--set", "sim.speed=10", "--set", f"server.port={free_ports(2)}", "--json"],
         capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
