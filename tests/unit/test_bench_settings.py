@@ -59,3 +59,14 @@ def test_the_running_bench_reads_through_and_signals():
     run.base_url = "http://h:2"
     assert run.aborted and run.settings.base_url == "http://h:1"
     assert run.to_dict()["base_url"] == "http://h:2"
+
+
+def test_a_trace_replay_validates_without_changing_its_settings(tmp_path):
+    """Validation sees the trace's rate (``--mode rate`` needs one) on a resolved copy."""
+    from glmserve.bench.session import validate_settings
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 600, "output_length": 4}\n')
+    s = BenchSettings("", mode="rate", dataset_name="mooncake", dataset_path=str(trace))
+    validate_settings(s, Gates())
+    assert s.request_rate is None and s.trace_rows is None

@@ -336,8 +336,10 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
     (``--duration``), crash in the arrival schedule (``--burstiness``), or be written into the
     stored JSON (``--slo``)."""
     from glmserve.bench.gsp_bench import check_workload
+    from glmserve.bench.trace_replay import resolve
 
     check_workload(s)  # --dataset-name generated-shared-prefix/mooncake, --gsp-*, --trace-*
+    s = resolve(s)  # a trace replay's rate is the trace's: the checks below see it
     mi = s.metrics_interval
     if not math.isfinite(mi) or mi < 0 or mi > 3600:
         raise ConfigError(f"--metrics-interval must be 0 (off) to 3600 seconds, got {mi}")
