@@ -100,7 +100,7 @@ def test_request_rate_20_is_achieved_and_matches_ground_truth(capsys, start_simu
     # where the schedule put it, give or take the trip (not bunched or drifting)
     from scipy import stats
 
-    from glmserve.bench.runner import arrival_offsets
+    from glmserve.bench.loops import arrival_offsets
 
     gaps = [b - a for a, b in itertools.pairwise(arrivals)]
     assert stats.kstest(gaps, "expon", args=(0, 1 / 20)).pvalue > 0.01

@@ -20,7 +20,9 @@ from tests.fixtures.cli import GLMSERVE
 from tests.fixtures.hostile_server import HostileServer
 
 from glmserve.bench import runner
-from glmserve.bench.runner import BenchSettings, LevelRun, Progress, prepare_requests, run_level
+from glmserve.bench.progress import Progress
+from glmserve.bench.runner import prepare_requests, run_level
+from glmserve.bench.settings import BenchSettings, LevelRun
 from glmserve.store import RunStore
 
 
@@ -79,14 +81,14 @@ def test_a_worker_killed_with_sigkill_leaves_its_requests_accounted_for(start_si
 def test_a_worker_raising_is_accounted_for_as_not_run(monkeypatch):
     """A worker whose loop raises (a payload it chokes on) reports the exception; the parent
     counts its requests that were never recorded."""
-    real = runner._closed_loop
+    real = runner.closed_loop
 
     async def flaky(spec, records, on_record, inflight, should_stop=lambda: False):
         if spec.indices and spec.indices[0] == 1:  # the second worker's share: 1, 3, 5, ...
             raise RuntimeError("choked on a payload")
         return await real(spec, records, on_record, inflight, should_stop)
 
-    monkeypatch.setattr(runner, "_closed_loop", flaky)  # inherited by the forked workers
+    monkeypatch.setattr(runner, "closed_loop", flaky)  # inherited by the forked workers
     with HostileServer("ok") as srv:
         settings = BenchSettings(srv.url, mode="concurrency", concurrency=[2], num_prompts=10,
                                  output_len=8, warmup=0, workers=2)  # fmt: skip

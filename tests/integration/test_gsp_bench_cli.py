@@ -40,7 +40,7 @@ def _trace(url: str) -> dict:
 
 
 def _cached_total(url: str) -> float:
-    from glmserve.bench.runner import parse_prometheus
+    from glmserve.bench.server_probe import parse_prometheus
 
     text = httpx.get(url + "/metrics", timeout=10).text
     return parse_prometheus(text)["sglang:cached_tokens_total"]

@@ -36,7 +36,7 @@ def test_infinite_rate_is_strict_json(capsys):
     import json
     import math
 
-    from glmserve.bench.runner import BenchSettings
+    from glmserve.bench.settings import BenchSettings
 
     s = BenchSettings("http://x", mode="rate", request_rate=[5.0, math.inf])
     text = json.dumps(s.to_dict(), allow_nan=False)  # raises on Infinity

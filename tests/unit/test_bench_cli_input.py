@@ -187,7 +187,7 @@ def test_dataset_device_and_directory_are_refused(tmp_path):
 
 
 def test_open_loop_level_is_named_by_its_rate(capsys):
-    from glmserve.bench.runner import LevelRun
+    from glmserve.bench.settings import LevelRun
     from glmserve.cli.views import PlainProgress
 
     PlainProgress().level_finished(LevelRun(concurrency=0, workers=1, rate=5.0))
@@ -212,8 +212,8 @@ def test_help_shows_the_bracketed_range_and_every_mode(capsys):
 def test_a_duration_times_rate_schedule_too_large_to_build_is_refused():
     """--duration D at rate R precomputes about 1.5 x R x D arrivals: 1.5 million prompts
     were a MemoryError before any request."""
-    from glmserve.bench.runner import BenchSettings
     from glmserve.bench.session import Gates, validate_settings
+    from glmserve.bench.settings import BenchSettings
 
     s = BenchSettings(base_url=URL, mode="rate", request_rate=[1000.0], duration=1000)
     with pytest.raises(ConfigError, match="prompts to build"):

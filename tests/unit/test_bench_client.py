@@ -11,16 +11,10 @@ from tests.fixtures.sse_server import FakeServer
 
 from glmserve.bench.client import make_client, stream_request
 from glmserve.bench.metrics import StreamRecord, stream_metrics
-from glmserve.bench.runner import (
-    BenchSettings,
-    LevelRun,
-    Progress,
-    metrics_delta,
-    parse_prometheus,
-    prepare_requests,
-    probe_server,
-    run_level,
-)
+from glmserve.bench.progress import Progress
+from glmserve.bench.runner import prepare_requests, run_level
+from glmserve.bench.server_probe import metrics_delta, parse_prometheus, probe_server
+from glmserve.bench.settings import BenchSettings, LevelRun
 from glmserve.bench.workload import build_request
 from glmserve.errors import TransportError
 

@@ -11,6 +11,7 @@ import statistics
 import pytest
 from scipy import stats
 
+from glmserve.bench.loops import arrival_offsets
 from glmserve.bench.metrics import (
     StreamRecord,
     level_metrics,
@@ -20,7 +21,6 @@ from glmserve.bench.metrics import (
     stream_metrics,
     summarize,
 )
-from glmserve.bench.runner import arrival_offsets
 
 
 def stream(send: float, ttft: float, itl: float, n: int, prompt: int = 10) -> StreamRecord:

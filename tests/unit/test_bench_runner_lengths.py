@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from glmserve.bench.runner import BenchSettings, prepare_requests
+from glmserve.bench.runner import prepare_requests
+from glmserve.bench.settings import BenchSettings
 
 
 def shapes(settings: BenchSettings) -> tuple[list[int], list[int]]:

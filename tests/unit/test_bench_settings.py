@@ -10,8 +10,8 @@ import json
 import pytest
 
 from glmserve.bench.progress import Progress
-from glmserve.bench.runner import BenchSettings, RunningBench, resolve_inputs
 from glmserve.bench.session import Gates, run_bench
+from glmserve.bench.settings import BenchSettings, RunningBench, resolve_inputs
 
 
 def test_settings_cannot_be_changed_and_hold_no_run_time_state():

@@ -13,7 +13,7 @@ from glmserve.bench.cache_report import cache_figures, hit_rate_text
 from glmserve.bench.client import _Parser
 from glmserve.bench.gsp_bench import check_workload
 from glmserve.bench.metrics import StreamRecord
-from glmserve.bench.runner import BenchSettings
+from glmserve.bench.settings import BenchSettings
 from glmserve.errors import ConfigError
 
 

@@ -84,7 +84,7 @@ def test_shared_defaults_are_declared_once():
     import dataclasses
 
     from glmserve.bench import options as bo
-    from glmserve.bench.runner import BenchSettings
+    from glmserve.bench.settings import BenchSettings
 
     f = {x.name: x.default for x in dataclasses.fields(BenchSettings)}
     assert (f["input_len"], f["output_len"], f["stall_timeout"]) == (

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from glmserve.bench.runner import BenchSettings
+from glmserve.bench.settings import BenchSettings
 from glmserve.bench.trace_replay import (
     BLOCK,
     check,

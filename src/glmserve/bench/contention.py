@@ -70,7 +70,7 @@ class ServerView:
         return self
 
     def _sample(self) -> None:
-        from glmserve.bench.runner import parse_prometheus
+        from glmserve.bench.server_probe import parse_prometheus
 
         with httpx.Client(timeout=2.0) as c:
             while True:

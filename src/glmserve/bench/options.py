@@ -301,8 +301,8 @@ class BenchOptions(Options):
         from glmserve.bench.probe import probe_spec
         from glmserve.bench.repeats import check_repeat
         from glmserve.bench.results import parse_output_gate
-        from glmserve.bench.runner import BenchSettings
         from glmserve.bench.session import Gates, validate_settings
+        from glmserve.bench.settings import BenchSettings
 
         check_dataset_name(self.dataset_name, self.dataset_path)
         output_len = pick_output_len(
@@ -390,7 +390,7 @@ class BenchPlan:
     """What ``BenchOptions.plan()`` resolved: the input of one ``run_repeated``."""
 
     run: str | None
-    settings: Any  # bench.runner.BenchSettings, validated
+    settings: Any  # bench.settings.BenchSettings, validated
     gates: Any  # bench.session.Gates
     labels: dict[str, str]
     probe: Any  # bench.probe.ProbeSpec | None

@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from glmserve.bench.runner import LevelRun
+    from glmserve.bench.settings import LevelRun
 
 
 class Progress:

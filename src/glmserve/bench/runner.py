@@ -22,27 +22,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import math
 import multiprocessing as mp
 import multiprocessing.connection as mp_connection
-import os
 import queue as queue_mod
 import random
 import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
-import glmserve.bench.options as _o
-from glmserve.bench.client import make_client, prepare_request, stream_request
+from glmserve.bench.loops import CONNECT_FAILED, LoopSpec, arrival_offsets, closed_loop
 from glmserve.bench.metrics import StreamRecord, close_unfinished
-from glmserve.bench.options import DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_STALL_TIMEOUT
+from glmserve.bench.options import DEFAULT_STALL_TIMEOUT
 from glmserve.bench.progress import Progress
+from glmserve.bench.server_probe import ServerSampler, metrics_delta, scrape_metrics
+from glmserve.bench.settings import BenchSettings, LevelRun, RunningBench
 from glmserve.bench.workload import (
     Request,
     build_request,
@@ -54,532 +49,7 @@ from glmserve.bench.workload import (
 )
 from glmserve.errors import TransportError
 
-SLOTS_PER_PROCESS = 128
-PRECONNECT_LEAD_S = 0.05
-# --random-range-ratio defaults: bench_serving's (sglang/bench_serving.py 0.5.9, line 3093)
-# for open-loop random prompts; fixed lengths for decode and concurrency levels.
-BENCH_SERVING_RANGE_RATIO = 0.0
-FIXED_RANGE_RATIO = 1.0
-CONNECT_FAILED = "connect failed"
 ABORTED = "aborted: the server stopped serving"
-
-
-@dataclass(frozen=True)
-class BenchSettings:
-    """What to measure and how; stored with the result so a number can be reproduced.
-
-    Frozen and pure: one value can be run, repeated and validated again and is never changed
-    by a run. What is read from the input files (a dataset's or trace's digest, a trace's rows
-    and mean rate) is filled in once by :func:`resolve_inputs`, as a new value; what a run
-    learns or signals while it runs (the endpoint measured, the model sent, the prompts a
-    dataset gave, the abort/failed events) lives on :class:`RunningBench`."""
-
-    base_url: str
-    mode: str = "decode"  # "decode" | "concurrency"
-    concurrency: list[int] = field(default_factory=lambda: [1])
-    input_len: int = DEFAULT_INPUT_LEN  # bench.options: the one place of these defaults
-    output_len: int = DEFAULT_OUTPUT_LEN
-    num_prompts: int | None = None  # per level; default: decode 5, concurrency 2 x level
-    duration: float | None = None  # per level, seconds (instead of num_prompts)
-    warmup: int = 1
-    api: str = "native"
-    seed: int = 0
-    stall_timeout: float = DEFAULT_STALL_TIMEOUT
-    workers: int | None = None  # client processes per level; None = auto
-    model: str | None = None  # OpenAI "model" field; None = first of /v1/models
-    request_rate: list[float] | None = None  # open loop: one level per rate (req/s)
-    burstiness: float = 1.0  # gamma shape of the inter-arrival gaps (1 = Poisson)
-    max_concurrency: int | None = None  # open loop: at most this many in flight
-    # Input/output lengths uniform in [len * ratio, len]; None: the default for the load shape
-    # (``range_ratio``), and the resolved number is what the result records.
-    random_range_ratio: float | None = None
-    dataset_path: str | None = None  # prompts from a file instead of random token ids
-    dataset_sha256: str | None = None  # its content (resolve_inputs): what compare checks
-    tokenizer: str | None = None  # local tokenizer: exact prompt lengths for text prompts
-    # False: --output-len was not given, so dataset prompts may take their replies' lengths
-    # (``reply_lengths``); sweep and tune always pass a length.
-    fixed_output_len: bool = True
-    percentiles: list[float] = field(default_factory=lambda: [50.0, 90.0, 95.0, 99.0])
-    slo: dict[str, float] = field(default_factory=dict)  # goodput bounds, ms
-    per_request: bool = False  # per-request arrays in the JSON result
-    rate_sweep: int | None = None  # guidellm's sweep: synchronous, throughput, N rates between
-    metrics_interval: float = 1.0  # /metrics scrape period per level, s; 0: off (bench.telemetry)
-    gpu_telemetry: bool = True  # nvidia-smi on the server's host (bench.gpu_telemetry)
-    # -- workload (issue 24; checks in bench.gsp_bench.check_workload) ---------------------
-    dataset_name: str | None = None  # "generated-shared-prefix": bench.gsp_bench
-    gsp_num_groups: int = _o.GSP_NUM_GROUPS  # defaults: bench.options (bench_serving 0.5.9)
-    gsp_prompts_per_group: int = _o.GSP_PROMPTS_PER_GROUP
-    gsp_system_prompt_len: int = _o.GSP_SYSTEM_PROMPT_LEN
-    gsp_question_len: int = _o.GSP_QUESTION_LEN
-    gsp_output_len: int = _o.GSP_OUTPUT_LEN
-    gsp_num_turns: int = 1  # > 1: each turn's prompt carries the server's real last reply
-    think_time: float = 0.0  # s between a reply and the conversation's next turn
-    flush_cache: bool = False  # POST /flush_cache before each level (recorded per level)
-    trace_speedup: float = 1.0  # --dataset-name mooncake: due times / this (bench.trace_replay)
-    trace_rows: int | None = None  # resolve_inputs (trace_replay.resolve): the trace's requests
-    trace_sha256: str | None = None  # resolve_inputs (trace_replay.resolve): what compare checks
-
-    @property
-    def open_loop(self) -> bool:
-        return bool(self.request_rate)
-
-    def range_ratio(self) -> float:
-        """``--random-range-ratio`` as given, else its default for this load shape.
-
-        bench_serving's default (0.0, lengths uniform in [1, len]) applies where the knob has
-        its meaning: random prompts offered open loop at ``--request-rate``. Decode and
-        concurrency levels, the rate sweep (its saturation rule compares latencies within a
-        level) and ``--dataset-path`` prompts (bench_serving ignores the ratio for datasets)
-        use fixed lengths (1.0), so their figure is one shape.
-        """
-        if self.random_range_ratio is not None:
-            return self.random_range_ratio
-        if self.request_rate and not self.dataset_path:
-            return BENCH_SERVING_RANGE_RATIO
-        return FIXED_RANGE_RATIO
-
-    def reply_lengths(self) -> bool:
-        """Whether each dataset prompt asks for its reply's length in tokens (bench_serving's
-        ShareGPT default): with ``--dataset-path`` and ``--tokenizer`` (a reply is counted
-        in tokens, exactly) and no ``--output-len``. Not in a rate sweep, whose saturation
-        rule compares requests of one output length."""
-        return bool(
-            self.dataset_path and self.tokenizer and not self.fixed_output_len
-            and not self.rate_sweep
-        )  # fmt: skip
-
-    def prompts_needed(self) -> int:
-        """Distinct prompts built before the first request: enough for the largest level
-        (cycled when running by duration) and the warmup."""
-        need = max((self.prompts_for(c, r) or 2 * c) for c, r in self.level_points())
-        return max(need, self.warmup, 1)
-
-    def level_points(self) -> list[tuple[int, float | None]]:
-        """(concurrency, rate) of each level: closed-loop levels have no rate; an open-loop
-        level's concurrency is its ``--max-concurrency`` (0 = unbounded). A rate sweep's fixed
-        first two levels (synchronous, then everything at once); its rates come later."""
-        if self.rate_sweep:
-            return [(1, None), (self.max_concurrency or 0, math.inf)]
-        if self.request_rate:
-            return [(self.max_concurrency or 0, r) for r in self.request_rate]
-        return [(c, None) for c in self.concurrency]
-
-    def prompts_for(self, concurrency: int, rate: float | None = None) -> int | None:
-        if self.dataset_name == "mooncake" and self.trace_rows:
-            return self.trace_rows  # every row, at its timestamp
-        if self.dataset_name == "generated-shared-prefix" and self.num_prompts is None:
-            n = self.gsp_num_groups * self.gsp_prompts_per_group  # bench_serving's count
-            if self.duration is None or self.gsp_num_turns > 1:
-                return n * self.gsp_num_turns if self.gsp_num_turns > 1 else n
-        if self.rate_sweep and rate is None:  # the synchronous level: one at a time
-            return max(5, (self.num_prompts or 200) // 10)
-        if self.duration is not None:
-            if rate is not None:  # arrivals are precomputed: enough for the duration, and then some
-                return self.num_prompts or math.ceil(rate * self.duration * 1.5) + 16
-            return self.num_prompts
-        if self.num_prompts is not None:
-            return self.num_prompts
-        if rate is not None:
-            return 200
-        return 5 if self.mode == "decode" else 2 * concurrency
-
-    def slots_for(self, concurrency: int, rate: float | None = None) -> int:
-        """Streams a level may hold at once: its concurrency, or an open level's cap."""
-        if rate is None:
-            return concurrency
-        total = self.prompts_for(concurrency, rate) or 1
-        return min(self.max_concurrency or total, total)
-
-    def workers_for(self, concurrency: int, rate: float | None = None) -> int:
-        slots = self.slots_for(concurrency, rate)
-        if self.gsp_num_turns > 1:  # conversations run in one process (bench.gsp_bench)
-            return 1
-        if self.workers is not None:
-            return max(1, min(self.workers, slots))
-        want = math.ceil(slots / SLOTS_PER_PROCESS)
-        return max(1, min(want, os.cpu_count() or 1, slots))
-
-    def to_dict(self, running: dict[str, Any] | None = None) -> dict[str, Any]:
-        """JSON-ready (an infinite rate is "inf": strict JSON has no Infinity), with what a
-        run learnt (``running``: base_url, model, dataset_rows) in place."""
-        running = running or {}
-        d: dict[str, Any] = {}
-        for k, v in self.__dict__.items():
-            if k == "fixed_output_len":
-                continue
-            d[k] = running.get(k, v)
-            if k == "dataset_sha256":  # where it was always stored: after the digest
-                d["dataset_rows"] = running.get("dataset_rows")
-        d["random_range_ratio"] = self.range_ratio()  # the lengths used, never "default"
-        if self.reply_lengths():
-            d["output_len"] = "reply"  # each request: its conversation's reply, in tokens
-        if d.get("request_rate"):
-            d["request_rate"] = [r if math.isfinite(r) else "inf" for r in d["request_rate"]]
-        return d
-
-    # A settings value never aborts and signals nothing: the runner's functions take it as it
-    # is (tests, tools) or a RunningBench, which has both.
-    aborted = False
-    failed = None
-
-
-def resolve_inputs(settings: BenchSettings) -> BenchSettings:
-    """The settings with what their input files say filled in: the dataset's digest (what
-    compare checks), a trace's rows, digest and mean rate (``trace_replay.resolve``). A new
-    value; idempotent."""
-    from glmserve.bench.trace_replay import resolve
-
-    s = settings
-    if s.dataset_path is not None and s.dataset_sha256 is None:
-        from glmserve.bench.workload import dataset_digest
-
-        s = dataclasses.replace(s, dataset_sha256=dataset_digest(s.dataset_path))
-    return resolve(s)
-
-
-@dataclass
-class RunningBench:
-    """One bench while it runs: its settings plus what it learns or signals meanwhile.
-
-    Reads through to the settings for everything else (``run.seed``), so the runner's
-    functions take either."""
-
-    settings: BenchSettings
-    base_url: str = ""  # the endpoint measured (the run's, once found and verified)
-    model: str | None = None  # the OpenAI "model" field sent
-    dataset_rows: int | None = None  # distinct prompts the dataset gave (prepare_requests)
-    # Set (by the run monitor) when the server died: the level stops at once, keeping what
-    # it measured; in-flight requests are recorded as failed.
-    abort: threading.Event = field(default_factory=threading.Event)
-    # Set by the runner whenever a request fails, so the run monitor takes a closer look.
-    failed: threading.Event = field(default_factory=threading.Event)
-
-    @classmethod
-    def start(cls, settings: BenchSettings) -> RunningBench:
-        return cls(settings, base_url=settings.base_url, model=settings.model)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "settings" or name.startswith("__"):  # unpickling, copying: not yet set
-            raise AttributeError(name)
-        return getattr(self.settings, name)
-
-    @property
-    def aborted(self) -> bool:
-        return self.abort.is_set()
-
-    def to_dict(self) -> dict[str, Any]:
-        """The settings as stored, with the endpoint, model and dataset rows this run used."""
-        return self.settings.to_dict(
-            {"base_url": self.base_url, "model": self.model, "dataset_rows": self.dataset_rows}
-        )
-
-
-@dataclass
-class LevelRun:
-    """Raw outcome of one level: every record plus server-side readings and stop reasons."""
-
-    concurrency: int
-    workers: int
-    records: list[StreamRecord] = field(default_factory=list)
-    rate: float | None = None  # open loop: the offered request rate
-    server: dict[str, Any] = field(default_factory=dict)
-    stopped: str | None = None  # why the level ended early, if it did
-    not_run: int = 0  # requests of client workers that died, never run or never recorded
-
-
-# -- server probes -------------------------------------------------------------------------
-
-
-def probe_server(base_url: str, timeout: float = 10.0) -> dict[str, Any]:
-    """``/server_info`` (or ``/get_server_info``) as a dict; TransportError if unreachable."""
-    try:
-        with httpx.Client(timeout=timeout) as c:
-            for path in ("/server_info", "/get_server_info"):
-                r = c.get(base_url + path)
-                if r.status_code == 200:
-                    data = r.json()
-                    return data if isinstance(data, dict) else {}
-            r = c.get(base_url + "/health")
-            if r.status_code >= 500:
-                raise TransportError(f"server at {base_url} is not healthy (HTTP {r.status_code})")
-            return {}
-    except httpx.HTTPError as exc:
-        raise TransportError(f"cannot reach server at {base_url}: {exc}") from exc
-    except (ValueError, RecursionError):  # not JSON, or nested past Python's parser
-        return {}
-
-
-def resolve_model(base_url: str, timeout: float = 10.0) -> str:
-    """The served model name for OpenAI requests (first of ``/v1/models``), else "default"."""
-    try:
-        with httpx.Client(timeout=timeout) as c:
-            data = c.get(base_url + "/v1/models").json()
-        return str(data["data"][0]["id"])
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, RecursionError):
-        return "default"
-
-
-def last_gen_throughput(info: Any) -> float | None:
-    """``internal_states[0].last_gen_throughput`` (top level in older releases); None where
-    the server's answer has another shape (a list, a string or an object for the number)."""
-    if not isinstance(info, dict):
-        return None
-    states = info.get("internal_states")
-    if isinstance(states, list) and states and isinstance(states[0], dict):
-        v = _finite_number(states[0].get("last_gen_throughput"))
-        if v is not None:
-            return v
-    return _finite_number(info.get("last_gen_throughput"))
-
-
-def _finite_number(v: Any) -> float | None:
-    """``v`` as a float when it is a finite JSON number (not a bool, string or object)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    try:
-        f = float(v)
-    except OverflowError:  # an integer past a double
-        return None
-    return f if math.isfinite(f) else None
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Prometheus text -> {metric name: value summed over label sets} (pure)."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        head, _, rest = line.rpartition(" ")
-        if not head:
-            continue
-        if rest and head and not head.endswith("}") and " " in head:  # "name value timestamp"
-            head, _, rest = head.rpartition(" ")
-        name = head.split("{", 1)[0].strip()
-        try:
-            out[name] = out.get(name, 0.0) + float(rest)
-        except ValueError:
-            continue
-    return out
-
-
-def _metric(m: dict[str, float], *names: str) -> float | None:
-    for n in names:
-        if n in m:
-            return m[n]
-    return None
-
-
-def metrics_delta(before: dict[str, float], after: dict[str, float], seconds: float) -> dict:
-    """Server-side figures over a level from two ``/metrics`` scrapes (pure)."""
-    out: dict[str, Any] = {}
-    if not before or not after:
-        return out
-
-    def delta(*names: str) -> float | None:
-        a, b = _metric(after, *names), _metric(before, *names)
-        return None if a is None or b is None else a - b
-
-    gen = delta("sglang:generation_tokens_total")
-    if gen is not None:
-        out["generation_tokens"] = gen
-        if seconds > 0:
-            out["generation_tok_s"] = gen / seconds
-    for key, base in (
-        ("ttft_mean_ms", "sglang:time_to_first_token_seconds"),
-        ("itl_mean_ms", "sglang:inter_token_latency_seconds"),
-        ("tpot_mean_ms", "sglang:time_per_output_token_seconds"),
-        ("e2e_mean_ms", "sglang:e2e_request_latency_seconds"),
-    ):
-        s, c = delta(base + "_sum"), delta(base + "_count")
-        if s is not None and c:
-            out[key] = 1000.0 * s / c
-    gauge = _metric(after, "sglang:gen_throughput")
-    if gauge is not None:
-        out["gen_throughput_gauge"] = gauge
-    return out
-
-
-def scrape_metrics(base_url: str, timeout: float = 5.0) -> dict[str, float]:
-    """``/metrics`` parsed, or {} when the server runs without ``--enable-metrics``."""
-    try:
-        r = httpx.get(base_url + "/metrics", timeout=timeout)
-    except httpx.HTTPError:
-        return {}
-    if r.status_code != 200:
-        return {}
-    return parse_prometheus(r.text)
-
-
-class _ServerSampler:
-    """Polls ``/server_info`` once a second on a thread during a level (never blocks it)."""
-
-    def __init__(self, base_url: str, interval: float = 1.0) -> None:
-        self.base_url = base_url
-        self.interval = interval
-        self.samples: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self) -> None:
-        with httpx.Client(timeout=2.0) as c:
-            while not self._stop.wait(self.interval):
-                try:
-                    r = c.get(self.base_url + "/server_info")
-                    v = last_gen_throughput(r.json()) if r.status_code == 200 else None
-                except (httpx.HTTPError, ValueError, RecursionError):
-                    v = None
-                if v is not None:
-                    self.samples.append((time.perf_counter(), v))
-
-    def __enter__(self) -> _ServerSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=3.0)
-
-
-# -- the closed loop -----------------------------------------------------------------------
-
-
-@dataclass
-class _LoopSpec:
-    base_url: str
-    api: str
-    requests: list[Request]
-    indices: list[int] | None  # request indices this loop sends (None: cycle until deadline)
-    slots: int
-    stall_timeout: float
-    start_at: float
-    deadline: float | None
-    arrivals: list[float] | None = None  # open loop: due time of request i, s after start_at
-    # Trace replay: open the slots' connections before the first due time, so a request's
-    # arrival is not a TCP connect (~7 ms on a busy host) later than the trace says.
-    preconnect: bool = False
-
-
-def arrival_offsets(
-    count: int, rate: float, burstiness: float, seed: int, exact: bool = True
-) -> list[float]:
-    """Due times (s from the start) of ``count`` requests offered at ``rate`` req/s.
-
-    Gaps are gamma(shape=burstiness, scale=1/(rate*burstiness)): mean 1/rate, Poisson
-    arrivals for burstiness 1, burstier below 1, more regular above; the first request is due
-    at once (bench_serving's ``get_request``). ``rate`` inf: everything at once. With
-    ``exact`` (the default) the gaps are rescaled so that their mean is exactly ``1/rate``:
-    ``count`` requests then span ``(count - 1) / rate`` seconds, so the offered rate is the
-    one asked for, not a sample of it (bench_serving offers a sample: +-7% at 200 requests).
-    """
-    if count <= 0:
-        return []
-    if math.isinf(rate):
-        return [0.0] * count
-    rng = random.Random(seed)
-    theta = 1.0 / (rate * burstiness)
-    gaps = [rng.gammavariate(burstiness, theta) for _ in range(count - 1)]
-    if exact and gaps:
-        # 200 Poisson gaps miss their mean by ~7% (1/sqrt(n)); scaled to mean exactly 1/rate,
-        # (the process conditioned on its count) the offered rate is R, the shape unchanged.
-        scale = (len(gaps) / rate) / sum(gaps)
-        gaps = [g * scale for g in gaps]
-    out, t = [0.0], 0.0
-    for g in gaps:
-        t += g
-        out.append(t)
-    return out
-
-
-async def _closed_loop(
-    spec: _LoopSpec,
-    records: list[StreamRecord],
-    on_record: Callable[[StreamRecord], None],
-    inflight: dict[int, StreamRecord],
-    should_stop: Callable[[], bool] = lambda: False,
-) -> str | None:
-    """Keep ``spec.slots`` streams in flight; returns why it stopped early (or None)."""
-    perf = time.perf_counter
-    stopped: list[str] = []
-    counter = iter(spec.indices) if spec.indices is not None else _count()
-    client = make_client(spec.slots, spec.stall_timeout)
-    wanted = set(spec.indices) if spec.indices is not None else range(len(spec.requests))
-    prepared = {
-        i % len(spec.requests): prepare_request(
-            client, spec.base_url, spec.requests[i % len(spec.requests)]
-        )
-        for i in wanted
-    }
-
-    if spec.preconnect:
-        n = min(spec.slots, len(wanted))
-        with contextlib.suppress(httpx.HTTPError):
-            await asyncio.gather(*(client.get(spec.base_url + "/health") for _ in range(n)))
-        # the schedule starts a moment later: every slot is then waiting on its due time,
-        # so the first request is not later than the rest by the slots' own start-up
-        spec.start_at = max(spec.start_at, perf() + PRECONNECT_LEAD_S)
-
-    async def slot() -> None:
-        while not stopped:
-            if should_stop():
-                stopped.append("stopped")
-                return
-            if spec.deadline is not None and perf() >= spec.deadline:
-                return
-            i = next(counter, None)
-            if i is None:
-                return
-            due = None
-            if spec.arrivals is not None:
-                due = spec.start_at + spec.arrivals[i]
-                if spec.deadline is not None and due >= spec.deadline:
-                    return
-                if due > perf():
-                    await asyncio.sleep(due - perf())
-            rec = StreamRecord(dispatch=perf() if due is None else due)
-            records.append(rec)
-            inflight[id(rec)] = rec
-            try:
-                k = i % len(spec.requests)
-                await stream_request(
-                    client,
-                    spec.base_url,
-                    spec.requests[k],
-                    spec.api,
-                    rec,
-                    prepared[k],
-                    spec.stall_timeout,
-                )
-            except Exception as exc:  # a client bug fails its request, not the level
-                rec.error = f"client error: {type(exc).__name__}: {exc}"[:200]
-                rec.end = rec.end or perf()
-            finally:
-                inflight.pop(id(rec), None)
-            if rec.prompt_tokens is None:
-                rec.prompt_tokens = spec.requests[i % len(spec.requests)].input_len
-            on_record(rec)
-            if rec.error and rec.error.startswith(CONNECT_FAILED) and not stopped:
-                stopped.append(f"server unreachable mid-run ({spec.base_url}): {rec.error}")
-
-    delay = spec.start_at - perf()
-    if delay > 0:
-        await asyncio.sleep(delay)
-    tasks = [asyncio.create_task(slot()) for _ in range(spec.slots)]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            await client.aclose()
-    return stopped[0] if stopped else None
-
-
-def _count() -> Any:
-    i = 0
-    while True:
-        yield i
-        i += 1
 
 
 def _split(
@@ -629,7 +99,7 @@ class _Outbox:
         self.conn.close()
 
 
-def _worker_main(spec: _LoopSpec, conn: Any, stop: Any, wid: int) -> None:
+def _worker_main(spec: LoopSpec, conn: Any, stop: Any, wid: int) -> None:
     """Body of one forked client process: run its share, stream records back over ``conn``.
 
     Every record goes back as ``("rec", (wid, record))``, then ``("done", (wid, reason))``;
@@ -647,7 +117,7 @@ def _worker_main(spec: _LoopSpec, conn: Any, stop: Any, wid: int) -> None:
 
     async def main() -> str | None:
         loop_task = asyncio.create_task(
-            _closed_loop(spec, records, on_record, inflight, should_stop=stop.is_set)
+            closed_loop(spec, records, on_record, inflight, should_stop=stop.is_set)
         )
         while not loop_task.done():
             if stop.is_set():
@@ -724,7 +194,7 @@ def run_level(
     progress.level_started(concurrency, total, deadline_len, run.rate)
     before = scrape_metrics(settings.base_url)
     t0 = time.perf_counter()
-    with _ServerSampler(settings.base_url) as sampler:
+    with ServerSampler(settings.base_url) as sampler:
         try:
             if settings.dataset_name and settings.gsp_num_turns > 1:
                 from glmserve.bench.gsp_bench import run_conversations
@@ -765,7 +235,7 @@ def _run_inprocess(
     async def main() -> str | None:
         start = time.perf_counter()
         deadline = start + settings.duration if settings.duration else None
-        spec = _LoopSpec(
+        spec = LoopSpec(
             settings.base_url,
             settings.api,
             requests,
@@ -777,7 +247,7 @@ def _run_inprocess(
             arrivals,
             preconnect=settings.dataset_name == "mooncake",
         )
-        loop_task = asyncio.create_task(_closed_loop(spec, run.records, on_record, inflight))
+        loop_task = asyncio.create_task(closed_loop(spec, run.records, on_record, inflight))
         while not loop_task.done():
             if settings.aborted:
                 loop_task.cancel()
@@ -816,7 +286,7 @@ def _run_processes(
     deadline = start + settings.duration if settings.duration else None
     procs = []
     for wid, (idx, slots) in enumerate(parts):
-        spec = _LoopSpec(
+        spec = LoopSpec(
             settings.base_url,
             settings.api,
             requests,
@@ -941,7 +411,7 @@ def run_warmup(settings: BenchSettings, requests: list[Request], watch: Any = No
 
         requests = gsp_bench.warmup_requests(settings, settings.model or "default")
     slots = min(settings.warmup, max(settings.concurrency), 16)
-    spec = _LoopSpec(
+    spec = LoopSpec(
         settings.base_url,
         settings.api,
         requests,
@@ -956,7 +426,7 @@ def run_warmup(settings: BenchSettings, requests: list[Request], watch: Any = No
 
     async def main() -> None:
         task = asyncio.create_task(
-            _closed_loop(spec, recs, lambda r: None, {}, should_stop=lambda: settings.aborted)
+            closed_loop(spec, recs, lambda r: None, {}, should_stop=lambda: settings.aborted)
         )
         while not task.done():
             if settings.aborted:
@@ -994,8 +464,8 @@ def keep_in_flight(
     """Load for a measurement taken elsewhere (``glmserve profile``): the closed loop keeps
     ``slots`` streams of ``requests`` (cycled) in flight until ``stop`` is set or the server
     is unreachable, ``records`` filling as they go. Returns why it stopped."""
-    spec = _LoopSpec(base_url, api, requests, None, slots, stall_timeout, time.perf_counter(), None)
-    return asyncio.run(_closed_loop(spec, records, lambda r: None, {}, should_stop=stop.is_set))
+    spec = LoopSpec(base_url, api, requests, None, slots, stall_timeout, time.perf_counter(), None)
+    return asyncio.run(closed_loop(spec, records, lambda r: None, {}, should_stop=stop.is_set))
 
 
 def prepare_requests(settings: BenchSettings | RunningBench, model: str) -> list[Request]:

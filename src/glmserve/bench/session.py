@@ -22,22 +22,12 @@ from glmserve import __version__
 from glmserve.bench.contention import ServerView
 from glmserve.bench.contention import judge as judge_contention
 from glmserve.bench.contention import notes as contention_notes
-from glmserve.bench.progress import SilenceWatch
+from glmserve.bench.progress import Progress, SilenceWatch
 from glmserve.bench.ratesweep import level_plan, saturation
 from glmserve.bench.results import BenchResult, build_result, evaluate_gates, summarize_level
-from glmserve.bench.runner import (
-    BenchSettings,
-    LevelRun,
-    Progress,
-    RunningBench,
-    last_gen_throughput,
-    prepare_requests,
-    probe_server,
-    resolve_inputs,
-    resolve_model,
-    run_level,
-    run_warmup,
-)
+from glmserve.bench.runner import prepare_requests, run_level, run_warmup
+from glmserve.bench.server_probe import last_gen_throughput, probe_server, resolve_model
+from glmserve.bench.settings import BenchSettings, LevelRun, RunningBench, resolve_inputs
 from glmserve.bench.telemetry import LevelTelemetry
 from glmserve.deploy.identity import RunMonitor, UrlMonitor, Verdict
 from glmserve.errors import (

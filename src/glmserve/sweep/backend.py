@@ -154,8 +154,8 @@ class LifecycleBackend(SweepBackend):
     def bench(
         self, run_id: str, mode: str, opts: SweepOptions, probe: Any = None
     ) -> dict[str, Any]:
+        from glmserve.bench.progress import Progress
         from glmserve.bench.repeats import run_repeated
-        from glmserve.bench.runner import Progress
         from glmserve.bench.session import Gates
 
         settings = opts.bench_settings(mode)

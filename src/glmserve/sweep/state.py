@@ -236,11 +236,11 @@ class SweepOptions:
         opts.check_bench()
         return opts
 
-    def bench_settings(self, mode: str) -> Any:  # -> bench.runner.BenchSettings
+    def bench_settings(self, mode: str) -> Any:  # -> bench.settings.BenchSettings
         """The bench of ``mode`` every profile gets (``decode``: one stream; ``concurrency``:
         each level), written once for the backend that runs it and the check that refuses it
         before a server is launched."""
-        from glmserve.bench.runner import BenchSettings  # lazy: pulls in the HTTP client
+        from glmserve.bench.settings import BenchSettings
 
         return BenchSettings(
             base_url="",

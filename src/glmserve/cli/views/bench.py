@@ -15,7 +15,7 @@ from glmserve.cli.views.common import _f, cell
 
 if TYPE_CHECKING:
     from glmserve.bench.results import BenchResult
-    from glmserve.bench.runner import LevelRun
+    from glmserve.bench.settings import LevelRun
 
 
 # -- bench ---------------------------------------------------------------------------------
