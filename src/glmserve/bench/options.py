@@ -301,8 +301,8 @@ class BenchOptions(Options):
         from glmserve.bench.probe import probe_spec
         from glmserve.bench.repeats import check_repeat
         from glmserve.bench.results import parse_output_gate
-        from glmserve.bench.session import Gates, validate_settings
-        from glmserve.bench.settings import BenchSettings
+        from glmserve.bench.settings import BenchSettings, Gates
+        from glmserve.bench.validate import validate_settings
 
         check_dataset_name(self.dataset_name, self.dataset_path)
         output_len = pick_output_len(

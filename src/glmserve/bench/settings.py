@@ -246,3 +246,13 @@ class LevelRun:
     server: dict[str, Any] = field(default_factory=dict)
     stopped: str | None = None  # why the level ended early, if it did
     not_run: int = 0  # requests of client workers that died, never run or never recorded
+
+
+@dataclass(frozen=True)
+class Gates:
+    """Pass/fail thresholds of a bench (``--min-decode-tok-s``, ``--max-ttft-ms``,
+    ``--min-output-tok-s``); checked on the result, never on the settings."""
+
+    min_decode_tok_s: float | None = None
+    max_ttft_ms: float | None = None
+    min_output_tok_s: list[tuple[int, float]] | None = None

@@ -256,7 +256,8 @@ class SweepOptions:
         """Refuse (ConfigError naming the flag: ``--output-len``, ``--num-prompts``,
         ``--stall-timeout``...) what the bench would refuse only after a server was launched,
         watched to READY and stopped again: the same checks as ``glmserve bench``."""
-        from glmserve.bench.session import Gates, validate_settings
+        from glmserve.bench.settings import Gates
+        from glmserve.bench.validate import validate_settings
 
         for mode in self.bench:
             validate_settings(self.bench_settings(mode), Gates())
