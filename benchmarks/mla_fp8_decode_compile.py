@@ -58,8 +58,9 @@ def _source(fn, ptrs, div16, scalars, const, idx_ty="*i32"):
 
 def build(cap: int, cfg: mk.Config, page: int = 1, idx_ty: str = "*i32"):
     const1 = dict(PAGE_SIZE=page, HAS_LENS=page > 1, SCALE_PTR=False, BLOCK_H=cfg.block_h,
-                  PREFETCH=cfg.prefetch,
-                  BLOCK_N=cfg.block_n, DL=mk.D_LATENT, DR=mk.D_ROPE, DOT_T=tl.bfloat16)  # fmt: skip
+                  PREFETCH=int(cfg.prefetch), OP_T=tl.float16 if cfg.fp16 else tl.bfloat16,
+                  BLOCK_N=cfg.block_n, DL=mk.D_LATENT, DR=mk.D_ROPE,
+                  DOT_T=tl.float16 if cfg.fp16 else tl.bfloat16)  # fmt: skip
     scal1 = {"sm_scale_log2": "fp32", "k_scale_val": "fp32", "num_heads": "i32",
              "MAX_SPLITS": "i32", "MIN_CHUNK": "i32"}  # fmt: skip
     src1 = _source(mk._mla_fp8_stage1, STAGE1_PTRS, STAGE1_DIV16, scal1, const1, idx_ty)

@@ -173,9 +173,11 @@ def xqa_probe(flashinfer) -> str:
     """Does FlashInfer run its XQA MLA decode on this GPU? (0.6.3 refuses off sm_120.)"""
     try:
         q = torch.zeros((1, 1, 128, 576), dtype=torch.float8_e4m3fn, device="cuda")
-        kv = torch.zeros((64, 1, 576), dtype=torch.float8_e4m3fn, device="cuda")
+        kv = torch.zeros((64, 576), dtype=torch.float8_e4m3fn, device="cuda")
         out = torch.empty((1, 1, 128, 512), dtype=torch.bfloat16, device="cuda")
-        flashinfer.xqa.xqa_mla(
+        # flashinfer/__init__.py re-exports the function ``xqa`` over the module's name,
+        # so the module is fetched from sys.modules
+        importlib.import_module("flashinfer.xqa").xqa_mla(
             q, kv, kv, torch.zeros((1, 1), dtype=torch.int32, device="cuda"),
             torch.ones((1, 1), dtype=torch.uint32, device="cuda"), out,
             torch.zeros(16 << 20, dtype=torch.uint8, device="cuda"),
@@ -222,7 +224,8 @@ def run_shape(args, timer, pool, flat_pool, heads, b, ctx, sg, fi, sweep) -> dic
     res["new"]["config"] = mk.default_config(b, heads, q.device).__dict__
     for i, cfg in enumerate(sweep):
         record(f"new_cfg{i}", lambda cfg=cfg: mk.mla_fp8_decode(
-            q, pool, indptr, idx, SCALE, out=o, workspace=ws, config=cfg))  # fmt: skip
+            q, pool, indptr, idx, SCALE, out=o, workspace=ws, config=cfg),
+            graph=is_graph and args.graph_sweep)  # fmt: skip
         res[f"new_cfg{i}"]["config"] = cfg
     for tag, mod in sg.items():
         for s in SPLITS:
@@ -265,8 +268,10 @@ def run_shape(args, timer, pool, flat_pool, heads, b, ctx, sg, fi, sweep) -> dic
     return res
 
 
-def sweep_configs(heads: int, b: int) -> list[dict]:
+def sweep_configs(heads: int, b: int, which: str = "v1") -> list[dict]:
     base = mk.default_config(b, heads, torch.device("cuda"))
+    if which == "v2":
+        return sweep_v2(base)
     out = []
     for bn in (16, 32, 64):
         for warps in (4, 8):
@@ -276,6 +281,32 @@ def sweep_configs(heads: int, b: int) -> list[dict]:
         out.append({"max_splits": max(1, min(256, int(base.max_splits * f)))})
     for mc in (32, 64, 256, 512):
         out.append({"min_chunk": mc})
+    return out
+
+
+def sweep_v2(base) -> list[dict]:
+    """Second sweep (after run 1, 2026-12-05): FP16 operands (one conversion instruction
+    per two FP8 values instead of FP8 -> FP16 -> BF16), rows two tiles ahead, 4 warps
+    (QK's 32 columns map onto 4 warps of the MMA layout without replication), and the
+    split budget of the 4-warp tiles."""
+    def clamp(x):
+        return max(1, min(256, int(x)))
+
+    out = []
+    for fp16, bn, warps, pf in ((True, 32, 8, 1), (True, 32, 8, 2), (True, 32, 4, 1),
+                                (True, 32, 4, 2), (True, 64, 8, 1), (True, 16, 4, 1),
+                                (True, 16, 4, 2), (False, 32, 4, 1), (False, 32, 8, 2),
+                                (False, 64, 8, 1)):  # fmt: skip
+        out.append({"fp16": fp16, "block_n": bn, "num_warps": warps, "prefetch": pf})
+    c4 = {"fp16": True, "block_n": 32, "num_warps": 4, "prefetch": 1}
+    for f in (2, 4):
+        out.append({**c4, "max_splits": clamp(base.max_splits * f)})
+    for mc in (32, 64):
+        out.append({**c4, "min_chunk": mc})
+    c8 = {"fp16": True, "block_n": 32, "num_warps": 8, "prefetch": 1}
+    for mc in (32, 64):
+        out.append({**c8, "min_chunk": mc})
+    out.append({**c8, "max_splits": clamp(base.max_splits * 2)})
     return out
 
 
@@ -313,6 +344,11 @@ def main() -> None:
     ap.add_argument("--shapes", default="", help="b:ctx,... (default: the issue's table)")
     ap.add_argument("--iters", type=int, default=25)
     ap.add_argument("--sweep", action="store_true", help="also time a grid of kernel configs")
+    ap.add_argument("--sweep-set", choices=("v1", "v2"), default="v1",
+                    help="v1: run 1's grid; v2: the FP16/prefetch/warps grid")  # fmt: skip
+    ap.add_argument("--graph-sweep", action="store_true",
+                    help="CUDA-graph time for every swept config at the graph shapes")  # fmt: skip
+    ap.add_argument("--no-sglang", action="store_true")
     ap.add_argument("--no-flashinfer", action="store_true")
     ap.add_argument("--json", type=Path, required=True)
     args = ap.parse_args()
@@ -335,6 +371,8 @@ def main() -> None:
             info["flashinfer_error"] = f"{type(e).__name__}: {e}"[:300]
             traceback.print_exc()
     sg = {}
+    if args.no_sglang:
+        args.sglang_059 = args.sglang_0523 = None
     if args.sglang_059:
         sg["0.5.9"] = load_sglang(args.sglang_059, "059", None)
     if args.sglang_0523:
@@ -352,7 +390,7 @@ def main() -> None:
     rows = []
     for heads in (int(h) for h in args.heads.split(",")):
         for b, ctx in shapes:
-            sweep = sweep_configs(heads, b) if args.sweep else []
+            sweep = sweep_configs(heads, b, args.sweep_set) if args.sweep else []
             r = run_shape(args, timer, pool, flat, heads, b, ctx, sg, fi, sweep)
             rows.append(r)
             print(summary_line(r, info["copy_bw_Bps"]), flush=True)

@@ -89,21 +89,24 @@ if triton is not None:
         return kl, kr
 
     @triton.jit
-    def _attend(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale, DOT_T: tl.constexpr):
-        """One tile of online softmax: FP8 -> BF16 in registers, scores and P x V in fp32
-        (P rounded to BF16 for the tensor-core product, never to FP8)."""
+    def _attend(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale, OP_T: tl.constexpr,
+                DOT_T: tl.constexpr):  # fmt: skip
+        """One tile of online softmax: FP8 -> OP_T (BF16 or FP16) in registers, scores and
+        P x V in fp32 (P rounded to OP_T for the tensor-core product, never to FP8).
+        ``qk_scale`` is per head (``[BLOCK_H]``): softmax scale x k_scale x the power of two
+        the query was scaled by (FP16 operands)."""
         kl = kl.to(DOT_T)
         kr = kr.to(DOT_T)
         qk = tl.dot(qn, tl.trans(kl))
         qk = tl.dot(qr, tl.trans(kr), acc=qk)
-        qk = qk * qk_scale
+        qk = qk * qk_scale[:, None]
         qk = tl.where(tmask[None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.reduce(qk, 1, _fmax))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(qk - m_new[:, None])
         l_i = l_i * alpha + tl.reduce(p, 1, _fadd)
         acc = acc * alpha[:, None]
-        acc = tl.dot(p.to(tl.bfloat16).to(DOT_T), kl, acc=acc)
+        acc = tl.dot(p.to(OP_T).to(DOT_T), kl, acc=acc)
         return acc, m_new, l_i
 
     @triton.jit
@@ -129,7 +132,8 @@ if triton is not None:
         PAGE_SIZE: tl.constexpr,
         HAS_LENS: tl.constexpr, SCALE_PTR: tl.constexpr,
         BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-        DL: tl.constexpr, DR: tl.constexpr, DOT_T: tl.constexpr, PREFETCH: tl.constexpr,
+        DL: tl.constexpr, DR: tl.constexpr, OP_T: tl.constexpr, DOT_T: tl.constexpr,
+        PREFETCH: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         hb = tl.program_id(1)
@@ -155,14 +159,52 @@ if triton is not None:
 
         if s < n_splits:
             qn = tl.load(QN + b * stride_qnb + heads[:, None] * stride_qnh + offs_l[None, :],
-                         mask=hmask[:, None], other=0.0).to(DOT_T)
+                         mask=hmask[:, None], other=0.0).to(tl.float32)
             qr = tl.load(QR + b * stride_qrb + heads[:, None] * stride_qrh + offs_r[None, :],
-                         mask=hmask[:, None], other=0.0).to(DOT_T)
+                         mask=hmask[:, None], other=0.0).to(tl.float32)
+            if OP_T == tl.float16:  # noqa: SIM300 - a constexpr dtype compare
+                # FP16 operands (FP8 converts to FP16 in one instruction, exactly; BF16 q is
+                # exact in FP16 inside its range): each head's query is scaled by a power
+                # of two so its largest entry is at most 2**15 (no overflow), and the
+                # scores are scaled back. Powers of two: no rounding.
+                qmax = tl.maximum(tl.reduce(tl.abs(qn), 1, _fmax),
+                                  tl.reduce(tl.abs(qr), 1, _fmax))  # fmt: skip
+                qexp = tl.maximum(tl.ceil(tl.log2(qmax)) - 15.0, 0.0)
+                qn = qn * tl.exp2(-qexp)[:, None]
+                qr = qr * tl.exp2(-qexp)[:, None]
+                qk_scale_h = qk_scale * tl.exp2(qexp)
+            else:
+                qk_scale_h = qk_scale + tl.full([BLOCK_H], 0.0, tl.float32)
+            qn = qn.to(OP_T).to(DOT_T)
+            qr = qr.to(OP_T).to(DOT_T)
             m_i = tl.full([BLOCK_H], 0.0, tl.float32) - float("inf")
             l_i = tl.full([BLOCK_H], 0.0, tl.float32)
             acc = tl.full([BLOCK_H, DL], 0.0, tl.float32)
             ar = tl.arange(0, BLOCK_N)
-            if PREFETCH:
+            if PREFETCH == 2:
+                # As below, one tile deeper: rows two tiles ahead, slots three.
+                toks = lo + ar
+                tmask = toks < hi
+                rows = _slots(kv_indices, start, toks, tmask, PAGE_SIZE)
+                toks1 = toks + BLOCK_N
+                mask1 = toks1 < hi
+                rows1 = _slots(kv_indices, start, toks1, mask1, PAGE_SIZE)
+                ntoks = toks + 2 * BLOCK_N
+                nmask = ntoks < hi
+                nrows = _slots(kv_indices, start, ntoks, nmask, PAGE_SIZE)
+                kl, kr = _load_rows(KV, rows, tmask, stride_kv, offs_l, offs_r, DL)
+                kl1, kr1 = _load_rows(KV, rows1, mask1, stride_kv, offs_l, offs_r, DL)
+                for n0 in range(lo, hi, BLOCK_N):
+                    ftoks = n0 + 3 * BLOCK_N + ar
+                    fmask = ftoks < hi
+                    frows = _slots(kv_indices, start, ftoks, fmask, PAGE_SIZE)
+                    nkl, nkr = _load_rows(KV, nrows, nmask, stride_kv, offs_l, offs_r, DL)
+                    acc, m_i, l_i = _attend(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale_h,
+                                            OP_T, DOT_T)  # fmt: skip
+                    kl, kr, tmask = kl1, kr1, mask1
+                    kl1, kr1, mask1 = nkl, nkr, nmask
+                    nrows, nmask = frows, fmask
+            elif PREFETCH == 1:
                 # Software pipelining by hand: slots two tiles ahead and rows one tile ahead
                 # are loaded before the current tile's math, so each program keeps a tile
                 # of FP8 rows in flight while it computes (the gather's two dependent
@@ -179,8 +221,8 @@ if triton is not None:
                     fmask = ftoks < hi
                     frows = _slots(kv_indices, start, ftoks, fmask, PAGE_SIZE)
                     nkl, nkr = _load_rows(KV, nrows, nmask, stride_kv, offs_l, offs_r, DL)
-                    acc, m_i, l_i = _attend(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale,
-                                            DOT_T)  # fmt: skip
+                    acc, m_i, l_i = _attend(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale_h,
+                                            OP_T, DOT_T)  # fmt: skip
                     kl, kr, tmask = nkl, nkr, nmask
                     nrows, nmask = frows, fmask
             else:
@@ -189,8 +231,8 @@ if triton is not None:
                     tmask = toks < hi
                     rows = _slots(kv_indices, start, toks, tmask, PAGE_SIZE)
                     kl, kr = _load_rows(KV, rows, tmask, stride_kv, offs_l, offs_r, DL)
-                    acc, m_i, l_i = _attend(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale,
-                                            DOT_T)  # fmt: skip
+                    acc, m_i, l_i = _attend(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale_h,
+                                            OP_T, DOT_T)  # fmt: skip
             # an empty request (l_i == 0, acc == 0) gives zeros rather than 0/0
             acc = acc * tl.where(l_i > 0, kscale / l_i, 0.0)[:, None]
             if n_splits == 1:
@@ -263,7 +305,8 @@ class Config:
     min_chunk: int = 128
     merge_block_h: int = 4
     merge_warps: int = 4
-    prefetch: bool = True
+    prefetch: int = 1  # FP8 row tiles loaded ahead of the math: 0, 1 or 2 (True = 1)
+    fp16: bool = False  # FP16 tensor-core operands instead of BF16 (see _attend)
 
 
 def num_sms(device: torch.device) -> int:
@@ -430,7 +473,9 @@ def mla_fp8_decode(
         PAGE_SIZE=page_size,
         HAS_LENS=kv_lens is not None, SCALE_PTR=scale_ptr is not None,
         BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n, DL=D_LATENT, DR=D_ROPE,
-        DOT_T=tl.float32 if _interpreting() else tl.bfloat16, PREFETCH=cfg.prefetch,
+        OP_T=tl.float16 if cfg.fp16 else tl.bfloat16,
+        DOT_T=tl.float32 if _interpreting() else (tl.float16 if cfg.fp16 else tl.bfloat16),
+        PREFETCH=int(cfg.prefetch),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     if cfg.max_splits > 1:
