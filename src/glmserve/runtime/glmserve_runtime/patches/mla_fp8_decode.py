@@ -46,6 +46,9 @@ from .. import fail, log
 
 PATCH = "mla_fp8_decode"
 TARGET = "sglang.srt.layers.attention.triton_backend"
+# the flashinfer MLA backend's decode: mla_fp8_flashinfer.py
+FLASHINFER_TARGET = "sglang.srt.layers.attention.flashinfer_mla_backend"
+TARGETS = (TARGET, FLASHINFER_TARGET)
 # sha256 of sglang/srt/layers/attention/triton_backend.py -> releases shipping that file
 # (0.5.9: the installed wheel; 0.5.23: pip download --no-deps sglang==0.5.23, 2026-12-04).
 TESTED_SOURCES: dict[str, tuple[str, ...]] = {
@@ -201,8 +204,13 @@ def install(backend: Any, model_runner: Any, version: str) -> Dispatch:
 
 
 def apply(module: ModuleType) -> str:
-    """Patch ``TritonAttnBackend`` in the freshly imported ``module``; returns the version."""
+    """Patch the freshly imported ``module`` (``TritonAttnBackend``, or the flashinfer MLA
+    backend through ``mla_fp8_flashinfer``); returns the version."""
     version = _installed_version()
+    if module.__name__ == FLASHINFER_TARGET:
+        from . import mla_fp8_flashinfer
+
+        return mla_fp8_flashinfer.apply(module, version)
     sha, path = _source_sha(module)
     releases = TESTED_SOURCES.get(sha)
     if releases is None:
