@@ -46,7 +46,7 @@ SCALE = 576**-0.5
 SHAPES = [(1, 2048), (1, 8192), (1, 32768), (8, 2048), (8, 8192), (8, 32768),
           (64, 2048), (64, 7680), (256, 1917)]  # fmt: skip
 SPLITS = (8, 16, 32, 64)
-GRAPH_SHAPES = {(1, 2048), (1, 8192), (1, 32768), (8, 8192)}
+GRAPH_SHAPES = {(1, 2048), (1, 8192), (1, 32768), (8, 2048), (8, 8192), (64, 2048)}
 
 
 # ---------------------------------------------------------------------------------- timing
@@ -272,6 +272,8 @@ def sweep_configs(heads: int, b: int, which: str = "v1") -> list[dict]:
     base = mk.default_config(b, heads, torch.device("cuda"))
     if which == "v2":
         return sweep_v2(base)
+    if which == "v3":
+        return sweep_v3(base)
     out = []
     for bn in (16, 32, 64):
         for warps in (4, 8):
@@ -284,29 +286,49 @@ def sweep_configs(heads: int, b: int, which: str = "v1") -> list[dict]:
     return out
 
 
-def sweep_v2(base) -> list[dict]:
-    """Second sweep (after run 1, 2026-12-05): FP16 operands (one conversion instruction
-    per two FP8 values instead of FP8 -> FP16 -> BF16), rows two tiles ahead, 4 warps
-    (QK's 32 columns map onto 4 warps of the MMA layout without replication), and the
-    split budget of the 4-warp tiles."""
+def sweep_v3(base) -> list[dict]:
+    """Third sweep (run 3): run 2's default (BF16, 32 rows, 4 warps) and its chunk sizes
+    beside the FP16 64-row 8-warp tiles of the new default, with their chunk sizes and
+    split budgets (CUDA-graph time at the small shapes with --graph-sweep)."""
+
     def clamp(x):
         return max(1, min(256, int(x)))
 
-    out = []
-    for fp16, bn, warps, pf in ((True, 32, 8, 1), (True, 32, 8, 2), (True, 32, 4, 1),
-                                (True, 32, 4, 2), (True, 64, 8, 1), (True, 16, 4, 1),
-                                (True, 16, 4, 2), (False, 32, 4, 1), (False, 32, 8, 2),
-                                (False, 64, 8, 1)):  # fmt: skip
-        out.append({"fp16": fp16, "block_n": bn, "num_warps": warps, "prefetch": pf})
-    c4 = {"fp16": True, "block_n": 32, "num_warps": 4, "prefetch": 1}
+    a = {"fp16": False, "block_n": 32, "num_warps": 4, "prefetch": 1, "min_chunk": 128}
+    b = {"fp16": True, "block_n": 64, "num_warps": 8, "prefetch": 1}
+    return [
+        a, {**a, "min_chunk": 64}, {**a, "min_chunk": 32},
+        {**b, "min_chunk": 64}, {**b, "min_chunk": 32},
+        {**b, "max_splits": clamp(base.max_splits * 2)},
+        {**b, "max_splits": clamp(base.max_splits // 2)},
+        {**b, "fp16": False}, {**b, "block_n": 32},
+        {**b, "merge_splits": 32},
+    ]  # fmt: skip
+
+
+def sweep_v2(base) -> list[dict]:
+    """Second sweep (after run 1, 2026-12-05): the previous default (8 warps) beside the new
+    one (4 warps on sm_90), FP16 operands (one conversion instruction per two FP8 values
+    instead of FP8 -> FP16 -> BF16), rows two tiles ahead, and the split budget and chunk
+    size of the 4-warp tiles (CUDA-graph time at the small shapes with --graph-sweep)."""
+
+    def clamp(x):
+        return max(1, min(256, int(x)))
+
+    out = [{"fp16": False, "block_n": 32, "num_warps": 8, "prefetch": 1}]  # run 1's default
+    for bn, warps, pf in ((32, 8, 1), (32, 8, 2), (32, 4, 1), (32, 4, 2), (64, 8, 1),
+                          (16, 4, 1), (16, 4, 2)):  # fmt: skip
+        out.append({"fp16": True, "block_n": bn, "num_warps": warps, "prefetch": pf})
+    for bn, warps, pf in ((32, 8, 2), (64, 8, 1), (32, 4, 2)):
+        out.append({"fp16": False, "block_n": bn, "num_warps": warps, "prefetch": pf})
+    c4 = {"fp16": False, "block_n": 32, "num_warps": 4, "prefetch": 1}
     for f in (2, 4):
         out.append({**c4, "max_splits": clamp(base.max_splits * f)})
     for mc in (32, 64):
         out.append({**c4, "min_chunk": mc})
-    c8 = {"fp16": True, "block_n": 32, "num_warps": 8, "prefetch": 1}
-    for mc in (32, 64):
-        out.append({**c8, "min_chunk": mc})
-    out.append({**c8, "max_splits": clamp(base.max_splits * 2)})
+    f4 = {**c4, "fp16": True}
+    out.append({**f4, "min_chunk": 32})
+    out.append({**f4, "max_splits": clamp(base.max_splits * 2)})
     return out
 
 
@@ -344,8 +366,8 @@ def main() -> None:
     ap.add_argument("--shapes", default="", help="b:ctx,... (default: the issue's table)")
     ap.add_argument("--iters", type=int, default=25)
     ap.add_argument("--sweep", action="store_true", help="also time a grid of kernel configs")
-    ap.add_argument("--sweep-set", choices=("v1", "v2"), default="v1",
-                    help="v1: run 1's grid; v2: the FP16/prefetch/warps grid")  # fmt: skip
+    ap.add_argument("--sweep-set", choices=("v1", "v2", "v3"), default="v1",
+                    help="v1: run 1's grid; v2: FP16/prefetch/warps; v3: run 3's")  # fmt: skip
     ap.add_argument("--graph-sweep", action="store_true",
                     help="CUDA-graph time for every swept config at the graph shapes")  # fmt: skip
     ap.add_argument("--no-sglang", action="store_true")

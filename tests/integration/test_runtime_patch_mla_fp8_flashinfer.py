@@ -85,9 +85,8 @@ def _drive(mode: str, out_path: str) -> None:
         result["import_error"] = f"{type(exc).__name__}: {exc}"
         torch.save(result, out_path)
         return
-    from sglang.srt.mem_cache.memory_pool import MLATokenToKVPool
-
     from glmserve_runtime.kernels import mla_fp8_decode as mk
+    from sglang.srt.mem_cache.memory_pool import MLATokenToKVPool
 
     cls = mod.FlashInferMLAAttnBackend
     result["patched"] = bool(getattr(cls, "_glmserve_mla_fp8_patched", False))

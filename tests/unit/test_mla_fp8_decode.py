@@ -228,6 +228,19 @@ def test_separate_rope_query_and_strided_output(mk):
     assert torch.isnan(big[:, 1::2, :]).all(), "wrote outside the output view"
 
 
+def test_merge_of_more_splits_than_one_merge_load(mk):
+    """40 splits: stage 2 merges them 16 a load (three loads, the last one partial)."""
+    lens = [700, 3, 250]
+    pool = _pool(1200, 40)
+    q = _q(3, 8, 41)
+    indptr, idx = _token_batch(lens, 1200, 42)
+    out = _poisoned(3, 8)
+    mk.mla_fp8_decode(q, pool, indptr, idx, SCALE, out=out,
+                      config={"max_splits": 40, "min_chunk": 16, "block_n": 16})  # fmt: skip
+    assert not torch.isnan(out).any()
+    assert mk.max_rel_err(out, mk.reference(q, pool, indptr, idx, SCALE)) < TOL
+
+
 @pytest.mark.parametrize("magnitude", [1.0, 3e5])
 def test_fp16_operands_scale_large_queries(mk, magnitude):
     """FP16 operands hold BF16 queries exactly only below 65504: each head's query is

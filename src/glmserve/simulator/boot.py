@@ -106,6 +106,11 @@ async def load_weights(server: SimServer, dur: float) -> None:
                 ),
                 r,
             )
+        if costmodel.MLA_FP8_PATCH in o.patches:  # no refusal modelled: validation has them
+            server.log.line(
+                PATCH_LINE.format(name=costmodel.MLA_FP8_PATCH, version=o.sglang_version, pid=pid),
+                r,
+            )
     fault_injection.maybe_patch_fails(server, "import")
 
 
