@@ -303,6 +303,10 @@ def sweep_v3(base) -> list[dict]:
         {**b, "max_splits": clamp(base.max_splits // 2)},
         {**b, "fp16": False}, {**b, "block_n": 32},
         {**b, "merge_splits": 32},
+        # two 8-warp programs an SM (run 2's ncu: 1-2 programs, 12.5% occupancy, issue
+        # stalls on dependent instructions), paid for in register spills
+        {**b, "block_n": 32, "maxnreg": 128}, {**b, "block_n": 32, "maxnreg": 128, "fp16": False},
+        {**b, "block_n": 32, "num_warps": 4, "maxnreg": 128},
     ]  # fmt: skip
 
 

@@ -312,6 +312,7 @@ class Config:
     merge_warps: int = 4
     prefetch: int = 1  # FP8 row tiles loaded ahead of the math: 0, 1 or 2 (True = 1)
     fp16: bool = False  # FP16 tensor-core operands instead of BF16 (see _attend)
+    maxnreg: int | None = None  # register cap per thread (more programs per SM, spills)
 
 
 @functools.lru_cache(maxsize=16)
@@ -342,8 +343,10 @@ def default_config(
     Chosen on the H200 (2026-12-05, runs 1-2 in benchmarks/results/mla_fp8_decode/): in run
     2 this config (``new_cfg5``) was within 2% of the fastest of 17 at the two 283 MB shapes
     (267 us at 256 x 1917, 8 heads), the fastest at 8 x 32K (158 us) and in CUDA graphs at
-    1 x 2K/8K/32K, and it compiles with no register spills for sm_90 and sm_120 in 92 KB
-    of shared memory (sm_120 allows ~99 KB; ``benchmarks/mla_fp8_decode_compile.py``).
+    1 x 2K/8K/32K. It compiles for sm_90 and sm_120 in 92 KB of shared memory (sm_120
+    allows ~99 KB) with at most a small spill (an 8-88 byte stack frame depending on index
+    type and target; none for sm_120 with int32 slots; ``benchmarks/mla_fp8_decode_compile.py``),
+    where run 2's 4-warp BF16 default spilled heavily (ncu: 2.3M local-memory requests).
     FP16 rather than BF16 operands: FP8 e4m3 converts to FP16 exactly in one instruction
     per two values (BF16 needs a second, quarter-rate conversion per value); the query is
     scaled by a power of two per head into FP16's range (see ``_mla_fp8_stage1``).
@@ -504,6 +507,7 @@ def mla_fp8_decode(
         DOT_T=tl.float32 if _interpreting() else (tl.float16 if cfg.fp16 else tl.bfloat16),
         PREFETCH=int(cfg.prefetch),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )  # fmt: skip
     if cfg.max_splits > 1:
         _mla_fp8_stage2[(batch, heads)](
