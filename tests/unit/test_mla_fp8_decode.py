@@ -241,6 +241,16 @@ def test_merge_of_more_splits_than_one_merge_load(mk):
     assert mk.max_rel_err(out, mk.reference(q, pool, indptr, idx, SCALE)) < TOL
 
 
+def test_a_register_cap_is_passed_to_the_launch(mk):
+    """``maxnreg`` (a tuning knob: more programs per SM for spills) computes the same."""
+    lens = [20, 30]
+    pool = _pool(200, 43)
+    q = _q(2, 8, 44)
+    indptr, idx = _token_batch(lens, 200, 45)
+    out = mk.mla_fp8_decode(q, pool, indptr, idx, SCALE, config={**SPLIT, "maxnreg": 128})
+    assert mk.max_rel_err(out, mk.reference(q, pool, indptr, idx, SCALE)) < TOL
+
+
 @pytest.mark.parametrize("magnitude", [1.0, 3e5])
 def test_fp16_operands_scale_large_queries(mk, magnitude):
     """FP16 operands hold BF16 queries exactly only below 65504: each head's query is

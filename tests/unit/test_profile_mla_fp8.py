@@ -103,3 +103,33 @@ def test_the_coefficients_trace_to_the_committed_h200_measurement():
     assert c == pytest.approx(model.mla_fp8_row_us, rel=0.02)
     for x, y in pts:
         assert abs(model.mla_fp8_layer_us + model.mla_fp8_row_us * x - y) <= 0.16 * y
+
+
+@pytest.mark.parametrize(
+    ("version", "kv", "phase", "line"),
+    [
+        ("0.5.9", "fp8_e4m3", "import", None),
+        ("0.5.23", "fp8_e4m3", "init", None),
+        ("0.5.16", "fp8_e4m3", "import",
+         "glmserve patch mla_fp8_decode FAILED: unsupported sglang 0.5.16 (supported: 0.5.9, "
+         "0.5.23)"),
+        ("0.5.9", "bfloat16", "init",
+         "glmserve patch mla_fp8_decode FAILED: KV cache dtype is torch.bfloat16, not "
+         "torch.float8_e4m3fn"),
+    ],
+)  # fmt: skip
+def test_the_simulator_refuses_as_the_patch_would(version, kv, phase, line):
+    """A simulated launch with the patch dies where the real workers would, with the line
+    the patch module's own requirement list gives (validation reads the same list)."""
+    from types import SimpleNamespace
+
+    from glmserve.simulator.fault_injection import patch_refusal
+
+    opts = SimpleNamespace(patches=("mla_fp8_decode",), sglang_version=version,
+                           shape=_shape(attention_backend="triton", kv_cache_dtype=kv),
+                           server=SimpleNamespace())  # fmt: skip
+    got = patch_refusal(SimpleNamespace(opts=opts), phase)
+    if line is None:
+        assert got is None
+    else:
+        assert got is not None and got.startswith(line)
