@@ -58,14 +58,15 @@ def _source(fn, ptrs, div16, scalars, const, idx_ty="*i32"):
 
 def build(cap: int, cfg: mk.Config, page: int = 1, idx_ty: str = "*i32"):
     const1 = dict(PAGE_SIZE=page, HAS_LENS=page > 1, SCALE_PTR=False, BLOCK_H=cfg.block_h,
-                  PREFETCH=cfg.prefetch,
-                  BLOCK_N=cfg.block_n, DL=mk.D_LATENT, DR=mk.D_ROPE, DOT_T=tl.bfloat16)  # fmt: skip
+                  PREFETCH=int(cfg.prefetch), OP_T=tl.float16 if cfg.fp16 else tl.bfloat16,
+                  BLOCK_N=cfg.block_n, DL=mk.D_LATENT, DR=mk.D_ROPE,
+                  DOT_T=tl.float16 if cfg.fp16 else tl.bfloat16)  # fmt: skip
     scal1 = {"sm_scale_log2": "fp32", "k_scale_val": "fp32", "num_heads": "i32",
              "MAX_SPLITS": "i32", "MIN_CHUNK": "i32"}  # fmt: skip
     src1 = _source(mk._mla_fp8_stage1, STAGE1_PTRS, STAGE1_DIV16, scal1, const1, idx_ty)
     opts1 = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     k1 = triton.compile(src1, target=GPUTarget("cuda", cap, 32), options=opts1)
-    const2 = dict(HAS_LENS=False, BLOCK_H=cfg.merge_block_h, BLOCK_N=cfg.block_n,
+    const2 = dict(HAS_LENS=False, SPLIT_BLOCK=cfg.merge_splits, BLOCK_N=cfg.block_n,
                   DL=mk.D_LATENT)  # fmt: skip
     scal2 = {"num_heads": "i32", "MAX_SPLITS": "i32", "MIN_CHUNK": "i32"}
     src2 = _source(mk._mla_fp8_stage2, STAGE2_PTRS, STAGE2_DIV16, scal2, const2, idx_ty)
@@ -101,7 +102,7 @@ def main() -> None:
     for cap in (90, 120):
         for heads in (8, 16, 32, 64, 128):
             for batch in (1, 256):
-                cfg = mk.default_config(batch, heads, torch.device("cpu"))
+                cfg = mk.default_config(batch, heads, torch.device("cpu"), arch=cap // 10)
                 key = (cap, cfg.block_h, cfg.block_n, cfg.num_warps, cfg.num_stages)
                 if key in seen:
                     continue

@@ -46,7 +46,7 @@ SCALE = 576**-0.5
 SHAPES = [(1, 2048), (1, 8192), (1, 32768), (8, 2048), (8, 8192), (8, 32768),
           (64, 2048), (64, 7680), (256, 1917)]  # fmt: skip
 SPLITS = (8, 16, 32, 64)
-GRAPH_SHAPES = {(1, 2048), (1, 8192), (1, 32768), (8, 8192)}
+GRAPH_SHAPES = {(1, 2048), (1, 8192), (1, 32768), (8, 2048), (8, 8192), (64, 2048)}
 
 
 # ---------------------------------------------------------------------------------- timing
@@ -173,9 +173,11 @@ def xqa_probe(flashinfer) -> str:
     """Does FlashInfer run its XQA MLA decode on this GPU? (0.6.3 refuses off sm_120.)"""
     try:
         q = torch.zeros((1, 1, 128, 576), dtype=torch.float8_e4m3fn, device="cuda")
-        kv = torch.zeros((64, 1, 576), dtype=torch.float8_e4m3fn, device="cuda")
+        kv = torch.zeros((64, 576), dtype=torch.float8_e4m3fn, device="cuda")
         out = torch.empty((1, 1, 128, 512), dtype=torch.bfloat16, device="cuda")
-        flashinfer.xqa.xqa_mla(
+        # flashinfer/__init__.py re-exports the function ``xqa`` over the module's name,
+        # so the module is fetched from sys.modules
+        importlib.import_module("flashinfer.xqa").xqa_mla(
             q, kv, kv, torch.zeros((1, 1), dtype=torch.int32, device="cuda"),
             torch.ones((1, 1), dtype=torch.uint32, device="cuda"), out,
             torch.zeros(16 << 20, dtype=torch.uint8, device="cuda"),
@@ -222,7 +224,8 @@ def run_shape(args, timer, pool, flat_pool, heads, b, ctx, sg, fi, sweep) -> dic
     res["new"]["config"] = mk.default_config(b, heads, q.device).__dict__
     for i, cfg in enumerate(sweep):
         record(f"new_cfg{i}", lambda cfg=cfg: mk.mla_fp8_decode(
-            q, pool, indptr, idx, SCALE, out=o, workspace=ws, config=cfg))  # fmt: skip
+            q, pool, indptr, idx, SCALE, out=o, workspace=ws, config=cfg),
+            graph=is_graph and args.graph_sweep)  # fmt: skip
         res[f"new_cfg{i}"]["config"] = cfg
     for tag, mod in sg.items():
         for s in SPLITS:
@@ -265,8 +268,12 @@ def run_shape(args, timer, pool, flat_pool, heads, b, ctx, sg, fi, sweep) -> dic
     return res
 
 
-def sweep_configs(heads: int, b: int) -> list[dict]:
+def sweep_configs(heads: int, b: int, which: str = "v1") -> list[dict]:
     base = mk.default_config(b, heads, torch.device("cuda"))
+    if which == "v2":
+        return sweep_v2(base)
+    if which == "v3":
+        return sweep_v3(base)
     out = []
     for bn in (16, 32, 64):
         for warps in (4, 8):
@@ -276,6 +283,56 @@ def sweep_configs(heads: int, b: int) -> list[dict]:
         out.append({"max_splits": max(1, min(256, int(base.max_splits * f)))})
     for mc in (32, 64, 256, 512):
         out.append({"min_chunk": mc})
+    return out
+
+
+def sweep_v3(base) -> list[dict]:
+    """Third sweep (run 3): run 2's default (BF16, 32 rows, 4 warps) and its chunk sizes
+    beside the FP16 64-row 8-warp tiles of the new default, with their chunk sizes and
+    split budgets (CUDA-graph time at the small shapes with --graph-sweep)."""
+
+    def clamp(x):
+        return max(1, min(256, int(x)))
+
+    a = {"fp16": False, "block_n": 32, "num_warps": 4, "prefetch": 1, "min_chunk": 128}
+    b = {"fp16": True, "block_n": 64, "num_warps": 8, "prefetch": 1}
+    return [
+        a, {**a, "min_chunk": 64}, {**a, "min_chunk": 32},
+        {**b, "min_chunk": 64}, {**b, "min_chunk": 32},
+        {**b, "max_splits": clamp(base.max_splits * 2)},
+        {**b, "max_splits": clamp(base.max_splits // 2)},
+        {**b, "fp16": False}, {**b, "block_n": 32},
+        {**b, "merge_splits": 32},
+        # two 8-warp programs an SM (run 2's ncu: 1-2 programs, 12.5% occupancy, issue
+        # stalls on dependent instructions), paid for in register spills
+        {**b, "block_n": 32, "maxnreg": 128}, {**b, "block_n": 32, "maxnreg": 128, "fp16": False},
+        {**b, "block_n": 32, "num_warps": 4, "maxnreg": 128},
+    ]  # fmt: skip
+
+
+def sweep_v2(base) -> list[dict]:
+    """Second sweep (after run 1, 2026-12-05): the previous default (8 warps) beside the new
+    one (4 warps on sm_90), FP16 operands (one conversion instruction per two FP8 values
+    instead of FP8 -> FP16 -> BF16), rows two tiles ahead, and the split budget and chunk
+    size of the 4-warp tiles (CUDA-graph time at the small shapes with --graph-sweep)."""
+
+    def clamp(x):
+        return max(1, min(256, int(x)))
+
+    out = [{"fp16": False, "block_n": 32, "num_warps": 8, "prefetch": 1}]  # run 1's default
+    for bn, warps, pf in ((32, 8, 1), (32, 8, 2), (32, 4, 1), (32, 4, 2), (64, 8, 1),
+                          (16, 4, 1), (16, 4, 2)):  # fmt: skip
+        out.append({"fp16": True, "block_n": bn, "num_warps": warps, "prefetch": pf})
+    for bn, warps, pf in ((32, 8, 2), (64, 8, 1), (32, 4, 2)):
+        out.append({"fp16": False, "block_n": bn, "num_warps": warps, "prefetch": pf})
+    c4 = {"fp16": False, "block_n": 32, "num_warps": 4, "prefetch": 1}
+    for f in (2, 4):
+        out.append({**c4, "max_splits": clamp(base.max_splits * f)})
+    for mc in (32, 64):
+        out.append({**c4, "min_chunk": mc})
+    f4 = {**c4, "fp16": True}
+    out.append({**f4, "min_chunk": 32})
+    out.append({**f4, "max_splits": clamp(base.max_splits * 2)})
     return out
 
 
@@ -313,6 +370,11 @@ def main() -> None:
     ap.add_argument("--shapes", default="", help="b:ctx,... (default: the issue's table)")
     ap.add_argument("--iters", type=int, default=25)
     ap.add_argument("--sweep", action="store_true", help="also time a grid of kernel configs")
+    ap.add_argument("--sweep-set", choices=("v1", "v2", "v3"), default="v1",
+                    help="v1: run 1's grid; v2: FP16/prefetch/warps; v3: run 3's")  # fmt: skip
+    ap.add_argument("--graph-sweep", action="store_true",
+                    help="CUDA-graph time for every swept config at the graph shapes")  # fmt: skip
+    ap.add_argument("--no-sglang", action="store_true")
     ap.add_argument("--no-flashinfer", action="store_true")
     ap.add_argument("--json", type=Path, required=True)
     args = ap.parse_args()
@@ -335,6 +397,8 @@ def main() -> None:
             info["flashinfer_error"] = f"{type(e).__name__}: {e}"[:300]
             traceback.print_exc()
     sg = {}
+    if args.no_sglang:
+        args.sglang_059 = args.sglang_0523 = None
     if args.sglang_059:
         sg["0.5.9"] = load_sglang(args.sglang_059, "059", None)
     if args.sglang_0523:
@@ -352,7 +416,7 @@ def main() -> None:
     rows = []
     for heads in (int(h) for h in args.heads.split(",")):
         for b, ctx in shapes:
-            sweep = sweep_configs(heads, b) if args.sweep else []
+            sweep = sweep_configs(heads, b, args.sweep_set) if args.sweep else []
             r = run_shape(args, timer, pool, flat, heads, b, ctx, sg, fi, sweep)
             rows.append(r)
             print(summary_line(r, info["copy_bw_Bps"]), flush=True)

@@ -89,11 +89,14 @@ def _poisoned(batch: int, heads: int) -> torch.Tensor:
 SMALL = {"max_splits": 1, "min_chunk": 16, "block_n": 16}
 SPLIT = {"max_splits": 4, "min_chunk": 16, "block_n": 16}
 NO_PREFETCH = {**SPLIT, "prefetch": False}
+# FP16 tensor-core operands, and FP8 rows two tiles ahead (lengths below end mid-tile and
+# leave some splits a single tile, so the deeper prologue's masks are exercised)
+FP16_DEEP = {**SPLIT, "fp16": True, "prefetch": 2}
+VARIANTS = [SMALL, SPLIT, NO_PREFETCH, FP16_DEEP]
+VARIANT_IDS = ["one-split", "split-k", "no-prefetch", "fp16-prefetch2"]
 
 
-@pytest.mark.parametrize(
-    "cfg", [SMALL, SPLIT, NO_PREFETCH], ids=["one-split", "split-k", "no-prefetch"]
-)
+@pytest.mark.parametrize("cfg", VARIANTS, ids=VARIANT_IDS)
 @pytest.mark.parametrize("heads", [8, 20])
 def test_ragged_empty_single_token_page1(mk, cfg, heads):
     """Ragged lengths with an empty and a single-token request; every output written."""
@@ -168,9 +171,7 @@ def test_page64_token_indices_like_sglang(mk):
     assert mk.max_rel_err(out, ref) < TOL
 
 
-@pytest.mark.parametrize(
-    "cfg", [SMALL, SPLIT, NO_PREFETCH], ids=["one-split", "split-k", "no-prefetch"]
-)
+@pytest.mark.parametrize("cfg", VARIANTS, ids=VARIANT_IDS)
 def test_page64_page_table(mk, cfg):
     """page_size 64: kv_indices are page ids (indptr counts pages), kv_lens the tokens."""
     page, lens = 64, [65, 1, 0, 200, 64]
@@ -225,6 +226,47 @@ def test_separate_rope_query_and_strided_output(mk):
     )  # fmt: skip
     assert torch.equal(view, want)
     assert torch.isnan(big[:, 1::2, :]).all(), "wrote outside the output view"
+
+
+def test_merge_of_more_splits_than_one_merge_load(mk):
+    """40 splits: stage 2 merges them 16 a load (three loads, the last one partial)."""
+    lens = [700, 3, 250]
+    pool = _pool(1200, 40)
+    q = _q(3, 8, 41)
+    indptr, idx = _token_batch(lens, 1200, 42)
+    out = _poisoned(3, 8)
+    mk.mla_fp8_decode(q, pool, indptr, idx, SCALE, out=out,
+                      config={"max_splits": 40, "min_chunk": 16, "block_n": 16})  # fmt: skip
+    assert not torch.isnan(out).any()
+    assert mk.max_rel_err(out, mk.reference(q, pool, indptr, idx, SCALE)) < TOL
+
+
+def test_a_register_cap_is_passed_to_the_launch(mk):
+    """``maxnreg`` (a tuning knob: more programs per SM for spills) computes the same."""
+    lens = [20, 30]
+    pool = _pool(200, 43)
+    q = _q(2, 8, 44)
+    indptr, idx = _token_batch(lens, 200, 45)
+    out = mk.mla_fp8_decode(q, pool, indptr, idx, SCALE, config={**SPLIT, "maxnreg": 128})
+    assert mk.max_rel_err(out, mk.reference(q, pool, indptr, idx, SCALE)) < TOL
+
+
+@pytest.mark.parametrize("magnitude", [1.0, 3e5])
+def test_fp16_operands_scale_large_queries(mk, magnitude):
+    """FP16 operands hold BF16 queries exactly only below 65504: each head's query is
+    scaled by a power of two first (and the scores back), so a query of 3e5 neither
+    overflows to inf nor loses accuracy. k_scale keeps the scores in a sane range."""
+    lens = [40, 70]
+    pool = _pool(200, 37)
+    q = (_q(2, 16, 38).float() * magnitude).to(torch.bfloat16)
+    indptr, idx = _token_batch(lens, 200, 39)
+    ks = 1.0 / magnitude
+    out = _poisoned(2, 16)
+    mk.mla_fp8_decode(q, pool, indptr, idx, SCALE, out=out, k_scale=ks,
+                      config={**SPLIT, "fp16": True})  # fmt: skip
+    ref = mk.reference(q, pool, indptr, idx, SCALE, k_scale=ks)
+    assert torch.isfinite(out).all()
+    assert mk.max_rel_err(out, ref) < TOL
 
 
 def test_default_config_grid_depends_only_on_batch_and_heads(mk):

@@ -235,3 +235,38 @@ def test_the_real_simulator_process_loads_the_shipped_sitecustomize(tmp_path):
     lines = proc.stderr.splitlines()
     assert lines and lines[0].startswith(f"{ARMED}flashinfer_mla_gather_cast (pid ")
     assert not [ln for ln in lines if "glmserve patch flashinfer_mla_gather_cast" in ln]
+
+
+_TWO_TARGET_PATCH = """
+TARGET = "demo_one"
+TARGETS = ("demo_one", "demo_two")
+
+
+def apply(module):
+    module.patched = True
+    return "9.9.9"
+"""
+
+
+def test_a_patch_with_several_targets_patches_each_module_once(tmp_path):
+    """A patch may list ``TARGETS`` (mla_fp8_decode: the triton and the flashinfer MLA
+    backends): the hook patches every listed module when it is imported, each once."""
+    runtime = _shipped_copy(tmp_path)
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "demo_multi.py").write_text(_TWO_TARGET_PATCH)
+    for name in ("demo_one", "demo_two"):
+        (mods / f"{name}.py").write_text("patched = False\n")
+    proc = _python(
+        """
+        import glmserve_runtime
+        glmserve_runtime.KNOWN_PATCHES['multi'] = 'demo_multi'
+        glmserve_runtime.arm('multi')
+        import demo_one, demo_two
+        print(demo_one.patched, demo_two.patched, glmserve_runtime.applied_patches())
+        """,
+        [runtime, mods],
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split(maxsplit=2) == ["True", "True", "{'multi': '9.9.9'}\n"]
+    assert proc.stderr.count("glmserve patch multi active (sglang 9.9.9") == 2

@@ -144,21 +144,23 @@ def patch_requirement_errors(spec: LaunchSpec, version: str) -> list[str]:
     come from the patch module itself (the same code the worker runs), so a profile that
     passes here is not refused by the patch for these reasons on the GPU host."""
     from glmserve.runtime.glmserve_runtime.patches import flashinfer_mla_gather_cast as gtc
+    from glmserve.runtime.glmserve_runtime.patches import mla_fp8_decode as mla
 
-    if gtc.PATCH not in spec.patches:
-        return []
     out = []
-    for req in gtc.launch_requirement_failures(patch_args(list(spec.argv)), version):
-        origin = spec.origins.get(req.flag)
-        if req.flag == "sglang":
-            where, key = f"profile {spec.profile}", "--sglang-version / sglang"
-        elif origin is not None:
-            where = f"{origin.file}:{origin.line}" if origin.line else origin.file
-            key = origin.key
-        else:
-            where, key = f"profile {spec.profile}", "server." + req.flag.lstrip("-")
-        out.append(
-            f"{where}: {key} must be {req.want} for patch {gtc.PATCH}; its workers would "
-            f"refuse to start: glmserve patch {gtc.PATCH} FAILED: {req.reason}"
-        )
+    for patch in (gtc, mla):
+        if patch.PATCH not in spec.patches:
+            continue
+        for req in patch.launch_requirement_failures(patch_args(list(spec.argv)), version):
+            origin = spec.origins.get(req.flag)
+            if req.flag == "sglang":
+                where, key = f"profile {spec.profile}", "--sglang-version / sglang"
+            elif origin is not None:
+                where = f"{origin.file}:{origin.line}" if origin.line else origin.file
+                key = origin.key
+            else:
+                where, key = f"profile {spec.profile}", "server." + req.flag.lstrip("-")
+            out.append(
+                f"{where}: {key} must be {req.want} for patch {patch.PATCH}; its workers "
+                f"would refuse to start: glmserve patch {patch.PATCH} FAILED: {req.reason}"
+            )
     return out

@@ -54,7 +54,7 @@ KNOWN_KEYS = {
     "sim": dict,
 }
 LAUNCHERS = ("sglang", "simulator")
-KNOWN_PATCHES = ("flashinfer_mla_gather_cast",)
+KNOWN_PATCHES = ("flashinfer_mla_gather_cast", "mla_fp8_decode")
 _FLAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A profile or host *name* (not a path): a file stem in a profile dir, so no separators,

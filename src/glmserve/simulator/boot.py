@@ -106,6 +106,13 @@ async def load_weights(server: SimServer, dur: float) -> None:
                 ),
                 r,
             )
+        if costmodel.MLA_FP8_PATCH in o.patches and not fault_injection.patch_refusal(
+            server, "import"
+        ):
+            server.log.line(
+                PATCH_LINE.format(name=costmodel.MLA_FP8_PATCH, version=o.sglang_version, pid=pid),
+                r,
+            )
     fault_injection.maybe_patch_fails(server, "import")
 
 

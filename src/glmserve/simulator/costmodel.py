@@ -31,6 +31,10 @@ Decode step (one token for each of the B running requests; C = sum of their cont
     max(flag, min(next_pow2(sm_count), next_pow2(ceil(context_len / 32))))
     (0.5.23 triton_backend.py:83-90, 327-333): see options.triton_max_kv_splits.
 
+    t_attn (runtime patch mla_fp8_decode, decode backend triton or flashinfer, FP8 KV; its
+    KV read and flashinfer's cast are replaced by glmserve's FP8-native kernel) =
+        layers * scale * (mla_fp8_layer_us + mla_fp8_row_us * C) / 1e6
+
     t_cast = pool_tokens * 576 * 3 * layers / (bw * cast_bw_eff)        whole-pool FP8->BF16
              when backend is flashinfer and the KV cache is FP8 and GLMSERVE_PATCHES does not
              list flashinfer_mla_gather_cast;
@@ -72,6 +76,14 @@ The fit is at 16 heads; GLM-5 at TP8 has 8 per rank (one head block either way, 
 same program count; fewer FLOPs, so an upper bound). Only the slot count uses the
 modelled GPU's SM count; the rest scales by bandwidth.
 
+mla_fp8 coefficients (``mla_fp8_*``): least-squares fit of the shipped kernel config's
+per-layer time on the H200 at 8 heads (benchmarks/results/mla_fp8_decode/
+h200_2026-12-05_run2/bench.json, entry ``new_cfg5``: FP16 operands, 64 rows, 8 warps, the
+config default_config ships for <= 16 heads; CUDA-graph time at 1x2K/8K/32K and 8x8K,
+eager at 8x32K, 64x7.7K and 256x1.9K; the host-bound eager 8x2K and 64x2K points left out)
+to a + c * rows: a = 21.4 us, c = 0.524 ns per KV row (1.1 TB/s on the FP8 bytes); max
+error +15.3% (1x2K: 22.5 vs 19.5 us), the three >= 150 MB points within 4%.
+
 Calibration (graphs disabled, as in every seed run): flashinfer+FP8 ~10 tok/s single stream
 (64.6 ms of a ~97 ms step is the cast, as the seeds' profile showed), the seeds' gather-then-cast
 patch ~13.5-14 tok/s, trtllm_mla ~52 tok/s (community runs without MTP).
@@ -84,6 +96,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 GATHER_CAST_PATCH = "flashinfer_mla_gather_cast"
+MLA_FP8_PATCH = "mla_fp8_decode"
+MLA_FP8_BACKENDS = frozenset({"triton", "flashinfer"})  # the backends the patch changes
 KV_ROW_ELEMS = 576  # kv_lora_rank (512) + qk_rope_head_dim (64), GLM-5 / DeepSeek MLA
 GIB = 1 << 30
 
@@ -133,6 +147,8 @@ class CostModel:
     triton_token_us: float = 0.1337
     triton_split_us: float = 0.0204
     triton_programs_per_sm: int = 2
+    mla_fp8_layer_us: float = 21.4  # mla_fp8_decode kernel, H200 fit (module docstring)
+    mla_fp8_row_us: float = 0.000524
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -206,9 +222,21 @@ def kv_pool_gib(model: CostModel, shape: ServerShape) -> float:
     return pool_tokens(model, shape) * per_token / GIB
 
 
+def mla_fp8_kernel(shape: ServerShape) -> bool:
+    """Whether decode runs glmserve's FP8-native kernel (patch mla_fp8_decode on an FP8 KV
+    cache with the triton or flashinfer backend)."""
+    return (
+        MLA_FP8_PATCH in shape.patches
+        and shape.kv_cache_dtype == "fp8_e4m3"
+        and shape.decode_attention in MLA_FP8_BACKENDS
+    )
+
+
 def cast_mode(shape: ServerShape) -> str:
     """'whole_pool' | 'gather' | 'none': which FP8->BF16 cast the backend pays each step."""
     if shape.decode_attention != "flashinfer" or not is_fp8(shape.kv_cache_dtype):
+        return "none"
+    if mla_fp8_kernel(shape):
         return "none"
     return "gather" if GATHER_CAST_PATCH in shape.patches else "whole_pool"
 
@@ -280,7 +308,12 @@ def triton_layer_us(
 
 def attention_s(model: CostModel, shape: ServerShape, batch: int, ctx_tokens: int) -> float:
     """Seconds of a calibrated backend's decode attention over all layers (0 otherwise)."""
-    if shape.decode_attention not in CALIBRATED_DECODE or batch <= 0:
+    if batch <= 0:
+        return 0.0
+    if mla_fp8_kernel(shape):
+        per_layer = model.mla_fp8_layer_us + model.mla_fp8_row_us * ctx_tokens
+        return model.layers * per_layer * calib_scale(model) / 1e6
+    if shape.decode_attention not in CALIBRATED_DECODE:
         return 0.0
     seq_len = max(1, ctx_tokens // batch)
     splits = triton_kv_splits(model, shape, batch, seq_len)
@@ -299,7 +332,7 @@ def step_terms(model: CostModel, shape: ServerShape, batch: int, ctx_tokens: int
         "weights": model.weight_gb * 1e9 / _bw(model, model.weight_bw_eff),
         "per_seq": batch * model.per_seq_us / 1e6,
         "kv_read": 0.0
-        if shape.decode_attention in CALIBRATED_DECODE
+        if shape.decode_attention in CALIBRATED_DECODE or mla_fp8_kernel(shape)
         else ctx_tokens * KV_ROW_ELEMS * kv_read_bytes * model.layers / _bw(model, model.kv_bw_eff),
         "backend": model.backend_overhead_ms.get(shape.decode_attention, 0.0) / 1e3,
         "cast": 0.0,

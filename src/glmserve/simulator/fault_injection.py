@@ -30,22 +30,32 @@ async def maybe_fault(server: SimServer, phase: str) -> None:
 
 
 def patch_refusal(server: SimServer, phase: str) -> str | None:
-    """The reason the real gather-cast patch refuses this launch at ``phase`` (import,
-    init, cuda_graph), from the patch module's own requirement list, or None."""
+    """The FAILED line a real runtime patch (gather-cast, mla_fp8_decode) refuses this launch
+    with at ``phase`` (import, init, cuda_graph), from the patch module's own requirement
+    list, or None."""
+    refused = _refusing_patch(server, phase)
+    return None if refused is None else refused[1]
+
+
+def _refusing_patch(server: SimServer, phase: str) -> tuple[str, str] | None:
+    """(patch module file stem, FAILED line) of the first patch refusing at ``phase``."""
     from glmserve.runtime.glmserve_runtime.patches import flashinfer_mla_gather_cast as gtc
+    from glmserve.runtime.glmserve_runtime.patches import mla_fp8_decode as mla
 
     o = server.opts
-    if costmodel.GATHER_CAST_PATCH not in o.patches:
-        return None
     args = {
         "disable_cuda_graph": not o.shape.cuda_graph,
         "kv_cache_dtype": o.shape.kv_cache_dtype,
         "dtype": getattr(o.server, "dtype", None) or "auto",
     }
     row = (costmodel.KV_ROW_ELEMS, 512, 64)
-    for req in gtc.launch_requirement_failures(args, o.sglang_version, kv_row=row):
-        if req.phase == phase:
-            return f"glmserve patch {gtc.PATCH} FAILED: {req.reason}"
+    for name, module in ((costmodel.GATHER_CAST_PATCH, gtc), (costmodel.MLA_FP8_PATCH, mla)):
+        if name not in o.patches:
+            continue
+        for req in module.launch_requirement_failures(args, o.sglang_version, kv_row=row):
+            if req.phase == phase:
+                stem = module.__name__.rsplit(".", 1)[1]
+                return stem, f"glmserve patch {name} FAILED: {req.reason}"
     return None
 
 
@@ -54,19 +64,22 @@ def maybe_patch_fails(server: SimServer, phase: str) -> None:
     (``glmserve_runtime.fail``), rank 0's scheduler reports the PatchError, the launcher
     tears the tree down (see patches/flashinfer_mla_gather_cast.py for where each
     refusal is raised: import, backend __init__, init_cuda_graph_state)."""
-    line = patch_refusal(server, phase)
-    if line is None:
+    refused = _refusing_patch(server, phase)
+    if refused is None:
         return
+    stem, line = refused
     for r in server.ranks:
         server.log.line(line, r)
+    triton = server.opts.shape.decode_attention == "triton"
+    backend = "TritonAttnBackend" if triton else "FlashInferMLAAttnBackend"
     where = {
         "import": "_PatchingLoader.exec_module",
-        "init": "FlashInferMLAAttnBackend.__init__",
+        "init": f"{backend}.__init__",
         "cuda_graph": "init_cuda_graph_state",
     }[phase]
     server.log.line(
         "Scheduler hit an exception: Traceback (most recent call last):\n"
-        f'  File "glmserve_runtime/patches/flashinfer_mla_gather_cast.py", in {where}\n'
+        f'  File "glmserve_runtime/patches/{stem}.py", in {where}\n'
         f"glmserve_runtime.PatchError: {line}",
         server.ranks[0],
     )

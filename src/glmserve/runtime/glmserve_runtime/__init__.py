@@ -128,21 +128,30 @@ class PatchFinder(importlib.abc.MetaPathFinder):
         return spec
 
 
-_applied: dict[str, str] = {}  # patch name -> sglang version it was applied for
+# (patch name, module name) -> sglang version it was applied for
+_applied: dict[tuple[str, str], str] = {}
 _finder: PatchFinder | None = None
+
+
+def patch_targets(name: str) -> tuple[str, ...]:
+    """The modules patch ``name`` patches: its ``TARGETS`` (a patch that changes several
+    SGLang backends, e.g. mla_fp8_decode: triton and flashinfer MLA), else its ``TARGET``."""
+    mod = _patch_module(name)
+    return tuple(getattr(mod, "TARGETS", None) or (mod.TARGET,))
 
 
 def apply_patch(name: str, module: ModuleType) -> str:
     """Apply patch ``name`` to the freshly imported ``module``; log active or FAILED."""
-    if name in _applied:
-        return _applied[name]
+    key = (name, module.__name__)
+    if key in _applied:
+        return _applied[key]
     try:
         version = _patch_module(name).apply(module)
     except PatchError:
         raise  # already logged by fail()
     except Exception as exc:  # any surprise is a refusal too, never a silent skip
         raise fail(name, f"{type(exc).__name__}: {exc}") from exc
-    _applied[name] = version
+    _applied[key] = version
     log(f"glmserve patch {name} active (sglang {version}, pid {os.getpid()})")
     return version
 
@@ -163,7 +172,8 @@ def arm(value: str | None = None) -> list[str]:
             raise fail(name, f"unknown patch (known: {known}); check {PATCHES_ENV}")
     targets: dict[str, list[str]] = {}
     for name in names:
-        targets.setdefault(_patch_module(name).TARGET, []).append(name)
+        for target in patch_targets(name):
+            targets.setdefault(target, []).append(name)
     if _finder is None:
         _finder = PatchFinder(targets)
         sys.meta_path.insert(0, _finder)
@@ -182,4 +192,4 @@ def arm(value: str | None = None) -> list[str]:
 
 def applied_patches() -> dict[str, str]:
     """Patches applied in this process (name -> sglang version)."""
-    return dict(_applied)
+    return {name: version for (name, _module), version in _applied.items()}

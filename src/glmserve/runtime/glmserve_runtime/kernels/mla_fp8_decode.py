@@ -29,6 +29,7 @@ memory per block (checked on the GPU by the tests through the compiled kernel's 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -89,21 +90,24 @@ if triton is not None:
         return kl, kr
 
     @triton.jit
-    def _attend(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale, DOT_T: tl.constexpr):
-        """One tile of online softmax: FP8 -> BF16 in registers, scores and P x V in fp32
-        (P rounded to BF16 for the tensor-core product, never to FP8)."""
+    def _attend(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale, OP_T: tl.constexpr,
+                DOT_T: tl.constexpr):  # fmt: skip
+        """One tile of online softmax: FP8 -> OP_T (BF16 or FP16) in registers, scores and
+        P x V in fp32 (P rounded to OP_T for the tensor-core product, never to FP8).
+        ``qk_scale`` is per head (``[BLOCK_H]``): softmax scale x k_scale x the power of two
+        the query was scaled by (FP16 operands)."""
         kl = kl.to(DOT_T)
         kr = kr.to(DOT_T)
         qk = tl.dot(qn, tl.trans(kl))
         qk = tl.dot(qr, tl.trans(kr), acc=qk)
-        qk = qk * qk_scale
+        qk = qk * qk_scale[:, None]
         qk = tl.where(tmask[None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.reduce(qk, 1, _fmax))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(qk - m_new[:, None])
         l_i = l_i * alpha + tl.reduce(p, 1, _fadd)
         acc = acc * alpha[:, None]
-        acc = tl.dot(p.to(tl.bfloat16).to(DOT_T), kl, acc=acc)
+        acc = tl.dot(p.to(OP_T).to(DOT_T), kl, acc=acc)
         return acc, m_new, l_i
 
     @triton.jit
@@ -129,7 +133,8 @@ if triton is not None:
         PAGE_SIZE: tl.constexpr,
         HAS_LENS: tl.constexpr, SCALE_PTR: tl.constexpr,
         BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-        DL: tl.constexpr, DR: tl.constexpr, DOT_T: tl.constexpr, PREFETCH: tl.constexpr,
+        DL: tl.constexpr, DR: tl.constexpr, OP_T: tl.constexpr, DOT_T: tl.constexpr,
+        PREFETCH: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         hb = tl.program_id(1)
@@ -155,14 +160,52 @@ if triton is not None:
 
         if s < n_splits:
             qn = tl.load(QN + b * stride_qnb + heads[:, None] * stride_qnh + offs_l[None, :],
-                         mask=hmask[:, None], other=0.0).to(DOT_T)
+                         mask=hmask[:, None], other=0.0).to(tl.float32)
             qr = tl.load(QR + b * stride_qrb + heads[:, None] * stride_qrh + offs_r[None, :],
-                         mask=hmask[:, None], other=0.0).to(DOT_T)
+                         mask=hmask[:, None], other=0.0).to(tl.float32)
+            if OP_T == tl.float16:  # noqa: SIM300 - a constexpr dtype compare
+                # FP16 operands (FP8 converts to FP16 in one instruction, exactly; BF16 q is
+                # exact in FP16 inside its range): each head's query is scaled by a power
+                # of two so its largest entry is at most 2**15 (no overflow), and the
+                # scores are scaled back. Powers of two: no rounding.
+                qmax = tl.maximum(tl.reduce(tl.abs(qn), 1, _fmax),
+                                  tl.reduce(tl.abs(qr), 1, _fmax))  # fmt: skip
+                qexp = tl.maximum(tl.ceil(tl.log2(qmax)) - 15.0, 0.0)
+                qn = qn * tl.exp2(-qexp)[:, None]
+                qr = qr * tl.exp2(-qexp)[:, None]
+                qk_scale_h = qk_scale * tl.exp2(qexp)
+            else:
+                qk_scale_h = qk_scale + tl.full([BLOCK_H], 0.0, tl.float32)
+            qn = qn.to(OP_T).to(DOT_T)
+            qr = qr.to(OP_T).to(DOT_T)
             m_i = tl.full([BLOCK_H], 0.0, tl.float32) - float("inf")
             l_i = tl.full([BLOCK_H], 0.0, tl.float32)
             acc = tl.full([BLOCK_H, DL], 0.0, tl.float32)
             ar = tl.arange(0, BLOCK_N)
-            if PREFETCH:
+            if PREFETCH == 2:
+                # As below, one tile deeper: rows two tiles ahead, slots three.
+                toks = lo + ar
+                tmask = toks < hi
+                rows = _slots(kv_indices, start, toks, tmask, PAGE_SIZE)
+                toks1 = toks + BLOCK_N
+                mask1 = toks1 < hi
+                rows1 = _slots(kv_indices, start, toks1, mask1, PAGE_SIZE)
+                ntoks = toks + 2 * BLOCK_N
+                nmask = ntoks < hi
+                nrows = _slots(kv_indices, start, ntoks, nmask, PAGE_SIZE)
+                kl, kr = _load_rows(KV, rows, tmask, stride_kv, offs_l, offs_r, DL)
+                kl1, kr1 = _load_rows(KV, rows1, mask1, stride_kv, offs_l, offs_r, DL)
+                for n0 in range(lo, hi, BLOCK_N):
+                    ftoks = n0 + 3 * BLOCK_N + ar
+                    fmask = ftoks < hi
+                    frows = _slots(kv_indices, start, ftoks, fmask, PAGE_SIZE)
+                    nkl, nkr = _load_rows(KV, nrows, nmask, stride_kv, offs_l, offs_r, DL)
+                    acc, m_i, l_i = _attend(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale_h,
+                                            OP_T, DOT_T)  # fmt: skip
+                    kl, kr, tmask = kl1, kr1, mask1
+                    kl1, kr1, mask1 = nkl, nkr, nmask
+                    nrows, nmask = frows, fmask
+            elif PREFETCH == 1:
                 # Software pipelining by hand: slots two tiles ahead and rows one tile ahead
                 # are loaded before the current tile's math, so each program keeps a tile
                 # of FP8 rows in flight while it computes (the gather's two dependent
@@ -179,8 +222,8 @@ if triton is not None:
                     fmask = ftoks < hi
                     frows = _slots(kv_indices, start, ftoks, fmask, PAGE_SIZE)
                     nkl, nkr = _load_rows(KV, nrows, nmask, stride_kv, offs_l, offs_r, DL)
-                    acc, m_i, l_i = _attend(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale,
-                                            DOT_T)  # fmt: skip
+                    acc, m_i, l_i = _attend(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale_h,
+                                            OP_T, DOT_T)  # fmt: skip
                     kl, kr, tmask = nkl, nkr, nmask
                     nrows, nmask = frows, fmask
             else:
@@ -189,8 +232,8 @@ if triton is not None:
                     tmask = toks < hi
                     rows = _slots(kv_indices, start, toks, tmask, PAGE_SIZE)
                     kl, kr = _load_rows(KV, rows, tmask, stride_kv, offs_l, offs_r, DL)
-                    acc, m_i, l_i = _attend(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale,
-                                            DOT_T)  # fmt: skip
+                    acc, m_i, l_i = _attend(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale_h,
+                                            OP_T, DOT_T)  # fmt: skip
             # an empty request (l_i == 0, acc == 0) gives zeros rather than 0/0
             acc = acc * tl.where(l_i > 0, kscale / l_i, 0.0)[:, None]
             if n_splits == 1:
@@ -208,36 +251,40 @@ if triton is not None:
         stride_mb, stride_mh, stride_ms, stride_ob, stride_oh,
         num_heads, MAX_SPLITS, MIN_CHUNK,
         HAS_LENS: tl.constexpr,
-        BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DL: tl.constexpr,
+        SPLIT_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, DL: tl.constexpr,
     ):  # fmt: skip
+        """Merge one (request, head)'s split partials by log-sum-exp, ``SPLIT_BLOCK`` splits
+        a load: the partials of a short context are one round trip, not one per split (a
+        serial chain that dominated small batches)."""
         b = tl.program_id(0)
-        hb = tl.program_id(1)
+        h = tl.program_id(1)
         if HAS_LENS:
             seq_len = tl.load(kv_lens + b)
         else:
             seq_len = tl.load(kv_indptr + b + 1) - tl.load(kv_indptr + b)
         n_splits, _ = _split_geometry(seq_len, MAX_SPLITS, MIN_CHUNK, BLOCK_N)
         if n_splits > 1:
-            heads = hb * BLOCK_H + tl.arange(0, BLOCK_H)
-            hmask = heads < num_heads
             offs_l = tl.arange(0, DL)
-            m = tl.full([BLOCK_H], 0.0, tl.float32) - float("inf")
-            den = tl.full([BLOCK_H], 0.0, tl.float32)
-            acc = tl.full([BLOCK_H, DL], 0.0, tl.float32)
-            base = MidO + b * stride_mb + heads[:, None] * stride_mh + offs_l[None, :]
-            for s in range(0, n_splits):
-                lse = tl.load(MidLse + (b * num_heads + heads) * MAX_SPLITS + s, mask=hmask,
-                              other=0.0)
-                part = tl.load(base + s * stride_ms, mask=hmask[:, None], other=0.0)
-                m_new = tl.maximum(m, lse)
+            offs_s = tl.arange(0, SPLIT_BLOCK)
+            m = tl.full([1], 0.0, tl.float32) - float("inf")
+            den = tl.full([1], 0.0, tl.float32)
+            acc = tl.full([DL], 0.0, tl.float32)
+            base = MidO + b * stride_mb + h * stride_mh
+            for s0 in range(0, n_splits, SPLIT_BLOCK):
+                ss = s0 + offs_s
+                smask = ss < n_splits
+                lse = tl.load(MidLse + (b * num_heads + h) * MAX_SPLITS + ss, mask=smask,
+                              other=float("-inf"))  # fmt: skip
+                part = tl.load(base + ss[:, None] * stride_ms + offs_l[None, :],
+                               mask=smask[:, None], other=0.0)  # fmt: skip
+                m_new = tl.maximum(m, tl.reduce(lse, 0, _fmax))
                 alpha = tl.exp2(m - m_new)
                 w = tl.exp2(lse - m_new)
-                acc = acc * alpha[:, None] + part * w[:, None]
-                den = den * alpha + w
+                acc = acc * alpha + tl.reduce(part * w[:, None], 0, _fadd)
+                den = den * alpha + tl.reduce(w, 0, _fadd)
                 m = m_new
-            out = acc / den[:, None]
-            optr = Out + b * stride_ob + heads[:, None] * stride_oh + offs_l[None, :]
-            tl.store(optr, out.to(Out.dtype.element_ty), mask=hmask[:, None])
+            out = acc / den
+            tl.store(Out + b * stride_ob + h * stride_oh + offs_l, out.to(Out.dtype.element_ty))
 
 
 def _interpreting() -> bool:
@@ -261,28 +308,50 @@ class Config:
     num_stages: int = 2
     max_splits: int = 32
     min_chunk: int = 128
-    merge_block_h: int = 4
+    merge_splits: int = 16  # stage 2: split partials merged per load
     merge_warps: int = 4
-    prefetch: bool = True
+    prefetch: int = 1  # FP8 row tiles loaded ahead of the math: 0, 1 or 2 (True = 1)
+    fp16: bool = False  # FP16 tensor-core operands instead of BF16 (see _attend)
+    maxnreg: int | None = None  # register cap per thread (more programs per SM, spills)
+
+
+@functools.lru_cache(maxsize=16)
+def _device_facts(device: torch.device) -> tuple[int, int]:
+    """(SM count, compute-capability major) of a CUDA device; (132, 0) otherwise."""
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return props.multi_processor_count, props.major
+    return 132, 0
 
 
 def num_sms(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 132
+    return _device_facts(device)[0]
 
 
-def default_config(batch: int, heads: int, device: torch.device) -> Config:
+@functools.lru_cache(maxsize=4096)
+def default_config(
+    batch: int, heads: int, device: torch.device, arch: int | None = None
+) -> Config:
     """Geometry by batch size and heads (host-only inputs, so a CUDA graph captured for one
-    batch size replays with any lengths).
+    batch size replays with any lengths; cached, as it runs on every call). ``arch``: the
+    compute-capability major the config is for (default: the device's); the tiles are the
+    same for sm_90 and sm_120.
 
-    Tiles: chosen from the ahead-of-time sm_90/sm_120 builds
-    (``benchmarks/mla_fp8_decode_compile.py``; no GPU time was available to tune them):
-    the largest KV tile that compiles with no register spills on both targets and under
-    sm_120's ~99 KB of shared memory (32 rows, 8 warps; 64 rows spills on sm_90), so that
-    each program keeps as many FP8 bytes in flight as possible while it computes (the row
-    loads are prefetched one tile ahead). 16 heads a program up
-    to 16 heads (tensor-core tiles are 16 rows: 8 heads pad to 16), 32 above.
+    Up to 16 heads (one 16-row tensor-core tile; 8 heads pad to 16): FP16 operands, 64 KV
+    rows a program, 8 warps, FP8 rows prefetched one tile ahead, at least 128 tokens a
+    split.
+    Chosen on the H200 (2026-12-05, runs 1-2 in benchmarks/results/mla_fp8_decode/): in run
+    2 this config (``new_cfg5``) was within 2% of the fastest of 17 at the two 283 MB shapes
+    (267 us at 256 x 1917, 8 heads), the fastest at 8 x 32K (158 us) and in CUDA graphs at
+    1 x 2K/8K/32K. It compiles for sm_90 and sm_120 in 92 KB of shared memory (sm_120
+    allows ~99 KB) with at most a small spill (an 8-88 byte stack frame depending on index
+    type and target; none for sm_120 with int32 slots; ``benchmarks/mla_fp8_decode_compile.py``),
+    where run 2's 4-warp BF16 default spilled heavily (ncu: 2.3M local-memory requests).
+    FP16 rather than BF16 operands: FP8 e4m3 converts to FP16 exactly in one instruction
+    per two values (BF16 needs a second, quarter-rate conversion per value); the query is
+    scaled by a power of two per head into FP16's range (see ``_mla_fp8_stage1``).
+    Above 16 heads (two 16-row tiles a program): BF16, 32 rows, 8 warps, the run-1 default
+    (not timed above 16 heads; accuracy tested at 32-128 heads).
 
     ``max_splits`` aims at about two programs per SM over the batch, rounded down to a
     power of two (at most 128): few splits when the batch alone fills the GPU (the merge
@@ -290,13 +359,17 @@ def default_config(batch: int, heads: int, device: torch.device) -> Config:
     still spreads over every SM. Per request the count shrinks on the device so that each
     split has at least ``min_chunk`` tokens.
     """
-    block_h, block_n, warps = (16 if heads <= 16 else 32), 32, 8
+    sms, _major = _device_facts(device)
+    if heads <= 16:
+        block_h, block_n, fp16, min_chunk = 16, 64, True, 128
+    else:
+        block_h, block_n, fp16, min_chunk = 32, 32, False, 128
     head_blocks = -(-heads // block_h)
-    target = 2 * num_sms(device)
+    target = 2 * sms
     splits = max(1, min(128, target // max(1, batch * head_blocks)))
     splits = 1 << (splits.bit_length() - 1)  # power of two, rounded down
-    return Config(block_h=block_h, block_n=block_n, num_warps=warps, max_splits=splits,
-                  min_chunk=128)  # fmt: skip
+    return Config(block_h=block_h, block_n=block_n, num_warps=8, max_splits=splits,
+                  min_chunk=min_chunk, fp16=fp16)  # fmt: skip
 
 
 def _scale_arg(k_scale: float | torch.Tensor | None) -> tuple[float, torch.Tensor | None]:
@@ -430,16 +503,19 @@ def mla_fp8_decode(
         PAGE_SIZE=page_size,
         HAS_LENS=kv_lens is not None, SCALE_PTR=scale_ptr is not None,
         BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n, DL=D_LATENT, DR=D_ROPE,
-        DOT_T=tl.float32 if _interpreting() else tl.bfloat16, PREFETCH=cfg.prefetch,
+        OP_T=tl.float16 if cfg.fp16 else tl.bfloat16,
+        DOT_T=tl.float32 if _interpreting() else (tl.float16 if cfg.fp16 else tl.bfloat16),
+        PREFETCH=int(cfg.prefetch),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )  # fmt: skip
     if cfg.max_splits > 1:
-        _mla_fp8_stage2[(batch, triton.cdiv(heads, cfg.merge_block_h))](
+        _mla_fp8_stage2[(batch, heads)](
             mid_o, mid_lse, out, kv_indptr, lens,
             mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), out.stride(0), out.stride(1),
             heads, cfg.max_splits, cfg.min_chunk,
             HAS_LENS=kv_lens is not None,
-            BLOCK_H=cfg.merge_block_h, BLOCK_N=cfg.block_n, DL=D_LATENT,
+            SPLIT_BLOCK=cfg.merge_splits, BLOCK_N=cfg.block_n, DL=D_LATENT,
             num_warps=cfg.merge_warps,
         )  # fmt: skip
     return out

@@ -46,6 +46,9 @@ from .. import fail, log
 
 PATCH = "mla_fp8_decode"
 TARGET = "sglang.srt.layers.attention.triton_backend"
+# the flashinfer MLA backend's decode: mla_fp8_flashinfer.py
+FLASHINFER_TARGET = "sglang.srt.layers.attention.flashinfer_mla_backend"
+TARGETS = (TARGET, FLASHINFER_TARGET)
 # sha256 of sglang/srt/layers/attention/triton_backend.py -> releases shipping that file
 # (0.5.9: the installed wheel; 0.5.23: pip download --no-deps sglang==0.5.23, 2026-12-04).
 TESTED_SOURCES: dict[str, tuple[str, ...]] = {
@@ -81,6 +84,29 @@ def mla_reason(rank: Any, rope: Any) -> str:
         f"not an MLA model with a 512 + 64 latent cache (kv_lora_rank {rank}, "
         f"qk_rope_head_dim {rope})"
     )
+
+
+def launch_requirement_failures(
+    args: dict[str, Any], version: str | None, kv_row: tuple[int, int, int] | None = None
+) -> list[Any]:
+    """The requirements a launch with SGLang ``args`` (dest -> value; ``kv_cache_dtype``)
+    on ``version`` breaks, as ``flashinfer_mla_gather_cast.Requirement`` rows with the exact
+    reason the worker would log. Pure (no torch, no sglang): validation and the simulator
+    call it. ``kv_row``: (row width, kv_lora_rank, qk_rope_head_dim) when known."""
+    from .flashinfer_mla_gather_cast import KV_CACHE_TORCH_DTYPES, Requirement
+
+    out = []
+    if version is not None and version not in SUPPORTED_VERSIONS:
+        want = "sglang " + " or ".join(SUPPORTED_VERSIONS)
+        out.append(Requirement("sglang", want, unsupported_version_reason(version), "import"))
+    kv = str(args.get("kv_cache_dtype") or "auto")
+    # "auto" follows the checkpoint (FP8 for GLM-5 NVFP4): only a caller that knows it can say
+    kv_torch = None if kv == "auto" else KV_CACHE_TORCH_DTYPES.get(kv, kv)
+    if kv_torch is not None and kv_torch != "torch.float8_e4m3fn":
+        out.append(Requirement("--kv-cache-dtype", "fp8_e4m3", kv_dtype_reason(kv_torch), "init"))
+    if kv_row is not None and (kv_row[1], kv_row[2]) != (512, 64):
+        out.append(Requirement("--model-path", "an MLA model", mla_reason(*kv_row[1:]), "init"))
+    return out
 
 
 def _source_sha(module: ModuleType) -> tuple[str, str]:
@@ -201,8 +227,13 @@ def install(backend: Any, model_runner: Any, version: str) -> Dispatch:
 
 
 def apply(module: ModuleType) -> str:
-    """Patch ``TritonAttnBackend`` in the freshly imported ``module``; returns the version."""
+    """Patch the freshly imported ``module`` (``TritonAttnBackend``, or the flashinfer MLA
+    backend through ``mla_fp8_flashinfer``); returns the version."""
     version = _installed_version()
+    if module.__name__ == FLASHINFER_TARGET:
+        from . import mla_fp8_flashinfer
+
+        return mla_fp8_flashinfer.apply(module, version)
     sha, path = _source_sha(module)
     releases = TESTED_SOURCES.get(sha)
     if releases is None:

@@ -1,0 +1,135 @@
+"""The ``mla_fp8`` profile (triton backend + the mla_fp8_decode runtime patch): what it
+launches, the releases validation lets through (the patch's own requirement list), and the
+simulator's decode-attention term, whose coefficients trace to the H200 measurement."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from glmserve.argspec.validation import validate_spec
+from glmserve.config.profiles import load_profile
+from glmserve.errors import FlagValidationError
+from glmserve.simulator import costmodel as cm
+
+RESULTS = (
+    Path(__file__).resolve().parents[2]
+    / "benchmarks/results/mla_fp8_decode/h200_2026-12-05_run2/bench.json"
+)
+DSA_0523 = [  # 0.5.23 renamed the base profile's --nsa-*-backend to --dsa-*-backend
+    "server.nsa-decode-backend=null",
+    "server.nsa-prefill-backend=null",
+    "server.dsa-decode-backend=trtllm",
+    "server.dsa-prefill-backend=trtllm",
+]
+
+
+def test_the_profile_runs_triton_with_the_patch_on_an_fp8_cache_and_graphs():
+    spec = load_profile("mla_fp8")
+    assert spec.patches == ["mla_fp8_decode"]
+    assert spec.env["GLMSERVE_PATCHES"] == "mla_fp8_decode"
+    argv = list(spec.argv)
+    assert argv[argv.index("--attention-backend") + 1] == "triton"
+    assert argv[argv.index("--kv-cache-dtype") + 1] == "fp8_e4m3"
+    assert "--disable-cuda-graph" not in argv
+
+
+def test_validation_passes_the_two_supported_releases_and_refuses_the_others():
+    assert validate_spec(load_profile("mla_fp8"), "0.5.9") == []
+    assert validate_spec(load_profile("mla_fp8", overrides=DSA_0523), "0.5.23") == []
+    with pytest.raises(FlagValidationError) as info:
+        validate_spec(load_profile("mla_fp8"), "0.5.16")
+    assert (
+        "glmserve patch mla_fp8_decode FAILED: unsupported sglang 0.5.16 (supported: 0.5.9, "
+        "0.5.23)" in str(info.value)
+    )
+
+
+def test_a_bf16_kv_cache_is_refused_before_launch_with_the_workers_line():
+    spec = load_profile("mla_fp8", overrides=["server.kv-cache-dtype=bf16"])
+    with pytest.raises(FlagValidationError) as info:
+        validate_spec(spec, "0.5.9")
+    assert "glmserve patch mla_fp8_decode FAILED: KV cache dtype is torch.bfloat16" in str(
+        info.value
+    )
+
+
+def _shape(**kw) -> cm.ServerShape:
+    return cm.ServerShape(cuda_graph=True, max_kv_splits=64, **kw)
+
+
+@pytest.mark.parametrize("backend", ["triton", "flashinfer"])
+def test_the_patched_decode_costs_the_fitted_kernel_term_and_no_cast(backend):
+    model = cm.CostModel()
+    shape = _shape(attention_backend=backend, patches=("mla_fp8_decode",))
+    batch, ctx = 64, 64 * 4096
+    terms = cm.step_terms(model, shape, batch, ctx)
+    want = model.layers * (21.4 + 0.000524 * ctx) * cm.calib_scale(model) / 1e6
+    assert terms["attention"] == pytest.approx(want)
+    assert terms["cast"] == 0.0 and terms["kv_read"] == 0.0
+    # without the patch: SGLang's own triton term, or flashinfer's whole-pool cast
+    plain = cm.step_terms(model, _shape(attention_backend=backend), batch, ctx)
+    assert sum(terms.values()) < sum(plain.values())
+
+
+def test_a_bf16_cache_keeps_the_release_path():
+    shape = _shape(attention_backend="triton", patches=("mla_fp8_decode",),
+                   kv_cache_dtype="bfloat16")  # fmt: skip
+    assert not cm.mla_fp8_kernel(shape)
+
+
+def test_the_coefficients_trace_to_the_committed_h200_measurement():
+    """Refit a + c * rows to the shipped config's 8-head times in the results file (graph
+    time where measured, eager at >= 150 MB): the model's coefficients, within 2%, and the
+    model within 16% of every point used (the worst: 1 x 2K, +15.3%)."""
+    rows = [r for r in json.loads(RESULTS.read_text())["rows"] if r["heads"] == 8]
+    pts = []
+    for r in rows:
+        e = r["new_cfg5"]
+        assert e["config"] == {"fp16": True, "block_n": 64, "num_warps": 8, "prefetch": 1}
+        if "graph_us" in e or r["rows"] >= 200_000:
+            pts.append((r["rows"], e.get("graph_us", e["us"])))
+    n = len(pts)
+    sx = sum(x for x, _ in pts)
+    sy = sum(y for _, y in pts)
+    sxx = sum(x * x for x, _ in pts)
+    sxy = sum(x * y for x, y in pts)
+    c = (n * sxy - sx * sy) / (n * sxx - sx * sx)
+    a = (sy - c * sx) / n
+    model = cm.CostModel()
+    assert a == pytest.approx(model.mla_fp8_layer_us, rel=0.02)
+    assert c == pytest.approx(model.mla_fp8_row_us, rel=0.02)
+    for x, y in pts:
+        assert abs(model.mla_fp8_layer_us + model.mla_fp8_row_us * x - y) <= 0.16 * y
+
+
+@pytest.mark.parametrize(
+    ("version", "kv", "phase", "line"),
+    [
+        ("0.5.9", "fp8_e4m3", "import", None),
+        ("0.5.23", "fp8_e4m3", "init", None),
+        ("0.5.16", "fp8_e4m3", "import",
+         "glmserve patch mla_fp8_decode FAILED: unsupported sglang 0.5.16 (supported: 0.5.9, "
+         "0.5.23)"),
+        ("0.5.9", "bfloat16", "init",
+         "glmserve patch mla_fp8_decode FAILED: KV cache dtype is torch.bfloat16, not "
+         "torch.float8_e4m3fn"),
+    ],
+)  # fmt: skip
+def test_the_simulator_refuses_as_the_patch_would(version, kv, phase, line):
+    """A simulated launch with the patch dies where the real workers would, with the line
+    the patch module's own requirement list gives (validation reads the same list)."""
+    from types import SimpleNamespace
+
+    from glmserve.simulator.fault_injection import patch_refusal
+
+    opts = SimpleNamespace(patches=("mla_fp8_decode",), sglang_version=version,
+                           shape=_shape(attention_backend="triton", kv_cache_dtype=kv),
+                           server=SimpleNamespace())  # fmt: skip
+    got = patch_refusal(SimpleNamespace(opts=opts), phase)
+    if line is None:
+        assert got is None
+    else:
+        assert got is not None and got.startswith(line)
