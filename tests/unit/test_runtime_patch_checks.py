@@ -178,3 +178,25 @@ def test_decode_context_parallel_is_detected_the_way_each_release_asks():
     off.get_parallel = lambda: SimpleNamespace(dcp_enabled=False)
     assert p.dcp_enabled(old) and p.dcp_enabled(new)
     assert not p.dcp_enabled(off) and not p.dcp_enabled(ModuleType(p.TARGET))
+
+
+@pytest.mark.parametrize(
+    "missing", ["FlashInferMLAIndicesUpdaterDecode", "FlashInferMLAAttnBackend"]
+)
+def test_the_fp8_flashinfer_rewrite_names_its_own_patch_when_the_source_differs(
+    tmp_path, capsys, missing
+):
+    """The FP8 path's rewrite reads the source with the gather-cast patch's AST helpers; a
+    refusal there said "glmserve patch flashinfer_mla_gather_cast FAILED" while that patch was
+    not even asked for."""
+    from glmserve.runtime.glmserve_runtime.patches import mla_fp8_flashinfer as fi
+
+    classes = ["FlashInferMLAIndicesUpdaterDecode", "FlashInferMLAAttnBackend"]
+    src = tmp_path / "flashinfer_mla_backend.py"
+    src.write_text("".join(f"class {c}:\n    pass\n" for c in classes if c != missing))
+    module = ModuleType(fi.TARGET)
+    module.__file__ = str(src)
+    with pytest.raises(PatchError) as e:
+        fi.rewrite_forward_decode(module)
+    assert str(e.value).startswith("glmserve patch mla_fp8_decode FAILED: "), str(e.value)
+    assert "flashinfer_mla_gather_cast" not in capsys.readouterr().err

@@ -55,7 +55,6 @@ rather than running unpatched.
 """
 
 from __future__ import annotations
-import __future__
 
 import ast
 import contextlib
@@ -70,6 +69,7 @@ from types import ModuleType
 from typing import Any
 
 from .. import fail, log
+from . import flashinfer_mla_source as src
 
 PATCH = "flashinfer_mla_gather_cast"
 TARGET = "sglang.srt.layers.attention.flashinfer_mla_backend"
@@ -410,50 +410,6 @@ def intercept_plan(wrapper: Any, state: GatherState) -> Iterator[None]:
 KEY_BUFFER_HELPER = "_glmserve_gtc_key_buffer"
 # method -> the forward_metadata attribute holding the wrapper that method runs
 FORWARD_WRAPPERS = {"forward_decode": "decode_wrapper", "forward_extend": "prefill_wrapper"}
-# updater class -> the call_begin_forward parameter holding the MLA paged wrapper it plans
-PLAN_WRAPPERS = {
-    "FlashInferMLAIndicesUpdaterDecode": "wrapper",
-    "FlashInferMLAIndicesUpdaterPrefill": "wrapper_paged",
-}
-
-
-def _is_name_attr(node: ast.AST, base: str, attr: str) -> bool:
-    """``base.attr`` with ``base`` a plain name."""
-    return (
-        isinstance(node, ast.Attribute)
-        and node.attr == attr
-        and isinstance(node.value, ast.Name)
-        and node.value.id == base
-    )
-
-
-def _is_whole_pool_cast(node: ast.AST) -> bool:
-    """``<pool>.get_key_buffer(layer.layer_id).to(q.dtype)``, any ``<pool>`` expression."""
-    if not (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "to"
-        and len(node.args) == 1
-        and not node.keywords
-        and _is_name_attr(node.args[0], "q", "dtype")
-    ):
-        return False
-    inner = node.func.value
-    return (
-        isinstance(inner, ast.Call)
-        and isinstance(inner.func, ast.Attribute)
-        and inner.func.attr == "get_key_buffer"
-        and len(inner.args) == 1
-        and not inner.keywords
-        and _is_name_attr(inner.args[0], "layer", "layer_id")
-    )
-
-
-def _class_methods(tree: ast.Module, cls_name: str) -> dict[str, ast.FunctionDef]:
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == cls_name:
-            return {f.name: f for f in node.body if isinstance(f, ast.FunctionDef)}
-    raise fail(PATCH, f"class {cls_name} not found in {TARGET} source")
 
 
 class _CastRewriter(ast.NodeTransformer):
@@ -465,7 +421,7 @@ class _CastRewriter(ast.NodeTransformer):
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
-        if not _is_whole_pool_cast(node):
+        if not src.is_whole_pool_cast(node):
             return node
         self.count += 1
         wrapper = ast.Attribute(
@@ -490,43 +446,6 @@ class _CastRewriter(ast.NodeTransformer):
         return ast.copy_location(call, node)
 
 
-def _check_plan_calls(methods: dict[str, ast.FunctionDef], cls_name: str) -> None:
-    """The updater plans through ``<param>.plan(qo, kv_indptr, kv_indices, kv_len, ...)``."""
-    func = methods.get("call_begin_forward")
-    param = PLAN_WRAPPERS[cls_name]
-    if func is None or param not in [a.arg for a in func.args.args]:
-        raise fail(PATCH, f"{cls_name}.call_begin_forward has no parameter {param!r}")
-    plans = [
-        n
-        for n in ast.walk(func)
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "plan"
-    ]
-    bad = [
-        n.lineno
-        for n in plans
-        if not _is_name_attr(n.func, param, "plan")
-        or len(n.args) < 4
-        or any(isinstance(a, ast.Starred) for a in n.args[:4])
-    ]
-    if not plans or bad:
-        raise fail(
-            PATCH,
-            f"{cls_name}.call_begin_forward: expected {param}.plan(qo_indptr, kv_indptr, "
-            f"kv_indices, kv_len_arr, ...) calls, found {len(plans)} plan call(s)"
-            + (f", unexpected at line(s) {bad}" if bad else ""),
-        )
-
-
-def _future_flags(tree: ast.Module) -> int:
-    """The module's ``from __future__ import ...`` flags (annotations!), for recompiling."""
-    flags = 0
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
-            for alias in node.names:
-                flags |= getattr(__future__, alias.name).compiler_flag
-    return flags
-
-
 def rewrite_forwards(module: ModuleType) -> dict[str, Any]:
     """Compile the module's ``forward_decode``/``forward_extend`` with the cast rewritten.
 
@@ -538,9 +457,9 @@ def rewrite_forwards(module: ModuleType) -> dict[str, Any]:
     with open(path, encoding="utf-8") as fh:  # type: ignore[arg-type]
         source = fh.read()
     tree = ast.parse(source, filename=path)  # type: ignore[arg-type]
-    for cls_name in PLAN_WRAPPERS:
-        _check_plan_calls(_class_methods(tree, cls_name), cls_name)
-    methods = _class_methods(tree, "FlashInferMLAAttnBackend")
+    for cls_name in src.PLAN_WRAPPERS:
+        src.check_plan_calls(src.class_methods(tree, cls_name, PATCH), cls_name, PATCH)
+    methods = src.class_methods(tree, "FlashInferMLAAttnBackend", PATCH)
     out: dict[str, Any] = {}
     for name, wrapper_attr in FORWARD_WRAPPERS.items():
         func = methods.get(name)
@@ -551,7 +470,7 @@ def rewrite_forwards(module: ModuleType) -> dict[str, Any]:
             for n in ast.walk(func)
             if isinstance(n, ast.Attribute)
             and n.attr == wrapper_attr
-            and _is_name_attr(n.value, "self", "forward_metadata")
+            and src.is_name_attr(n.value, "self", "forward_metadata")
         ]
         if any(isinstance(n, ast.Name) and n.id in ("super", "__class__") for n in ast.walk(func)):
             raise fail(PATCH, f"FlashInferMLAAttnBackend.{name} uses super(): cannot recompile")
@@ -570,7 +489,7 @@ def rewrite_forwards(module: ModuleType) -> dict[str, Any]:
             ast.fix_missing_locations(ast.Module(body=[new_func], type_ignores=[])),
             path,
             "exec",
-            flags=_future_flags(tree),
+            flags=src.future_flags(tree),
             dont_inherit=True,
         )
         namespace: dict[str, Any] = {}

@@ -49,6 +49,7 @@ from typing import Any
 
 from .. import PATCHES_ENV, fail, log, parse_patch_names
 from . import flashinfer_mla_gather_cast as gtc
+from . import flashinfer_mla_source as src
 
 PATCH = "mla_fp8_decode"
 TARGET = "sglang.srt.layers.attention.flashinfer_mla_backend"
@@ -227,7 +228,7 @@ def _is_run_call(node: Any) -> bool:
 
     return (
         isinstance(node, ast.Call)
-        and gtc._is_name_attr(node.func, "decode_wrapper", "run")
+        and src.is_name_attr(node.func, "decode_wrapper", "run")
         and len(node.args) == 4
         and not any(isinstance(a, ast.Starred) for a in node.args)
     )
@@ -241,11 +242,9 @@ def rewrite_forward_decode(module: ModuleType) -> Any:
     with open(path, encoding="utf-8") as fh:  # type: ignore[arg-type]
         source = fh.read()
     tree = ast.parse(source, filename=path)  # type: ignore[arg-type]
-    gtc._check_plan_calls(
-        gtc._class_methods(tree, "FlashInferMLAIndicesUpdaterDecode"),
-        "FlashInferMLAIndicesUpdaterDecode",
-    )
-    func = gtc._class_methods(tree, "FlashInferMLAAttnBackend").get("forward_decode")
+    updater = "FlashInferMLAIndicesUpdaterDecode"
+    src.check_plan_calls(src.class_methods(tree, updater, PATCH), updater, PATCH)
+    func = src.class_methods(tree, "FlashInferMLAAttnBackend", PATCH).get("forward_decode")
     if func is None:
         raise fail(PATCH, "FlashInferMLAAttnBackend.forward_decode not found in the source")
     counts = {"cast": 0, "run": 0}
@@ -253,7 +252,7 @@ def rewrite_forward_decode(module: ModuleType) -> Any:
     class Rewriter(ast.NodeTransformer):
         def visit_Call(self, node: ast.Call) -> ast.AST:
             self.generic_visit(node)
-            if gtc._is_whole_pool_cast(node):
+            if src.is_whole_pool_cast(node):
                 counts["cast"] += 1
                 wrapper = ast.parse("self.forward_metadata.decode_wrapper", mode="eval").body
                 pool_read = node.func.value  # type: ignore[attr-defined]
@@ -285,7 +284,7 @@ def rewrite_forward_decode(module: ModuleType) -> Any:
         ast.fix_missing_locations(ast.Module(body=[new_func], type_ignores=[])),
         path,  # type: ignore[arg-type]
         "exec",
-        flags=gtc._future_flags(tree),
+        flags=src.future_flags(tree),
         dont_inherit=True,
     )
     namespace: dict[str, Any] = {}
