@@ -143,7 +143,7 @@ class RunRecord:
     ended_at: float | None = None
     port_claim: int | None = None  # 1 while the run holds its host:port (released at its end)
     # The host entry the run was launched with (``HostConfig.model_dump``); None for a run
-    # recorded before m003 (later verbs then use today's hosts.yaml, see remote/process.py).
+    # recorded before m003 (later verbs then use today's hosts.yaml, see remote/run_host.py).
     host_config: dict[str, Any] | None = None
 
     @property

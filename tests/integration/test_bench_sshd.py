@@ -11,7 +11,7 @@ import httpx
 import pytest
 from tests.fixtures.cli import run_glmserve as cli
 
-from glmserve.remote.process import open_endpoint
+from glmserve.remote.endpoint import open_endpoint
 from glmserve.remote.transport import free_local_port
 from glmserve.store import RunStore
 

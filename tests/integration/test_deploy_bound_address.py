@@ -29,7 +29,7 @@ def _free_port_on(addr: str) -> int:
 @pytest.fixture
 def stop_left():  # type: ignore[no-untyped-def]
     yield
-    from glmserve.remote.process import stop_run
+    from glmserve.remote.stop import stop_run
 
     with RunStore.open() as store:
         for run in store.list_runs():

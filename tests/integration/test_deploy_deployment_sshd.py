@@ -108,7 +108,7 @@ def test_two_node_group_ready_serves_on_node0_and_stop_leaves_nothing(group_host
         ):
             assert argv[argv.index(flag) + 1] == want
     # Node 0 serves HTTP; node 1 logged only its own ranks TP4-7 and bound nothing.
-    from glmserve.remote.process import health_ok, open_endpoint
+    from glmserve.remote.endpoint import health_ok, open_endpoint
 
     with open_endpoint(runs[0]["run_id"]) as url:
         assert health_ok(url)

@@ -56,7 +56,7 @@ def test_another_server_answering_health_does_not_make_our_run_ready(
     """Ours hangs while loading; a server started later on the same port answers /health
     with 200. Old behaviour: READY within one poll."""
     from glmserve.deploy.watch import Watcher, assess_run
-    from glmserve.remote.process import transport_for_run
+    from glmserve.remote.run_host import transport_for_run
     from glmserve.store import RunStore
 
     port = free_port()

@@ -21,7 +21,8 @@ from tests.fixtures.cli import GLMSERVE
 from tests.fixtures.cli import run_glmserve as cli
 
 from glmserve.remote.hosts import get_host
-from glmserve.remote.process import probe_group, stop_run
+from glmserve.remote.process import probe_group
+from glmserve.remote.stop import stop_run
 from glmserve.remote.transport import SshTransport, free_local_port
 from glmserve.store import RunStore
 
@@ -68,7 +69,7 @@ def test_simulator_launch_reaches_ready_and_stop_leaves_nothing(ssh_host, stop_l
     assert data["verdict"]["state"] == "READY"
     assert run["pid"] and run["pgid"] == run["pid"] and run["proc_start"]
     # The server answers on the remote port (through an ssh -L forward).
-    from glmserve.remote.process import health_ok, open_endpoint
+    from glmserve.remote.endpoint import health_ok, open_endpoint
 
     with open_endpoint(run["run_id"]) as url:
         assert health_ok(url)
@@ -221,7 +222,8 @@ def test_controlmaster_killed_mid_watch_resumes_at_same_offset(ssh_host, stop_le
     """Kill the ssh master while the watcher polls: it reconnects and no line is lost/doubled."""
     from glmserve.config import profiles
     from glmserve.deploy.watch import Watcher
-    from glmserve.remote.process import launch_run, read_run_log
+    from glmserve.remote.launch import launch_run
+    from glmserve.remote.runlog import read_run_log
 
     port = free_local_port()
     spec = profiles.load_profile(

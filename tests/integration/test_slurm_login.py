@@ -60,7 +60,7 @@ def _bench(capsys, run_id: str) -> int:
 
 def test_everything_through_the_login_host(slurm, login_cluster_host, capsys, tmp_path: Path):
     from glmserve.deploy.deployment import Deployment
-    from glmserve.remote.process import open_endpoint
+    from glmserve.remote.endpoint import open_endpoint
 
     local = subprocess.run(["squeue", "-h"], capture_output=True, text=True, check=False)
     assert local.returncode != 0  # no SLURM_CONF here: only the login host reaches slurmctld

@@ -69,7 +69,7 @@ def test_binary_file_does_not_crash_the_cli(tmp_path: Path, capsys) -> None:
 
 
 def test_unknown_target_without_lifecycle_is_a_usage_error(monkeypatch, capsys) -> None:
-    monkeypatch.setitem(sys.modules, "glmserve.remote.process", None)  # import fails
+    monkeypatch.setitem(sys.modules, "glmserve.remote.run_host", None)  # import fails
     assert run(["diagnose", "no-such-run-or-file"]) == 2
     assert "no such log file or run: no-such-run-or-file" in capsys.readouterr().err
 

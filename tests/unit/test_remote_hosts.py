@@ -61,7 +61,7 @@ def test_target_with_shell_metacharacters_refused():
 
 def test_host_python_and_venv_beat_profile_defaults_but_not_the_simulator():
     from glmserve.config.spec import LaunchSpec
-    from glmserve.remote.process import host_adjusted_spec
+    from glmserve.remote.launch import host_adjusted_spec
 
     _user_file("hosts:\n  gpu8:\n    target: a@b\n    venv: /opt/sgl\n    python: python3.12\n")
     h = get_host("gpu8")

@@ -21,7 +21,8 @@ from glmserve.cli import main
 from glmserve.deploy.deployment import Deployment, status_rows
 from glmserve.deploy.plan import plan
 from glmserve.remote import hosts as hosts_mod
-from glmserve.remote import process as process_mod
+from glmserve.remote import launch as launch_mod
+from glmserve.remote import run_host as run_host_mod
 from glmserve.remote import transport as transport_mod
 from glmserve.remote.hosts import get_host, recorded_host
 from glmserve.store import RunRecord, RunStore
@@ -119,7 +120,7 @@ def test_editing_the_project_file_cannot_swap_a_recorded_entry(tmp_path, monkeyp
     assert (host.target, host.jump) == ("me@10.0.0.5", None)
     assert note is not None and "(target, jump)" in note
     run = RunRecord("aaaa0001", "gpu", "p", 30000, "/x", host_config=rec)
-    t = process_mod.transport_for_run(run)
+    t = run_host_mod.transport_for_run(run)
     assert t.host.target == "me@10.0.0.5"
     assert "ProxyJump=evil.example" not in " ".join(t.ssh_base())  # type: ignore[attr-defined]
 
@@ -130,7 +131,7 @@ def test_run_host_warns_once_on_stderr(capsys):
     path.write_text("hosts:\n  box:\n    target: me@10.0.0.7\n")
     run = RunRecord("aaaa0042", "box", "p", 30000, "/x", host_config=rec)
     for _ in range(3):
-        assert process_mod.run_host(run).target == "me@10.0.0.5"
+        assert run_host_mod.run_host(run).target == "me@10.0.0.5"
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("warning: host box: hosts.yaml changed"), err
 
@@ -142,7 +143,7 @@ def test_new_run_record_keeps_the_entry_it_was_launched_with():
 
     host = get_host("box")
     spec = profiles.load_profile("trtllm_mla", [])
-    rec, meta_json = process_mod.new_run_record("aaaa0001", host, spec, "/w", None)
+    rec, meta_json = launch_mod.new_run_record("aaaa0001", host, spec, "/w", None)
     store = RunStore.open()
     store.add_run(rec)
     back = store.get_run("aaaa0001").host_config
@@ -178,13 +179,13 @@ def _fake_launch_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     """Everything of a launch that would touch the host, answered here."""
     from glmserve.deploy import preflight
 
-    started = process_mod.Started(pid=4242, pgid=4242, start=1, boot_id="b")
+    started = launch_mod.Started(pid=4242, pgid=4242, start=1, boot_id="b")
     monkeypatch.setattr(preflight, "port_for_host", lambda spec, t, say=None: spec)
-    monkeypatch.setattr(process_mod, "find_alive_runs", lambda *a: [])
-    monkeypatch.setattr(process_mod, "port_in_use", lambda *a: False)
-    monkeypatch.setattr(process_mod, "resolve_remote_dir", lambda t, path: path)
-    monkeypatch.setattr(process_mod, "_upload", lambda *a: None)
-    monkeypatch.setattr(process_mod, "start_script", lambda t, d: started)
+    monkeypatch.setattr(launch_mod, "find_alive_runs", lambda *a: [])
+    monkeypatch.setattr(launch_mod, "port_in_use", lambda *a: False)
+    monkeypatch.setattr(launch_mod, "resolve_remote_dir", lambda t, path: path)
+    monkeypatch.setattr(launch_mod, "_upload", lambda *a: None)
+    monkeypatch.setattr(launch_mod, "start_script", lambda t, d: started)
 
 
 def test_launch_uses_the_planned_host_even_if_hosts_yaml_changes_meanwhile(counts, monkeypatch):
@@ -206,13 +207,13 @@ def test_host_adjusted_spec_runs_once_per_launch(monkeypatch):
     _fake_launch_steps(monkeypatch)
     _user_hosts("hosts:\n  box:\n    target: me@10.0.0.5\n    venv: /opt/venv\n")
     calls: list[str] = []
-    real = process_mod.host_adjusted_spec
+    real = launch_mod.host_adjusted_spec
 
     def spy(spec: Any, host: Any) -> Any:
         calls.append(host.name)
         return real(spec, host)
 
-    monkeypatch.setattr(process_mod, "host_adjusted_spec", spy)
+    monkeypatch.setattr(launch_mod, "host_adjusted_spec", spy)
     dep = Deployment.launch(plan("flashinfer", host="box"), store=RunStore.open())
     assert calls == ["box"]  # before: 3 (plan, Deployment.launch, launch_run)
     assert dep.runs[0].spec["venv"] == "/opt/venv"

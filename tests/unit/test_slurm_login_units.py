@@ -1,5 +1,5 @@
 """The server URL of a Slurm run whose login host is reached by ssh: a forward via the login
-host to the allocated node's address (remote/process.py ``run_base_url``), not to the login
+host to the allocated node's address (remote/endpoint.py ``run_base_url``), not to the login
 host's own loopback (a compute node's server is not there)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from glmserve.remote.process import run_base_url
+from glmserve.remote.endpoint import run_base_url
 from glmserve.remote.slurm_config import SlurmOptions
 from glmserve.store import RunRecord
 

@@ -12,7 +12,7 @@ import pytest
 
 from glmserve.errors import PortClaimed
 from glmserve.remote.hosts import get_host
-from glmserve.remote.process import read_log_bytes, read_log_tail
+from glmserve.remote.runlog import read_log_bytes, read_log_tail
 from glmserve.remote.transport import LocalTransport
 from glmserve.store import MIGRATIONS, RunRecord, RunStore, _run_migration
 

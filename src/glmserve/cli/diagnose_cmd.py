@@ -118,8 +118,8 @@ def _diagnose_target(target: str) -> tuple[Diagnosis, str]:
         raise ConfigError(f"{path} is not a file")
     if _looks_like_path(target):  # not a run id: say what is missing
         raise ConfigError(f"{target}: no such log file")
-    try:
-        from glmserve.remote.process import transport_for_run  # lazy: lifecycle pulls in ssh/sqlite
+    try:  # lazy: lifecycle pulls in ssh/sqlite
+        from glmserve.remote.run_host import transport_for_run
         from glmserve.store import RunStore
     except ImportError as exc:
         raise ConfigError(f"no such log file or run: {target}") from exc

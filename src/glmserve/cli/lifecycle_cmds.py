@@ -215,7 +215,7 @@ def stop(
     """
     from glmserve.cli import views
     from glmserve.deploy.deployment import Deployment
-    from glmserve.remote.process import stop_failure, stop_runs
+    from glmserve.remote.stop import stop_failure, stop_runs
     from glmserve.store import RunStore
 
     if not 0 <= timeout <= MAX_STOP_TIMEOUT_S:  # NaN fails this too; inf never KILLs

@@ -81,8 +81,8 @@ class Deployment:
 
     def transport(self, run: RunRecord) -> Any:
         """The transport to ``run``'s host: the plan's host for a run launched by this
-        command, else the entry the run was launched with (``process.run_host``)."""
-        from glmserve.remote.process import transport_for_run
+        command, else the entry the run was launched with (``run_host.run_host``)."""
+        from glmserve.remote.run_host import transport_for_run
         from glmserve.remote.transport import transport_for
 
         host = self.hosts.get(run.run_id)
@@ -181,7 +181,8 @@ class Deployment:
         down, so node 0 (the one that binds ``--port``) checks its port last. If any node
         fails to start, the nodes already started are stopped."""
         from glmserve.deploy.preflight import check_simulated, port_for_host
-        from glmserve.remote.process import launch_run, stop_run
+        from glmserve.remote.launch import launch_run
+        from glmserve.remote.stop import stop_run
         from glmserve.remote.transport import transport_for
 
         slurm = [n.host.name for n in plan.nodes if n.host.is_slurm]
@@ -361,7 +362,7 @@ class Deployment:
         """Stop every node (each by its verified process group): one report per run. A
         single run's failure is raised as it is; in a group every node is tried, failures are
         reported (``ok`` False) and, with ``raise_failure``, raised together after."""
-        from glmserve.remote.process import stop_failure, stop_run, stop_runs
+        from glmserve.remote.stop import stop_failure, stop_run, stop_runs
 
         if not self.grouped:
             return [
@@ -512,7 +513,8 @@ def status_rows(store: RunStore, ident: str | None, all_runs: bool) -> list[dict
     from glmserve.deploy.identity import identity_problems
     from glmserve.deploy.watch import assess_run
     from glmserve.errors import ProcessUnverified, TransportError
-    from glmserve.remote.process import host_note, launch_in_progress
+    from glmserve.remote.launcher import launch_in_progress
+    from glmserve.remote.run_host import host_note
 
     if ident:
         runs = Deployment.resolve(store, ident).runs

@@ -203,7 +203,7 @@ def verify_serving(run: RunRecord, base_url: str, t: Transport | None = None) ->
     """Raise unless ``base_url`` (the run's port, forwarded if remote) is the run's live,
     READY server; returns what was checked (see the module docstring)."""
     from glmserve.deploy.watch import assess_run
-    from glmserve.remote.process import transport_for_run
+    from glmserve.remote.run_host import transport_for_run
 
     t = t or transport_for_run(run)
     with RunStore.open() as store:
@@ -243,7 +243,7 @@ def check_identity(run: RunRecord, base_url: str, t: Transport, pids: list[int])
 def identity_problems(run: RunRecord, assessed: dict[str, Any]) -> list[str]:
     """For ``status``: why the server on a READY run's port is not the run's (empty: it is,
     or the run is not READY and ``assess_run`` already said what it is)."""
-    from glmserve.remote.process import transport_for_run
+    from glmserve.remote.run_host import transport_for_run
 
     if assessed.get("state") != "READY" or not assessed.get("alive_pids"):
         return []
@@ -260,7 +260,8 @@ def identity_problems(run: RunRecord, assessed: dict[str, Any]) -> list[str]:
 @contextlib.contextmanager
 def serving_endpoint(run_id: str) -> Iterator[tuple[str, RunRecord, Identity]]:
     """The run's base URL (an ssh forward when remote), verified to be its live server."""
-    from glmserve.remote.process import run_base_url, transport_for_run
+    from glmserve.remote.endpoint import run_base_url
+    from glmserve.remote.run_host import transport_for_run
 
     with RunStore.open() as store:
         run = store.get_run(run_id)
@@ -412,7 +413,7 @@ class RunMonitor:
         died silently is not noticed by SGLang; its ``/health`` answers 503 once its own
         health check times out (``SGLANG_HEALTH_CHECK_TIMEOUT``, 20 s in 0.5.9). Only then,
         never during a measurement: a health check is a generate request of its own."""
-        from glmserve.remote.process import health_status
+        from glmserve.remote.endpoint import health_status
 
         if self.verdict is not None:
             return self.verdict
@@ -510,7 +511,7 @@ class UrlMonitor:
 
     def check_health(self, base_url: str, timeout: float = HEALTH_TIMEOUT_S) -> Verdict | None:
         """``GET /health``: None when 200, else the verdict (kept)."""
-        from glmserve.remote.process import health_status
+        from glmserve.remote.endpoint import health_status
 
         if self.verdict is not None:
             return self.verdict

@@ -27,7 +27,7 @@ def check_log_exists(t: Transport, run: RunRecord) -> None:
     Asked only after a read came back empty, so a log with text costs no extra round trip;
     without it a deleted log reads as an empty one (nothing printed, exit 0)."""
     from glmserve.errors import RunLogMissing
-    from glmserve.remote.process import log_size
+    from glmserve.remote.runlog import log_size
 
     if log_size(t, run.log_path) is None:
         raise RunLogMissing(
@@ -45,7 +45,7 @@ class RunLog:
     """One run's server.log as text: ``initial``, then ``poll`` until its server has ended."""
 
     def __init__(self, run: RunRecord, note: Note = lambda _m: None) -> None:
-        from glmserve.remote.process import transport_for_run
+        from glmserve.remote.run_host import transport_for_run
 
         self.run = run
         self.note = note
@@ -60,7 +60,7 @@ class RunLog:
 
     def initial(self, last: int | None = None, follow: bool = False) -> str:
         """The log so far (its last ``last`` lines: only the tail is read, however big)."""
-        from glmserve.remote.process import read_log_bytes, read_log_tail
+        from glmserve.remote.runlog import read_log_bytes, read_log_tail
 
         if last is not None:
             data, self.offset = read_log_tail(self.t, self.run.log_path, last)
@@ -73,7 +73,8 @@ class RunLog:
     def poll(self, check_every_s: float = 2.0) -> str:
         """What was appended; when nothing was and the server is gone, the rest, and done."""
         from glmserve.errors import TransportError
-        from glmserve.remote.process import read_log_bytes, run_ownership
+        from glmserve.remote.process import run_ownership
+        from glmserve.remote.runlog import read_log_bytes
 
         run = self.run
         try:
@@ -103,7 +104,7 @@ class GroupLogs:
 
     def __init__(self, runs: list[RunRecord], note: Note = lambda _m: None):
         from glmserve.deploy.watch import LineSplitter
-        from glmserve.remote.process import transport_for_run
+        from glmserve.remote.run_host import transport_for_run
 
         self.runs = runs
         self.note = note
@@ -120,7 +121,7 @@ class GroupLogs:
     def initial(self, last: int | None = None, follow: bool = False) -> list[str]:
         """What every node has logged so far (its last ``last`` lines), node by node. When
         following, an unterminated last line waits for its end (``poll``) instead."""
-        from glmserve.remote.process import read_log_bytes, read_log_tail
+        from glmserve.remote.runlog import read_log_bytes, read_log_tail
 
         out: list[str] = []
         for i, run in enumerate(self.runs):
@@ -143,7 +144,8 @@ class GroupLogs:
         """New complete lines of every live node; a node whose server ended (seen when it
         had nothing new) gives its rest and is done."""
         from glmserve.errors import TransportError
-        from glmserve.remote.process import read_log_bytes, run_ownership
+        from glmserve.remote.process import run_ownership
+        from glmserve.remote.runlog import read_log_bytes
 
         out: list[str] = []
         for i, run in enumerate(self.runs):

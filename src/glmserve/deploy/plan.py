@@ -133,7 +133,7 @@ def plan_spec(
     them (``--nodes``), rather than the profile's ``nodes:``. Each host is resolved once
     here (node 0's is ``host`` when the caller resolved it already) and the plan carries the
     HostConfig to every later step: the launch never reads hosts.yaml again."""
-    from glmserve.remote.process import host_adjusted_spec
+    from glmserve.remote.launch import host_adjusted_spec
 
     if spec.nodes:
         hosts = [

@@ -231,7 +231,7 @@ def check_port(
 ) -> CheckRow:
     """``port`` (default the server's ``--port``) free on the host: no live run, no listener."""
     from glmserve.remote.address import run_probe_host
-    from glmserve.remote.process import find_alive_runs, port_in_use
+    from glmserve.remote.launch import find_alive_runs, port_in_use
 
     port = spec.port if port is None else port
     alive = find_alive_runs(store, t, host.name, port)

@@ -37,18 +37,13 @@ def launch_job_run(
 ) -> RunRecord:
     """Record, upload and submit one run as a Slurm job; returns its record (STARTING).
 
-    As ``process.launch_run``: the store row (claiming host:port) is written first; a failed
+    As ``launch.launch_run``: the store row (claiming host:port) is written first; a failed
     upload or submission ends it FAILED. The port is the node's, unknown before the job runs,
     so only the store's claim guards it (a live run on the same host and port is refused, or
     cancelled with ``--replace``)."""
-    from glmserve.remote.process import (
-        _upload,
-        new_run_id,
-        new_run_record,
-        resolve_remote_dir,
-        stop_run,
-    )
+    from glmserve.remote.launch import _upload, new_run_id, new_run_record, resolve_remote_dir
     from glmserve.remote.slurm import job_ownership, submit
+    from glmserve.remote.stop import stop_run
     from glmserve.remote.transport import transport_for
 
     host = as_host(host_name)  # the plan's HostConfig: hosts.yaml is not read again
@@ -163,7 +158,7 @@ def wait_queue(
     (WatchResult, queued seconds) when the watch ends in the queue: TIMEOUT at ``timeout_s``
     (the job stays queued; ``stop`` cancels it), or the job's end (judged by the caller)."""
     from glmserve.deploy.watch import DEFAULT_DEADLINE_S, WatchResult, WatchTick
-    from glmserve.remote.process import transport_for_run
+    from glmserve.remote.run_host import transport_for_run
     from glmserve.remote.slurm import job_ownership, node_address
 
     t = transport_for_run(run)
@@ -208,7 +203,7 @@ def wait_queue(
 def judge_end(run: RunRecord, store: RunStore, result: Any) -> Any:
     """A failed watch of a Slurm run: when the scheduler ended the job (its time limit, a
     node failure, a preemption, a scancel from outside), say so; else the log's verdict."""
-    from glmserve.remote.process import transport_for_run
+    from glmserve.remote.run_host import transport_for_run
     from glmserve.remote.slurm import job_ownership, scheduler_end
 
     if result.state not in ("EXITED", "CRASHED"):
@@ -251,7 +246,7 @@ def watch_job(run: RunRecord, store: RunStore, watcher: Callable[..., Any], **kw
 def status_fields(run: RunRecord) -> dict[str, Any]:
     """What ``status`` adds for a Slurm run: the job, its state and reason, its nodes; a
     queued job is PENDING whatever its (empty) log says."""
-    from glmserve.remote.process import transport_for_run
+    from glmserve.remote.run_host import transport_for_run
     from glmserve.remote.slurm import job_ownership
 
     rec = run.meta.get("slurm") or {}

@@ -47,10 +47,9 @@ from glmserve.diagnose import (
 )
 from glmserve.errors import ConfigError, RemoteCommandError, Result, TransportError
 from glmserve.remote.address import run_probe_host
+from glmserve.remote.endpoint import health_ok, health_status
 from glmserve.remote.process import (
     Ownership,
-    health_ok,
-    health_status,
     parse_probe,
     probe_script,
     require_verified,
@@ -716,7 +715,8 @@ def assess_run(run: RunRecord, store: RunStore, t: Transport | None = None) -> d
     only SGLang's dummy ``/health`` (``engine._launch_subprocesses``), which says no more than
     its processes being alive, so its READY rests on its processes alone.
     """
-    from glmserve.remote.process import read_log_bytes, transport_for_run
+    from glmserve.remote.run_host import transport_for_run
+    from glmserve.remote.runlog import read_log_bytes
     from glmserve.remote.slurm import scheduler_end
 
     t = t or transport_for_run(run)

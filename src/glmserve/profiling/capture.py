@@ -81,7 +81,8 @@ def capture_profile(
     from glmserve.deploy.identity import RunMonitor, serving_endpoint
     from glmserve.errors import ServerNotReady, TransportError
     from glmserve.paths import glmserve_home
-    from glmserve.remote.process import read_log_bytes, transport_for_run
+    from glmserve.remote.run_host import transport_for_run
+    from glmserve.remote.runlog import read_log_bytes
     from glmserve.remote.transport import shell_path
     from glmserve.store import RunStore
 
