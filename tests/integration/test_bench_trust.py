@@ -88,7 +88,7 @@ def test_another_server_on_the_runs_port_is_named_and_not_measured(launch):
         store.update_run(a, port=other_port, port_claim=None)
     res = cli("bench", a, "--num-prompts", "2", "--output-len", "16")
     # The run's port is held by a process outside it while its log says ready: the shared
-    # READY rule (watch.assess_run) calls that a lost port, before /server_info is even asked
+    # READY rule (assess.assess_run) calls that a lost port, before /server_info is even asked
     # (the /server_info field comparison is unit-tested in tests/unit/test_identity.py).
     assert res.returncode == 3, res.stderr
     last = res.stderr.strip().splitlines()[-1]

@@ -55,7 +55,8 @@ def test_another_server_answering_health_does_not_make_our_run_ready(
 ):
     """Ours hangs while loading; a server started later on the same port answers /health
     with 200. Old behaviour: READY within one poll."""
-    from glmserve.deploy.watch import Watcher, assess_run
+    from glmserve.deploy.assess import assess_run
+    from glmserve.deploy.watch import Watcher
     from glmserve.remote.run_host import transport_for_run
     from glmserve.store import RunStore
 

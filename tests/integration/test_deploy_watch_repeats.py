@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from glmserve.deploy.watch import Watcher, WatchResult, is_chatter, line_key
+from glmserve.deploy.progress import is_chatter, line_key
+from glmserve.deploy.watch import Watcher, WatchResult
 from glmserve.remote.hosts import HostConfig
 from glmserve.remote.transport import LocalTransport
 from glmserve.store import RunRecord, RunStore

@@ -143,7 +143,7 @@ def test_stall_budget_precedence_and_source():
 def test_parse_stall_budgets_names_and_errors():
     import pytest
 
-    from glmserve.deploy.watch import parse_stall_budgets
+    from glmserve.deploy.stall_budgets import parse_stall_budgets
     from glmserve.diagnose import State
     from glmserve.errors import ConfigError
 
@@ -231,7 +231,7 @@ def test_access_lines_do_not_keep_a_hung_phase_alive(tmp_path, monkeypatch):
 
 # --- issue 10 #12: who holds the port ---------------------------------------------------------
 def test_parse_port_view_states():
-    from glmserve.deploy.watch import parse_port_view
+    from glmserve.deploy.port_owner import parse_port_view
 
     assert parse_port_view("listen: ?\n", [1]).state == "unknown"
     assert parse_port_view("", [1]).state == "unknown"
@@ -250,7 +250,7 @@ def test_port_owner_script_sees_real_listeners(tmp_path):
     import subprocess
     import sys
 
-    from glmserve.deploy.watch import parse_port_view, port_owner_script
+    from glmserve.deploy.port_owner import parse_port_view, port_owner_script
     from glmserve.remote.hosts import HostConfig
     from glmserve.remote.transport import LocalTransport
 
@@ -360,7 +360,7 @@ def test_ready_line_before_the_bind_waits_for_our_listener(tmp_path):
 
 # --- issue 20 #4: only listeners a probe of the bound address reaches count --------------------
 def test_parse_port_view_counts_only_listeners_at_the_bound_address():
-    from glmserve.deploy.watch import parse_port_view
+    from glmserve.deploy.port_owner import parse_port_view
 
     # ours on 127.0.0.2 (inode 77), a stranger on 127.0.0.1 (inode 88), as /proc/net/tcp
     # writes them on a little-endian host

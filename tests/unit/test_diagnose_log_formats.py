@@ -237,7 +237,7 @@ def test_a_partition_the_quantization_block_does_not_divide_is_bad_args() -> Non
 def test_status_of_a_dead_run_after_a_soft_watchdog_is_crashed(tmp_path: Path) -> None:
     """`glmserve status` (assess_run) on a run whose processes are gone: the soft watchdog
     line is the root cause; with the server alive the same log is READY."""
-    from glmserve.deploy.watch import assess_run
+    from glmserve.deploy.assess import assess_run
     from glmserve.remote.hosts import HostConfig
     from glmserve.remote.transport import LocalTransport
     from glmserve.store import RunRecord, RunStore

@@ -149,7 +149,7 @@ def _with_run_state(diag: Diagnosis, run: RunRecord, store: RunStore) -> tuple[D
     when the host cannot be reached the log's verdict stands, labelled so."""
     import dataclasses
 
-    from glmserve.deploy.watch import assess_run
+    from glmserve.deploy.assess import assess_run
     from glmserve.diagnose import Category, State
     from glmserve.errors import TransportError
 

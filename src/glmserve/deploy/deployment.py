@@ -312,7 +312,7 @@ class Deployment:
         """Is it still healthy (after a bench ended early)? Every node is looked at (store
         updated); the first node not READY decides: its state and diagnosis (in a group,
         with its node rank and host)."""
-        from glmserve.deploy.watch import assess_run
+        from glmserve.deploy.assess import assess_run
 
         for run in self.runs:
             info = assess_run(run, self.store)
@@ -510,8 +510,8 @@ def status_rows(store: RunStore, ident: str | None, all_runs: bool) -> list[dict
     """What ``status`` shows: the runs ``ident`` names (every node of a group), else the
     live ones (``all_runs``: every recorded one), each checked live on its host; a finished
     run not asked for by id, or one still being launched, as the store has it."""
+    from glmserve.deploy.assess import assess_run
     from glmserve.deploy.identity import identity_problems
-    from glmserve.deploy.watch import assess_run
     from glmserve.errors import ProcessUnverified, TransportError
     from glmserve.remote.launcher import launch_in_progress
     from glmserve.remote.run_host import host_note

@@ -5,7 +5,7 @@ used to measure B and store the figure under A. Every verb that talks to a run's
 (``bench`` single/group/sweep, live ``profile``, ``status``) goes through ``verify_serving``
 (or ``serving_endpoint``), which checks, in this order:
 
-1. the run is alive and READY (``watch.assess_run``: process group, its log, /health); a
+1. the run is alive and READY (``assess.assess_run``: process group, its log, /health); a
    run that is not is refused with its state: CRASHED/EXITED/FAILED exit 3 with the log's
    diagnosis, STALLED or still starting exit 4, STOPPED exit 2;
 2. the socket listening on the port belongs to the run's process group, where the host
@@ -202,7 +202,7 @@ def _diagnosis(run: RunRecord, state: str) -> dict[str, Any]:
 def verify_serving(run: RunRecord, base_url: str, t: Transport | None = None) -> Identity:
     """Raise unless ``base_url`` (the run's port, forwarded if remote) is the run's live,
     READY server; returns what was checked (see the module docstring)."""
-    from glmserve.deploy.watch import assess_run
+    from glmserve.deploy.assess import assess_run
     from glmserve.remote.run_host import transport_for_run
 
     t = t or transport_for_run(run)
@@ -441,7 +441,7 @@ class RunMonitor:
 
     def _record(self) -> None:
         """Store what the run became (state, diagnosis), as ``status`` would."""
-        from glmserve.deploy.watch import assess_run
+        from glmserve.deploy.assess import assess_run
 
         with contextlib.suppress(GlmserveError), RunStore.open() as store:
             assess_run(store.get_run(self.run.run_id), store, self.t)

@@ -116,7 +116,7 @@ class LaunchOptions(StartOptions, PlaceOptions):
         """``(Plan, stall budgets)``: the deployment to launch, every option checked first
         (a typo fails before anything starts). ConfigError names the flag."""
         from glmserve.deploy.plan import parse_nodes, plan
-        from glmserve.deploy.watch import check_stall_timeout, parse_stall_budgets
+        from glmserve.deploy.stall_budgets import check_stall_timeout, parse_stall_budgets
 
         budgets = parse_stall_budgets(self.stall_budgets)
         check_stall_timeout(self.stall_timeout)

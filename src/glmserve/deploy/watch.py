@@ -13,19 +13,19 @@ Progress, for stall detection, is a log line that shows the server moving on
 (:func:`glmserve.diagnose.is_progress_line`) or a new phase; HTTP access lines never count,
 since our own ``/health`` polls make a hung server write one per poll, and neither does a line
 that only repeats an earlier one apart from its timestamp and rank prefix, nor retry/wait
-chatter (:func:`is_chatter`): a rank stuck in distributed init logs torch's TCPStore retry
-warning every second for ever, which must not hold off STALLED. Each phase has its own
-stall budget (:func:`glmserve.diagnose.stall_budget`) and the whole start-up an overall
+chatter (:mod:`glmserve.deploy.progress`): a rank stuck in distributed init logs torch's
+TCPStore retry warning every second for ever, which must not hold off STALLED. Each phase has
+its own stall budget (:func:`glmserve.diagnose.stall_budget`) and the whole start-up an overall
 deadline (``DEFAULT_DEADLINE_S`` unless ``--timeout``). READY is only ever this run's: its
-process group alive, and the port's listener held by that group wherever ``/proc`` shows it,
-because any server on the port answers ``/health``.
+process group alive, and the port's listener held by that group wherever ``/proc`` shows it
+(:mod:`glmserve.deploy.port_owner`), because any server on the port answers ``/health``.
+What ``status`` finds of a run later is :mod:`glmserve.deploy.assess`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import ipaddress
 import math
 import re
 import threading
@@ -36,25 +36,18 @@ from typing import Any
 
 from glmserve.deploy.options import DEFAULT_POLL_S as OPTIONS_POLL_S
 from glmserve.deploy.options import DEFAULT_READY_TIMEOUT
-from glmserve.diagnose import (
-    Category,
-    Diagnosis,
-    LogDiagnoser,
-    State,
-    is_progress_line,
-    stall_budget,
-    stall_phase,
-)
-from glmserve.errors import ConfigError, RemoteCommandError, Result, TransportError
+from glmserve.deploy.port_owner import PortView, parse_port_view, port_owner_script, port_taken
+from glmserve.deploy.progress import NewLines, is_chatter
+from glmserve.diagnose import Diagnosis, LogDiagnoser, State, is_progress_line, stall_budget
+from glmserve.errors import RemoteCommandError, Result, TransportError
 from glmserve.remote.address import run_probe_host
-from glmserve.remote.endpoint import health_ok, health_status
+from glmserve.remote.endpoint import health_ok
 from glmserve.remote.process import (
     Ownership,
     parse_probe,
     probe_script,
     require_verified,
     run_ownership,
-    stat_loop,
     verify_ownership,
 )
 from glmserve.remote.transport import READ_CHUNK, Transport, log_read_script, parse_log_read
@@ -68,218 +61,7 @@ RECONNECT_GIVE_UP_S = 120.0  # a connection down this long ends the watch (exit 
 _SEP = "--glmserve-poll-sep--"
 
 
-def parse_stall_budgets(items: list[str], flag: str = "--stall-budget") -> dict[State, float]:
-    """``["load=3600", "warmup=120"]`` -> per-phase stall budgets; a bad item is a one-line
-    ConfigError naming the flag."""
-    out: dict[State, float] = {}
-    for item in items:
-        name, eq, value = item.partition("=")
-        try:
-            if not eq:
-                raise ValueError("want PHASE=SECONDS")
-            try:
-                seconds = float(value)
-            except ValueError:
-                seconds = math.nan
-            if not 0 < seconds < math.inf:
-                raise ValueError(f"seconds must be a positive number, got {value!r}")
-            out[stall_phase(name)] = seconds
-        except ValueError as exc:
-            raise ConfigError(f"{flag} {item}: {exc}") from None
-    return out
-
-
-def check_stall_timeout(seconds: float | None, flag: str = "--stall-timeout") -> float | None:
-    """``seconds`` if it is a usable stall budget (None = the per-phase defaults), else a
-    one-line ConfigError naming the flag: 0, a negative number or nan would otherwise be
-    dropped in silence and the user's hang would wait the default budget instead."""
-    if seconds is not None and not 0 < seconds < math.inf:
-        raise ConfigError(
-            f"{flag} {seconds:g}: seconds must be a positive number (leave it out for the "
-            "per-phase defaults)"
-        )
-    return seconds
-
-
-# -- who holds the port ----------------------------------------------------------------------
-def port_owner_script(pgid: int, port: int) -> str:
-    """Shell printing ``listen: INODE@ADDR ...`` (the TCP sockets listening on ``port``, each
-    with its local address in /proc/net/tcp's hex, so a probe's address can pick the ones it
-    reaches; ``listen: ?`` when /proc/net/tcp cannot be read), then ``fd PID INODE`` for each
-    of those sockets that a member of process group ``pgid`` holds open. Our own processes'
-    fds are readable, so a listener missing from them belongs to someone else. The socket
-    table is read once: the fds are matched against the very list printed."""
-    hexport = f"{int(port):04X}"
-    listen = (
-        "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null "
-        f'| awk \'$4 == "0A" && $2 ~ /:{hexport}$/ '
-        '{split($2, a, ":"); printf " %s@%s", $10, a[1]}\''
-    )
-    # Split after the last ')' of each stat: a newline in some process's name cannot forge
-    # a member (only verified members' fds count anyway, see parse_port_view).
-    members = stat_loop(f'[ "$3" = {int(pgid)} ] && echo "$p"', end=False)
-    fds = (
-        'ls -l /proc/$p/fd 2>/dev/null | awk -v p=$p -v l="$l" '
-        "'match($0, /socket:\\[[0-9]+\\]/) "
-        '{ i = substr($0, RSTART + 8, RLENGTH - 9); if (index(l, " " i "@")) print "fd", p, i }\''
-    )
-    return (
-        "if [ -r /proc/net/tcp ]; then "
-        f'l=$({listen}); echo "listen:$l"; '
-        f"for p in $({members}); do {fds}; done; "
-        "else echo 'listen: ?'; fi"
-    )
-
-
-@dataclass
-class PortView:
-    """Who listens on the run's port: ``state`` is ``ours`` (every listener held by a
-    verified process of the run), ``foreign`` (a listener that is not), ``free`` (nothing
-    listens) or ``unknown`` (the host does not show sockets)."""
-
-    state: str
-    listeners: list[int] = field(default_factory=list)
-    holders: list[int] = field(default_factory=list)  # our pids holding a listener
-
-
-def port_taken(d: Diagnosis, port: int) -> Diagnosis:
-    """The verdict when the log says ready but another process listens on the run's port:
-    the ready line came from SGLang's warmup thread warming up that other server (see
-    diagnose's PORT_IN_USE note); this run is not serving."""
-    return dataclasses.replace(
-        d,
-        state=State.CRASHED,
-        category=Category.PORT_IN_USE,
-        root_cause=f"the log says ready but port {port} is held by a process outside this run",
-        hint=(
-            f"another server owns port {port}: its answers are not this run's. Find it with "
-            f"`ss -ltnp 'sport = :{port}'`, stop it or pick another port (--set server.port=N)"
-        ),
-    )
-
-
-def _reached(hexaddr: str, host: str | None) -> bool:
-    """Would a connection to ``host`` reach a listener on ``hexaddr`` (a /proc/net/tcp local
-    address)? A wildcard listener answers its whole family (and ``::`` IPv4 too); a name
-    cannot be told apart here, so every listener counts. The kernel writes the address in
-    host byte order per 32-bit word: both byte orders are tried."""
-    if host is None or not hexaddr:
-        return True
-    try:
-        ip = ipaddress.ip_address(host)
-        raw = bytes.fromhex(hexaddr)
-    except ValueError:
-        return True
-    if not any(raw):
-        return len(raw) == 16 or ip.version == 4
-    words = [raw[i : i + 4] for i in range(0, len(raw), 4)]
-    forms = {raw, b"".join(w[::-1] for w in words)}
-    want = {ip.packed}
-    if ip.version == 4:
-        want.add(ipaddress.IPv6Address(f"::ffff:{ip}").packed)  # a v6 socket's mapped form
-    return bool(forms & want)
-
-
-def parse_port_view(text: str, pids: list[int], host: str | None = None) -> PortView:
-    """Read :func:`port_owner_script` output; only ``pids`` (verified ours) count as ours,
-    and only listeners a probe of ``host`` (the address the run binds) reaches count at all:
-    another server on the same port at another address answers none of our probes."""
-    listeners: list[int] = []
-    held: dict[int, int] = {}
-    seen = False
-    for line in text.splitlines():
-        head, _, rest = line.partition(":")
-        if head == "listen":
-            seen = True
-            if rest.strip() == "?":
-                return PortView("unknown")
-            listeners = []
-            for tok in rest.split():
-                inode, _, hexaddr = tok.partition("@")
-                if inode.isdigit() and _reached(hexaddr, host):
-                    listeners.append(int(inode))
-        parts = line.split()
-        fd = len(parts) == 3 and parts[0] == "fd" and parts[1].isdigit() and parts[2].isdigit()
-        if fd and int(parts[1]) in pids:
-            held[int(parts[2])] = int(parts[1])
-    if not seen:
-        return PortView("unknown")
-    if not listeners:
-        return PortView("free")
-    holders = sorted(set(held.values()))
-    state = "ours" if all(i in held for i in listeners) else "foreign"
-    return PortView(state, listeners, holders)
-
-
-def port_view(t: Transport, run: RunRecord, pids: list[int]) -> PortView:
-    """:class:`PortView` of ``run``'s port on its host (one command)."""
-    if run.pgid is None:
-        return PortView("unknown")
-    res = t.run(port_owner_script(run.pgid, run.port), timeout=30)
-    host = run_probe_host(run.spec)
-    return parse_port_view(res.stdout, pids, host) if res.ok else PortView("unknown")
-
-
-# -- what is not progress --------------------------------------------------------------------
-# Retry and wait chatter: a process repeating that it is still trying, whatever its counters
-# say. Texts as written by:
-# - torch c10d socket.cpp (strings of libtorch_cpu 2.13: "The client socket has failed to
-#   connect to {} {}.", "... cannot be initialized to connect to ...", "... to any network
-#   address of ..."); as logged, e.g. "[W427 01:04:16.149509694 socket.cpp:752] [c10d] The
-#   client socket has failed to connect to [::ffff:198.18.0.1]:3254 (errno: 110 - Connection
-#   timed out)." (gensyn-ai/rl-swarm#197; hpcaitech/Open-Sora#667; pytorch/PiPPy#158);
-# - torch distributed_c10d.py _store_based_barrier: "Waiting in store based barrier to
-#   initialize process group for %s seconds rank: ...";
-# - NCCL src/misc/socket.cc: "%s: connect to %s returned %s, retrying (%d/%ld) after sleep for
-#   %u msec" and "Call to accept returned %s, retrying" (older: "Call to connect returned %s,
-#   retrying"; retried on ECONNREFUSED/ETIMEDOUT, NVIDIA/nccl#1515).
-_CHATTER = re.compile(
-    r"\[c10d\] The client socket (?:has failed to connect|cannot be initialized to connect)"
-    r"|Waiting in store based barrier to initialize process group"
-    r"|\breturned [^,]*, retrying\b"
-    r"|\bCall to (?:connect|accept) returned\b",
-    re.IGNORECASE,
-)
-# A line's time and rank decorations: SGLang's "[2026-12-01 08:23:26 TP3] " (also DP/EP/PP
-# tags), torch's glog "[rank3]:[W1204 21:30:00.123456789 socket.cpp:752] ", NCCL's
-# "host:pid:tid [3] NCCL INFO", a "(pid=123)" Ray prefix; and any time stamp left in the text.
-_STAMPS = re.compile(
-    r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?"
-    r"|\b[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?"
-    r"|\b\d\d:\d\d:\d\d(?:[.,]\d+)?"
-    r"|\b(?:TP|DP|EP|PP|CP|rank)\d+\b"
-    r"|^\S+:\d+:\d+ \[\d+\]"
-    r"|\(pid=\d+(?:, ip=[^)]*)?\)",
-    re.IGNORECASE,
-)
 _LOG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*")  # SGLang's
-_MAX_SEEN = 100_000  # distinct lines remembered; past that the memory starts over
-
-
-def is_chatter(line: str) -> bool:
-    """A retry/wait line (see ``_CHATTER``): never progress, however its counters change."""
-    return bool(_CHATTER.search(line))
-
-
-def line_key(line: str) -> str:
-    """``line`` without its time stamps and rank tags: two lines with one key say the same."""
-    return " ".join(_STAMPS.sub("", line).split())
-
-
-class NewLines:
-    """Remembers lines by :func:`line_key`: a line is new once."""
-
-    def __init__(self) -> None:
-        self.seen: set[int] = set()
-
-    def new(self, line: str) -> bool:
-        key = hash(line_key(line))
-        if key in self.seen:
-            return False
-        if len(self.seen) >= _MAX_SEEN:
-            self.seen.clear()
-        self.seen.add(key)
-        return True
 
 
 @dataclass
@@ -685,131 +467,6 @@ def _ready(d: Diagnosis) -> Diagnosis:
     return dataclasses.replace(d, state=State.READY)
 
 
-def _run_health(t: Transport, run: RunRecord, was_ready: bool) -> tuple[bool | None, int | None]:
-    """(healthy, status code) of ``GET /health`` on the run's port; (None, None) when the
-    port cannot be reached. A READY server that answers slowly gets one more look."""
-    with contextlib.ExitStack() as stack:
-        try:
-            base = stack.enter_context(t.endpoint(run.port, run_probe_host(run.spec)))
-        except TransportError:
-            return None, None
-        code = health_status(base, timeout=2.0)
-        if code != 200 and was_ready:  # one more look: a busy server may be slow
-            time.sleep(1.0)
-            code = health_status(base, timeout=2.0)
-        return code == 200, code
-
-
 def _redraws(partial: bytes) -> int:
     """Completed ``\\r`` redraws in an unfinished line (tqdm rewrites its bar in place)."""
     return sum(1 for seg in partial.split(b"\r")[:-1] if seg.strip())
-
-
-def assess_run(run: RunRecord, store: RunStore, t: Transport | None = None) -> dict[str, Any]:
-    """Current truth about one run for ``status``: processes, /health, the log; store updated.
-
-    A worker that dies after READY is not noticed by SGLang (``/health`` only turns 503), so
-    the processes alive at READY (``meta.ready_pids``) are checked one by one. As in the
-    watcher, READY needs the port's listener to be the run's where the host shows it: another
-    server on the port answers ``/health`` too. A multi-node follower (node rank > 0) serves
-    only SGLang's dummy ``/health`` (``engine._launch_subprocesses``), which says no more than
-    its processes being alive, so its READY rests on its processes alone.
-    """
-    from glmserve.remote.run_host import transport_for_run
-    from glmserve.remote.runlog import read_log_bytes
-    from glmserve.remote.slurm import scheduler_end
-
-    t = t or transport_for_run(run)
-    own = run_ownership(t, run)
-    data, _ = read_log_bytes(t, run.log_path)
-    diag = LogDiagnoser()
-    for line in data.decode("utf-8", "replace").splitlines():
-        diag.feed(line)
-    d = diag.diagnosis
-    state, fields = run.state, {}
-    healthy: bool | None = None
-    code: int | None = None
-    if own.alive:
-        missing = [p for p in run.meta.get("ready_pids", []) if p not in own.pids]
-        was_ready = run.ready_at is not None
-        follower = int(run.meta.get("node_rank") or 0) > 0
-        port = PortView("unknown") if follower else port_view(t, run, own.pids)
-        if not follower and port.state != "foreign":  # else it is another server's answer
-            healthy, code = _run_health(t, run, was_ready)
-        hint = (
-            "SGLang does not notice a dead worker (/health only turns 503): read "
-            f"`glmserve logs {run.run_id} -n 100`, then `glmserve stop {run.run_id}`"
-        )
-        if d.state is State.READY and port.state == "foreign":
-            d = port_taken(d, run.port)
-        if d.state is State.CRASHED:
-            state = "CRASHED"
-        elif missing:
-            state = "CRASHED"
-            fields = {
-                "category": "CRASH",
-                "root_cause": f"process(es) {missing} of the run died after READY",
-                "hint": hint,
-            }
-        elif was_ready and healthy is False:
-            state = "CRASHED"
-            fields = {
-                "category": "CRASH",
-                "root_cause": f"GET /health -> {code or 'no answer'} after READY while the "
-                "server process is up: a worker likely died",
-                "hint": hint,
-            }
-        elif (
-            healthy
-            or (follower and was_ready)
-            or (d.state is State.READY and port.state in ("ours", "unknown"))
-        ):
-            state = "READY"
-        elif run.state == "STALLED":
-            state = "STALLED"  # the watcher's verdict holds until the log moves on to READY
-        elif d.state is not State.READY:
-            state = d.state.value
-        # else: the log says ready, the port shows no listener yet: the stored state holds
-    elif run.ended_at is not None or run.state in ("STOPPED", "FAILED"):
-        pass  # already seen ended (stopped, or judged): its verdict holds
-    elif store.stop_requested(run.run_id):
-        # being stopped right now: the stop ends it; a verdict reached before (STALLED) holds
-        state = run.state if run.terminal else "STOPPED"
-        fields["ended_at"] = time.time()
-    elif ended := scheduler_end(own):  # a Slurm job ended by the scheduler
-        state = ended[0]
-        fields = {"root_cause": ended[1], "hint": ended[2], "ended_at": time.time()}
-    else:
-        d = d.exited(None)  # dead: a warning such as a soft watchdog line explains it
-        state = "CRASHED" if d.state is State.CRASHED else "EXITED"
-        if run.ended_at is None:
-            fields["ended_at"] = time.time()
-    if state == "CRASHED" and "category" not in fields and d.state is State.CRASHED:
-        fields.update(category=_val(d.category), root_cause=d.root_cause, hint=d.hint)
-    if state != run.state or fields:
-        store.update_run(run.run_id, state=state, **fields)
-        store.add_event(run.run_id, state, fields.get("root_cause"), {"assessed": True})
-        run = store.get_run(run.run_id)
-    end = run.ended_at or time.time()
-    patch = d.patch_active if run.patches and own.alive else None  # a dead rank runs nothing
-    if run.patches and patch is None:
-        patch = f"0/{run.tp_size}"
-    return {
-        "run_id": run.run_id,
-        "state": run.state,
-        "host": run.host,
-        "profile": run.profile,
-        "port": run.port,
-        "pid": run.pid,
-        "uptime_s": round(end - run.created_at, 1),
-        "alive_pids": own.pids,
-        "alive": own.alive,  # a Slurm run: its job (no PIDs of a node are known)
-        "healthy": healthy,
-        "phase": d.phase.value,
-        "category": run.category,
-        "root_cause": run.root_cause,
-        "hint": run.hint,
-        "patch_active": patch,
-        "patches": run.patches,
-        "launcher": run.launcher,
-    }

@@ -133,7 +133,7 @@ class LifecycleBackend(SweepBackend):
 
     def watch(self, run_id: str, opts: SweepOptions) -> StepOutcome:
         """Every node to a verdict; a failure names its node (in a group)."""
-        from glmserve.deploy.watch import parse_stall_budgets
+        from glmserve.deploy.stall_budgets import parse_stall_budgets
 
         dep = self._deployment(run_id)
         res = dep.watch(

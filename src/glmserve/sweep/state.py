@@ -222,7 +222,7 @@ class SweepOptions:
         """A new sweep's options from the command line (``bench`` empty: decode only); a
         wrong bench mode, level list or stall budget is a ConfigError naming its flag, raised
         before anything is launched."""
-        from glmserve.deploy.watch import parse_stall_budgets  # lazy: pulls in the watcher
+        from glmserve.deploy.stall_budgets import parse_stall_budgets  # lazy: pulls in diagnose
 
         modes = list(bench) or ["decode"]
         bad = [m for m in modes if m not in ("decode", "concurrency")]

@@ -89,7 +89,7 @@ class TuneOptions:
         own checks), an --sglang-version glmserve has no argspec of, --stall-budget or
         --host-lost-after. ConfigError naming the flag."""
         from glmserve.argspec.releases import load_release_spec
-        from glmserve.deploy.watch import parse_stall_budgets
+        from glmserve.deploy.stall_budgets import parse_stall_budgets
         from glmserve.sweep.state import SweepOptions
 
         if not (isinstance(self.max_parallel, int) and self.max_parallel >= 1):
