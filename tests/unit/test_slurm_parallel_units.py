@@ -10,9 +10,10 @@ from tests.fixtures.sweep_tune_fakes import FakeRunner, Scripted, make
 from glmserve.sweep.loop import StepOutcome
 from glmserve.sweep.parallel import run_sweep_parallel, slot_options
 from glmserve.sweep.state import OK, SweepOptions, start_sweep
-from glmserve.tune import runner as tune_runner
+from glmserve.tune import pool as tune_pool
 from glmserve.tune import state as st
-from glmserve.tune.runner import JobLost, run_tune
+from glmserve.tune.pool import JobLost
+from glmserve.tune.runner import run_tune
 
 
 def test_parallel_sweep_requeues_a_job_lost_to_node_failure_and_runs_two_at_once():
@@ -59,7 +60,7 @@ def test_slot_k_serves_on_port_plus_k():
 def test_tune_pool_runs_max_parallel_jobs_on_one_slurm_host_and_requeues_a_lost_job(
     monkeypatch,
 ):
-    monkeypatch.setattr(tune_runner, "_is_slurm", lambda h: True)
+    monkeypatch.setattr(tune_pool, "_is_slurm", lambda h: True)
     slots: set[int] = set()
     both = threading.Barrier(2, timeout=10)
     lost: list[str] = []

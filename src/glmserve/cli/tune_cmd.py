@@ -30,8 +30,9 @@ def tune(opts: TuneCommand, as_json: JsonOpt = False) -> None:
     """
     from glmserve.errors import ServerCrashed
     from glmserve.tune import state as st
+    from glmserve.tune.jobs import LifecycleJobRunner
     from glmserve.tune.profile_out import write_profile as write_winner
-    from glmserve.tune.runner import LifecycleJobRunner, run_tune
+    from glmserve.tune.runner import run_tune
 
     def say(msg: str) -> None:
         err.print(f"tune: {msg}", highlight=False, markup=False)

@@ -7,7 +7,8 @@ from typing import Any
 
 from glmserve.errors import ConfigError
 from glmserve.tune import state as st
-from glmserve.tune.runner import TuneOptions, choose_strategy
+from glmserve.tune.runner import TuneOptions
+from glmserve.tune.search import choose_strategy
 from glmserve.tune.space import OBJECTIVES, Budget, grid
 
 STRATEGIES = ("auto", "grid", "coordinate")
