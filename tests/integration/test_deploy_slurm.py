@@ -211,7 +211,7 @@ def test_time_limit_mid_bench_is_time_limit_with_partial_results(slurm, cluster_
 
 def test_the_header_is_what_a_real_sbatch_accepts(slurm, tmp_path):
     """The job script as rendered for a host entry, checked by sbatch itself (--test-only)."""
-    from glmserve.remote.hosts import HostConfig
+    from glmserve.remote.host_config import HostConfig
     from glmserve.remote.slurm import job_script
 
     host = HostConfig(

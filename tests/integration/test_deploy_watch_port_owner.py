@@ -85,7 +85,7 @@ def test_another_server_answering_health_does_not_make_our_run_ready(
 def test_ready_line_of_a_process_that_is_gone_is_not_ready(tmp_path):
     """The log says ready but the process group has already ended: EXITED, never READY."""
     from glmserve.deploy.watch import Watcher
-    from glmserve.remote.hosts import HostConfig
+    from glmserve.remote.host_config import HostConfig
     from glmserve.remote.transport import LocalTransport
     from glmserve.store import RunRecord, RunStore
 

@@ -21,7 +21,7 @@ import pytest
 
 from glmserve.deploy.progress import is_chatter, line_key
 from glmserve.deploy.watch import Watcher, WatchResult
-from glmserve.remote.hosts import HostConfig
+from glmserve.remote.host_config import HostConfig
 from glmserve.remote.transport import LocalTransport
 from glmserve.store import RunRecord, RunStore
 

@@ -39,7 +39,7 @@ def _closed(port: int) -> bool:
 
 def test_sacct_without_accounting_is_said_not_required(slurm):
     """The real answer of a cluster without slurmdbd: no record, and the reason says so."""
-    from glmserve.remote.hosts import HostConfig
+    from glmserve.remote.host_config import HostConfig
     from glmserve.remote.slurm_acct import accounting_job
     from glmserve.remote.transport import LocalTransport
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from glmserve.remote.hosts import HostConfig
+from glmserve.remote.host_config import HostConfig
 from glmserve.remote.slurm import multinode_job_script
 from glmserve.remote.slurm_config import SlurmOptions
 

@@ -39,7 +39,7 @@ def test_ownership_refuses_reused_pid_other_boot_and_older_members():
 def test_watcher_survives_truncation_and_reports_crash(tmp_path, monkeypatch):
     """Polls read only new bytes; a truncated log is re-read from 0; a crash line ends it."""
     from glmserve.deploy import watch
-    from glmserve.remote.hosts import HostConfig
+    from glmserve.remote.host_config import HostConfig
     from glmserve.remote.process import Ownership
     from glmserve.remote.transport import LocalTransport
     from glmserve.store import RunStore
@@ -77,7 +77,7 @@ def test_watcher_survives_truncation_and_reports_crash(tmp_path, monkeypatch):
 
 def test_watcher_stall_budget(tmp_path, monkeypatch):
     from glmserve.deploy import watch
-    from glmserve.remote.hosts import HostConfig
+    from glmserve.remote.host_config import HostConfig
     from glmserve.remote.process import Ownership
     from glmserve.remote.transport import LocalTransport
     from glmserve.store import RunStore
@@ -185,7 +185,7 @@ def test_docs_document_the_default_budgets_and_deadline():
 def _watch_file(tmp_path, monkeypatch, writes, **kw):  # type: ignore[no-untyped-def]
     """Watch a log file written by ``writes`` (one per tick) with the stall budget in kw."""
     from glmserve.deploy import watch
-    from glmserve.remote.hosts import HostConfig
+    from glmserve.remote.host_config import HostConfig
     from glmserve.remote.process import Ownership
     from glmserve.remote.transport import LocalTransport
     from glmserve.store import RunStore
@@ -251,7 +251,7 @@ def test_port_owner_script_sees_real_listeners(tmp_path):
     import sys
 
     from glmserve.deploy.port_owner import parse_port_view, port_owner_script
-    from glmserve.remote.hosts import HostConfig
+    from glmserve.remote.host_config import HostConfig
     from glmserve.remote.transport import LocalTransport
 
     code = (
@@ -322,7 +322,7 @@ def test_ready_line_before_the_bind_waits_for_our_listener(tmp_path):
     import sys
 
     from glmserve.deploy.watch import Watcher
-    from glmserve.remote.hosts import HostConfig
+    from glmserve.remote.host_config import HostConfig
     from glmserve.remote.transport import LocalTransport, free_local_port
     from glmserve.store import RunStore
 

@@ -129,7 +129,7 @@ def test_per_line_feed_reports_the_soft_watchdog_as_no_change() -> None:
 def _watch(tmp_path: Path, monkeypatch, log: str, alive_polls: int):  # type: ignore[no-untyped-def]
     """Watch a run whose log is ``log`` and whose process lives for ``alive_polls`` polls."""
     from glmserve.deploy import watch
-    from glmserve.remote.hosts import HostConfig
+    from glmserve.remote.host_config import HostConfig
     from glmserve.remote.process import Ownership
     from glmserve.remote.transport import LocalTransport
     from glmserve.store import RunRecord, RunStore
@@ -238,7 +238,7 @@ def test_status_of_a_dead_run_after_a_soft_watchdog_is_crashed(tmp_path: Path) -
     """`glmserve status` (assess_run) on a run whose processes are gone: the soft watchdog
     line is the root cause; with the server alive the same log is READY."""
     from glmserve.deploy.assess import assess_run
-    from glmserve.remote.hosts import HostConfig
+    from glmserve.remote.host_config import HostConfig
     from glmserve.remote.transport import LocalTransport
     from glmserve.store import RunRecord, RunStore
 

@@ -17,7 +17,8 @@ import pytest
 
 from glmserve.cli import main
 from glmserve.errors import ConfigError
-from glmserve.remote.hosts import HostConfig, get_host
+from glmserve.remote.host_config import HostConfig
+from glmserve.remote.hosts import get_host
 from glmserve.remote.transport import MAX_CONTROL_PATH, LocalTransport, SshTransport
 
 

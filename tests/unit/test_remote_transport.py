@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from glmserve.errors import ConfigError, RemoteCommandError
-from glmserve.remote.hosts import HostConfig
+from glmserve.remote.host_config import HostConfig
 from glmserve.remote.transport import LocalTransport, SshTransport, log_read_script, parse_log_read
 
 

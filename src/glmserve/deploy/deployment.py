@@ -30,7 +30,7 @@ from typing import Any
 
 from glmserve.deploy.plan import Plan
 from glmserve.errors import ConfigError, GlmserveError, RunNotFound
-from glmserve.remote.hosts import HostConfig
+from glmserve.remote.host_config import HostConfig
 from glmserve.store import TERMINAL_STATES, RunRecord, RunStore
 
 Say = Callable[[str], None]

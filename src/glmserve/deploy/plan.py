@@ -21,7 +21,8 @@ from glmserve.config.flags import Flags
 from glmserve.config.spec import LaunchSpec
 from glmserve.errors import ConfigError
 from glmserve.remote.address import check_bind
-from glmserve.remote.hosts import HostConfig, as_host, get_host
+from glmserve.remote.host_config import HostConfig
+from glmserve.remote.hosts import as_host, get_host
 
 DIST_PORT_OFFSET = 1000  # default dist-init port: the server's --port + this
 _NNODES = ("--nnodes",)

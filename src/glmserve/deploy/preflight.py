@@ -23,7 +23,7 @@ from glmserve.argspec.releases import argspec_cache_path
 from glmserve.config.flags import Flags
 from glmserve.config.spec import MODEL_FLAGS, LaunchSpec
 from glmserve.errors import ConfigError, FlagValidationError, GlmserveError, TransportError
-from glmserve.remote.hosts import HostConfig
+from glmserve.remote.host_config import HostConfig
 from glmserve.remote.transport import Transport, shell_path
 from glmserve.store import RunStore
 

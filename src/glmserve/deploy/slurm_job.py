@@ -20,7 +20,8 @@ from typing import Any
 
 from glmserve.config.spec import LaunchSpec
 from glmserve.errors import ConfigError, GlmserveError
-from glmserve.remote.hosts import HostConfig, as_host
+from glmserve.remote.host_config import HostConfig
+from glmserve.remote.hosts import as_host
 from glmserve.store import RunRecord, RunStore
 
 Say = Callable[[str], None]

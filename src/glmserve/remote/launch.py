@@ -22,7 +22,8 @@ from typing import Any
 from glmserve.config.spec import LaunchSpec
 from glmserve.errors import ConfigError, GlmserveError, PortClaimed
 from glmserve.remote.address import bind_host, probe_host
-from glmserve.remote.hosts import HostConfig, as_host
+from glmserve.remote.host_config import HostConfig
+from glmserve.remote.hosts import as_host
 from glmserve.remote.launcher import launch_in_progress, launcher_identity
 from glmserve.remote.process import run_ownership
 from glmserve.remote.stop import stop_process, stop_run

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from glmserve.errors import GlmserveError
-from glmserve.remote.hosts import HostConfig, recorded_host
+from glmserve.remote.host_config import HostConfig
+from glmserve.remote.hosts import recorded_host
 from glmserve.remote.transport import Transport, transport_for
 from glmserve.store import RunRecord
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from glmserve.errors import GlmserveError, RemoteCommandError
-from glmserve.remote.hosts import HostConfig
+from glmserve.remote.host_config import HostConfig
 from glmserve.remote.process import Ownership
 from glmserve.remote.transport import Transport, shell_path
 from glmserve.store import RunRecord

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from glmserve.errors import ConfigError, RemoteCommandError, Result, TransportError
 from glmserve.paths import glmserve_home
-from glmserve.remote.hosts import HostConfig, ssh_option_refusal
+from glmserve.remote.host_config import HostConfig, ssh_option_refusal
 
 READ_CHUNK = 4 * 1024 * 1024  # most bytes one read_from returns
 CONTROL_PERSIST_S = 600
