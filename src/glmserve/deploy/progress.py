@@ -24,8 +24,6 @@ _CHATTER = re.compile(
     r"|\bCall to (?:connect|accept) returned\b",
     re.IGNORECASE,
 )
-
-
 # A line's time and rank decorations: SGLang's "[2026-12-01 08:23:26 TP3] " (also DP/EP/PP
 # tags), torch's glog "[rank3]:[W1204 21:30:00.123456789 socket.cpp:752] ", NCCL's
 # "host:pid:tid [3] NCCL INFO", a "(pid=123)" Ray prefix; and any time stamp left in the text.
@@ -38,8 +36,6 @@ _STAMPS = re.compile(
     r"|\(pid=\d+(?:, ip=[^)]*)?\)",
     re.IGNORECASE,
 )
-
-
 _MAX_SEEN = 100_000  # distinct lines remembered; past that the memory starts over
 
 

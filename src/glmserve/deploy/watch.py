@@ -59,8 +59,6 @@ DEFAULT_POLL_S = OPTIONS_POLL_S  # deploy.options: declared once
 DEFAULT_DEADLINE_S = DEFAULT_READY_TIMEOUT  # deploy.options: declared once
 RECONNECT_GIVE_UP_S = 120.0  # a connection down this long ends the watch (exit 5)
 _SEP = "--glmserve-poll-sep--"
-
-
 _LOG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*")  # SGLang's
 
 

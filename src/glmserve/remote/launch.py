@@ -96,8 +96,6 @@ def find_alive_runs(store: RunStore, t: Transport, host: str, port: int) -> list
 
 
 HANDSHAKE = "server.proc"  # /proc/<pid>/stat of the launched process, written by itself
-
-
 HANDSHAKE_WAIT_S = 30.0  # a loaded host may take seconds to run setsid; longer is a failure
 
 
