@@ -29,6 +29,7 @@ RANKS: dict[str, int] = {
     "runtime": 0,  # the patch shipped to the GPU host; imports nothing of glmserve
     "statedir": 1,
     "store": 1,
+    "store_migrations": 1,  # the run store's schema
     # profile YAML -> LaunchSpec -> rendered script
     "config": 2,
     # the flags of an SGLang release; reading a log into a verdict

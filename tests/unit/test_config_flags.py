@@ -128,7 +128,7 @@ SCANNING = re.compile(
 READERS = ("config/flags.py", "argspec/emulator.py", "simulator/", "runtime/")
 # Lines that match the pattern but read no argv, each with why.
 NOT_ARGV = {
-    "store.py": "SQL migration text: a '--' comment line",
+    "store_migrations.py": "SQL migration text: a '--' comment line",
     "argspec/launch_script.py": "a shell script's words, before there is an argv",
 }
 

@@ -8,7 +8,8 @@ import sqlite3
 import pytest
 
 from glmserve.errors import RunNotFound
-from glmserve.store import MIGRATIONS, RunRecord, RunStore
+from glmserve.store import RunRecord, RunStore
+from glmserve.store_migrations import MIGRATIONS
 
 
 def _run(rid: str, **kw) -> RunRecord:  # type: ignore[no-untyped-def]
@@ -136,7 +137,7 @@ def _store_before_m003(path) -> None:  # type: ignore[no-untyped-def]
     """A runs.sqlite as the previous release wrote it: m001 and m002, one live run."""
     import time
 
-    from glmserve.store import _run_migration
+    from glmserve.store_migrations import _run_migration
 
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied_at REAL)")

@@ -14,7 +14,8 @@ from glmserve.errors import PortClaimed
 from glmserve.remote.hosts import get_host
 from glmserve.remote.runlog import read_log_bytes, read_log_tail
 from glmserve.remote.transport import LocalTransport
-from glmserve.store import MIGRATIONS, RunRecord, RunStore, _run_migration
+from glmserve.store import RunRecord, RunStore
+from glmserve.store_migrations import MIGRATIONS, _run_migration
 
 
 def _run(run_id: str, port: int = 30000, host: str = "local", claim: bool = True) -> RunRecord:
