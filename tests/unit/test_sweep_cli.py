@@ -63,8 +63,8 @@ def test_an_unwritable_home_is_exit_2_with_one_line_naming_the_folder(capsys, ar
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--output-len", "0"], "--input-len/--output-len must be at least 1"),
-        (["--input-len", "0"], "--input-len/--output-len must be at least 1"),
+        (["--output-len", "0"], "--output-len must be at least 1, got 0"),
+        (["--input-len", "-5"], "--input-len must be at least 1, got -5"),
         (["--num-prompts", "-1"], "--num-prompts must be at least 1"),
         (["--bench", "concurrency", "--num-prompts", "0"], "--num-prompts must be at least 1"),
         (["--stall-timeout", "0"], "--stall-timeout: expected a finite number > 0 s, got 0"),

@@ -259,8 +259,8 @@ def test_write_profile_is_refused_before_a_resumed_tune_runs_a_trial(capsys):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--output-len", "0"], "--input-len/--output-len must be at least 1"),
-        (["--input-len", "0"], "--input-len/--output-len must be at least 1"),
+        (["--output-len", "0"], "--output-len must be at least 1, got 0"),
+        (["--input-len", "-5"], "--input-len must be at least 1, got -5"),
         (["--num-prompts", "-1"], "--num-prompts must be at least 1"),
         (["--host-lost-after", "-5"], "--host-lost-after: expected seconds >= 0"),
         (["--sglang-version", "9.9.9"], "no argspec shipped for sglang '9.9.9'"),

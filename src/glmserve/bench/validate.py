@@ -104,9 +104,9 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
     if max(s.concurrency) > MAX_CONCURRENCY:
         raise ConfigError(f"--concurrency: at most {MAX_CONCURRENCY:,} streams per level, "
                           f"got {max(s.concurrency):,}")  # fmt: skip
-    if s.input_len < 1 or s.output_len < 1:
-        raise ConfigError("--input-len/--output-len must be at least 1")
     for flag, n in (("--input-len", s.input_len), ("--output-len", s.output_len)):
+        if n < 1:  # the flag given, not both: the other one may be fine
+            raise ConfigError(f"{flag} must be at least 1, got {n}")
         if n > MAX_LEN:
             raise ConfigError(f"{flag}: at most {MAX_LEN:,} tokens per request, got {n:,}")
     if s.num_prompts is not None and s.num_prompts < 1:
