@@ -74,7 +74,7 @@ def test_an_unwritable_home_is_exit_2_with_one_line_naming_the_folder(capsys, ar
         # audit round 2: a bad simulated flag was refused only after the sweep existed
         (["--set", "sim.bogus=1"], "unknown simulator option --sim-bogus"),
         (["--bench", "concurrency", "--concurrency", "1,,2"], "an empty item in '1,,2'"),
-        (["--set", "sim.speed=nan"], "--sim-speed: expected a finite number >= 0, got nan"),
+        (["--set", "sim.speed=nan"], "--sim-speed: expected a finite number > 0, got nan"),
     ],
 )
 def test_bad_options_are_refused_before_a_sweep_is_created_or_a_server_launched(
