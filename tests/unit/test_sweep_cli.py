@@ -17,6 +17,9 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     "argv, message",
     [
         (["sweep"], "--profiles is required"),
+        # given but empty ("$PROFILES" unset) is not "not given"
+        (["sweep", "--profiles", ""], "--profiles: an empty list"),
+        (["sweep", "--profiles", " "], "--profiles: an empty list"),
         (["sweep", "--profiles", "cutlass_mla", "--bench", "burst"], "--bench: expected decode"),
         (["sweep", "--profiles", "cutlass_mla", "--concurrency", "4,x"], "--concurrency"),
         (["sweep", "--profiles", "cutlass_mla,cutlass_mla"], "listed twice"),
