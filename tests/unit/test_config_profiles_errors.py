@@ -126,7 +126,11 @@ def test_duplicate_key_error_names_both_lines(capsys, profdir):
 
 
 def test_bom_crlf_and_quoted_yaml11_words_are_accepted(capsys, profdir):
-    profdir("ok", "\ufeffenv:\r\n  MODE: 'off'\r\nserver:\r\n  port: \"8000\"\r\n  x: 0.5\r\n  model-path: m\r\n")
+    profdir(
+        "ok",
+        "\ufeffenv:\r\n  MODE: 'off'\r\nserver:\r\n  port: \"8000\"\r\n  x: 0.5\r\n"
+        "  model-path: m\r\n",
+    )
     code, out, err = run(capsys, "render", "-p", "ok", "--format", "json")
     assert code == 0, err
     data = json.loads(out)
