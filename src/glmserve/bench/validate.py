@@ -43,12 +43,31 @@ def _finite(flag: str, value: float | None, high: float | None = None, what: str
         raise ConfigError(f"{flag}: at most {high:g}{what}, got {value:g}")
 
 
+def _check_brackets(url: str) -> None:
+    """An IPv6 host's ``[`` left open: httpx reads the address's last ``:1`` as a port and
+    says "Invalid port: ':1'", which names the wrong fault."""
+    authority = url.split("://", 1)[-1]
+    for stop in "/?#":
+        authority = authority.split(stop, 1)[0]
+    opened, closed = authority.find("["), authority.find("]")
+    if opened >= 0 and closed < opened:
+        raise ConfigError(
+            f"--url {url!r}: the IPv6 address after '[' has no closing ']' "
+            "(expected http://[ADDRESS]:PORT)"
+        )
+    if closed >= 0 and opened < 0:
+        raise ConfigError(
+            f"--url {url!r}: a ']' with no '[' before it (expected http://[ADDRESS]:PORT)"
+        )
+
+
 def check_base_url(url: str) -> None:
     """``--url``: http(s), a host, a port 1-65535, no query or fragment (paths are appended
     to it). A URL httpx cannot parse, or one that could never connect (``foo``, ``ftp://x``),
     is a usage error naming the flag, not "cannot reach server" or a crash."""
     import httpx
 
+    _check_brackets(url)
     try:
         parsed = httpx.URL(url)
         port = parsed.port
