@@ -375,3 +375,24 @@ def test_a_comment_only_overlay_of_a_base_with_a_model_is_fine(capsys, profdir):
         capsys, "render", "-p", "empty", "--set", "server.model-path=m", "--format", "argv"
     )
     assert (code, out) == (0, "--model-path m\n"), err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "'1e999'"])
+def test_a_non_finite_float_flag_is_refused_naming_file_line_or_set(capsys, profdir, value):
+    """argparse's float() takes nan/inf/1e999 and SGLang checks no range: render exited 0
+    while the simulator refused the same flag."""
+    path = profdir(
+        "nanp", f"sglang: '>=0.5.9'\nserver:\n  model-path: m\n  mem-fraction-static: {value}\n"
+    )
+    code, out, err = run(capsys, "render", "-p", "nanp", "--format", "argv")
+    assert code == 2 and out == "", err
+    line = one_line_error(err)
+    assert f"{path}:4 (server.mem-fraction-static)" in line and "not a finite number" in line
+    profdir("okp", "sglang: '>=0.5.9'\nserver:\n  model-path: m\n")
+    code, out, err = run(
+        capsys, "render", "-p", "okp", "--set", f"server.mem-fraction-static={value}",
+        "--format", "argv",
+    )  # fmt: skip
+    assert code == 2 and out == "", err
+    line = one_line_error(err)
+    assert "<--set> (server.mem-fraction-static)" in line and "not a finite number" in line
