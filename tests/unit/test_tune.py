@@ -329,3 +329,17 @@ def test_resume_first_stops_the_servers_its_unfinished_trials_recorded_and_only_
     assert "h1: stopped run r-left, left running by the earlier attempt" in said
     assert any(m.startswith("h2: could not stop run r-gone") for m in said)
     assert tune.status == "done" and left.status == st.OK  # and it ran again
+
+
+@pytest.mark.parametrize(
+    ("profile", "needle"), [("", "--profile: empty"), (" ", "--profile: empty")]
+)
+def test_an_empty_profile_is_named_empty_not_missing(capsys, profile, needle):
+    """``--profile "$PROFILE"`` with the variable unset said "--profile is required"."""
+    from glmserve.cli import main
+
+    argv = ["tune", "--simulate", "--profile", profile, "--search", "server.max-running-requests=8"]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert st.TUNES.ids() == []
