@@ -30,8 +30,8 @@ from glmserve.store import RunStore
         (["server.tp-size=two"], "--tp-size/--tp: invalid int value: 'two'"),
         # audit round 2: argparse's float takes nan/inf; they started (a NaN speed benched
         # at 68,498 tok/s) or died later with a wrong hint
-        (["sim.speed=nan"], "--sim-speed: expected a finite number >= 0, got nan"),
-        (["sim.speed=inf"], "--sim-speed: expected a finite number >= 0, got inf"),
+        (["sim.speed=nan"], "--sim-speed: expected a finite number > 0, got nan"),
+        (["sim.speed=inf"], "--sim-speed: expected a finite number > 0, got inf"),
         (["sim.load-seconds=-5"], "--sim-load-seconds: expected a finite number >= 0"),
         (["sim.bandwidth-gbps=0"], "--sim-bandwidth-gbps: bad value '0' (bandwidth_gbps: must"),
         (["sim.bandwidth-gbps=nan"], "bandwidth_gbps: expected a finite number >= 0"),

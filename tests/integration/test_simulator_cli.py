@@ -56,7 +56,9 @@ def test_console_script_passes_everything_through(tmp_path):
          "m", "--sim-speed", "0"], capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad.returncode == 2
-    assert bad.stderr.strip().splitlines() == ["glmserve simulate: error: --sim-speed must be > 0"]
+    assert bad.stderr.strip().splitlines() == [
+        "glmserve simulate: error: --sim-speed: expected a finite number > 0, got 0.0"
+    ]
 
 
 def test_startup_phases_in_order_per_rank(start_simulator):

@@ -496,3 +496,18 @@ def test_gather_cast_patch_silences_the_cast_warning() -> None:
     argv = [*M, "--attention-backend", "flashinfer", "--kv-cache-dtype", "fp8_e4m3"]
     report = validate_argv(argv, spec("0.5.9"), patches=["flashinfer_mla_gather_cast"])
     assert report.ok and not report.warnings
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e999", "NaN"])
+def test_a_non_finite_float_is_glmserves_error_not_argparses(value) -> None:
+    """argparse's float() takes them (the real-parser agreement test holds the default
+    verdict to that); glmserve's strict rules refuse them: SGLang 0.5.9 checks no range for
+    --mem-fraction-static and the server then misbehaves."""
+    s = spec("0.5.9")
+    argv = [*M, "--mem-fraction-static", value]
+    assert validate_argv(argv, s).ok
+    found = only_error(validate_argv(argv, s, strict=True))
+    assert found.flag == "--mem-fraction-static" and found.index == 2
+    assert f"{value!r} is not a finite number" in found.message
+    assert validate_argv([*M, "--mem-fraction-static", "0.9"], s, strict=True).ok
+    assert validate_argv([*M, "--served-model-name", "nan"], s, strict=True).ok  # a str flag

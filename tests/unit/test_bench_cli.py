@@ -178,3 +178,17 @@ def test_a_decode_gate_with_one_output_token_says_why_there_is_no_figure(capsys,
     assert code == 1, err
     reason = json.loads(out)["gates"][0]["reason"]
     assert reason.endswith("no decode step measured (one output token per request)")
+
+
+def test_the_warmup_says_it_started(capsys, fake):
+    """A long warmup request printed nothing (~18 s for a 1000-token decode in the
+    simulator): the bench looked hung. One stderr line when it starts, none without one."""
+    fake.n_tokens, fake.itl = 4, 0.001
+    code, out, err = run_cli(capsys, "bench", "--url", fake.url, "--warmup", "2", "--json",
+                             "--output-len", "4", "--num-prompts", "2")  # fmt: skip
+    assert code == 0, err
+    assert "bench: warmup: 2 requests (not measured)" in err.splitlines()
+    assert "bench: warmup" not in out  # --json: stdout is the result alone
+    code, _, err = run_cli(capsys, "bench", "--url", fake.url, "--warmup", "0", "--json",
+                           "--output-len", "4", "--num-prompts", "2")  # fmt: skip
+    assert code == 0 and "warmup:" not in err, err

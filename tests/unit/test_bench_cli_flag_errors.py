@@ -72,3 +72,13 @@ def test_bench_serving_names_are_aliases(capsys, tmp_path):
     assert "--warmup-requests" in params["warmup"]
     code, _out, err = run_cli(capsys, "bench", "--base-url", URL, "--random-input-len", "0")
     assert code == 2 and "--input-len" in err  # the alias reaches the same check
+
+
+@pytest.mark.parametrize(
+    ("flag", "other"), [("--output-len", "--input-len"), ("--input-len", "--output-len")]
+)
+def test_a_length_below_one_names_only_the_flag_given(capsys, flag, other):
+    """It said "--input-len/--output-len must be at least 1" for either one."""
+    code, _out, err = run_cli(capsys, "bench", "--url", URL, flag, "-5")
+    assert code == 2 and f"{flag} must be at least 1, got -5" in err, err
+    assert other not in err

@@ -127,6 +127,21 @@ def test_malformed_url_is_a_usage_error_naming_url(capsys, url):
     _one_line_usage_error(code, err, "--url")
 
 
+@pytest.mark.parametrize(
+    ("url", "fault"),
+    [
+        ("http://[::1", "no closing ']'"),
+        ("http://[::1:8000/v1", "no closing ']'"),
+        ("http://::1]:8000", "a ']' with no '['"),
+    ],
+)
+def test_an_unbalanced_ipv6_bracket_is_named(capsys, url, fault):
+    """It said "not a URL (Invalid port: ':1')": httpx's reading of the unclosed address."""
+    code, _, err = run_cli(capsys, "bench", "--url", url, "--num-prompts", "1")
+    _one_line_usage_error(code, err, "--url")
+    assert fault in err and "Invalid port" not in err, err
+
+
 def test_nan_slo_against_a_live_server_is_refused_and_nothing_stored(capsys, fake):
     """The audit's case: exit 0 with ``NaN`` in the JSON and the store, every request good."""
     code, data, err = bench_json(capsys, fake, "--slo", "ttft_ms=nan")

@@ -145,3 +145,19 @@ def test_context_recomputes_hashes_of_old_results_and_labels_url_results():
     ctx = comparable.context(url)
     assert ctx["host"] is None and ctx["client_host"] == "laptop"
     assert ctx["server_url"] == "http://10.0.0.5:30000" and ctx["tp_size"] == 2
+
+
+def test_a_level_where_no_request_got_a_response_has_no_underfill_note():
+    """A server killed mid-bench: every request of the next level failed to connect, and
+    the result said "c=4 never had more than 0 requests in flight (send at least 4
+    prompts)" next to the failure."""
+    from glmserve.bench.results import build_result
+
+    dead = {"concurrency": 4, "requests": 8, "completed": 0, "errors": 8,
+            "max_concurrency_seen": 0, "request_rate": None}  # fmt: skip
+    res = build_result("concurrency", [dead], {}, {}, {}, None)
+    assert res.complete is False and res.stopped == "8 of 8 requests failed"
+    assert not any("in flight" in n for n in res.notes), res.notes
+    assert comparable.underfilled(dead) is None
+    few = dict(dead, completed=2, errors=0, max_concurrency_seen=2)  # a real underfill
+    assert comparable.underfilled(few) == "c=4 never had more than 2 requests in flight"

@@ -372,3 +372,21 @@ def test_no_tokens_per_joule_for_a_level_where_nothing_completed():
     ok = {"concurrency": 8, "requests": 16, "completed": 16, "output_tokens": 3000}
     _telemetry_with_rows(10.0).attach(ok)
     assert ok["output_tok_per_j"] == pytest.approx(3000 / 3000.0)  # 300 W x 10 s
+
+
+def test_tokens_per_joule_counts_the_tokens_output_tok_s_counts():
+    """A level with a failed stream: tok/J's tokens are every stream's, failed ones included,
+    as output tok/s counts them (the server produced them and the energy was spent); the
+    full-window figures (output_tok_s_full) count completed requests only."""
+    from glmserve.bench.metrics import StreamRecord, level_metrics
+
+    done = StreamRecord(0.0, 0.0, [1.0, 2.0, 3.0], [10, 20, 30], completion_tokens=30, end=3.0)
+    cut = StreamRecord(0.0, 0.0, [1.0, 2.0], [10, 20], end=2.0, error="stream cut")
+    lm = level_metrics([done, cut], concurrency=2, window="full").__dict__
+    assert lm["completed"] == 1 and lm["errors"] == 1
+    assert lm["output_tokens"] == 50  # both streams
+    assert lm["output_tok_s"] * lm["window_s"] == pytest.approx(50)  # both streams too
+    assert lm["output_tok_s_full"] * lm["duration_s"] == pytest.approx(30)  # completed only
+    level = {k: lm[k] for k in ("concurrency", "requests", "completed", "output_tokens")}
+    _telemetry_with_rows(10.0).attach(level)
+    assert level["output_tok_per_j"] == pytest.approx(50 / 3000.0)  # 300 W x 10 s

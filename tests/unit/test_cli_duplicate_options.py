@@ -53,6 +53,23 @@ def test_the_usage_line_names_the_verb_whose_help_to_read(capsys):
 
 
 @pytest.mark.parametrize(
+    ("args", "verb"),
+    [
+        (["profiles", "--for-host"], "glmserve profiles"),
+        (["bench", "RUN", "--concurrency"], "glmserve bench"),
+        (["results", "export", "--format"], "glmserve results export"),
+        (["--ssh-config"], "glmserve"),  # the root's own option: the root's help
+    ],
+)
+def test_a_missing_option_value_names_the_verb_whose_help_to_read(capsys, args, verb):
+    """click's parser raises "requires an argument" without a context: it pointed every verb
+    at the root's help."""
+    code, out, err = run(capsys, *args)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "requires an argument" in err and err.rstrip().endswith(f"(see `{verb} --help`)"), err
+
+
+@pytest.mark.parametrize(
     "args",
     [
         ["results", "--last", "1", "--last", "1"],  # the same value twice

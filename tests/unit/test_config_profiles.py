@@ -71,7 +71,7 @@ def test_server_argv_value_forms():
 
 
 def test_set_overrides(profdir):
-    profdir("p", "server:\n  port: 8000\n  host: 0.0.0.0\n")
+    profdir("p", "server:\n  port: 8000\n  host: 0.0.0.0\n  model-path: m\n")
     spec = load_profile("p", ["server.port=8001", "server.enable-metrics=true", "env.X=a b"])
     assert spec.flag_value("--port") == "8001"
     assert spec.flag_value("--enable-metrics") is True
@@ -96,7 +96,7 @@ def test_bad_overrides(item, fragment):
 
 
 def test_extends_chain_and_origins_name_file_and_line(profdir):
-    base = profdir("base", "description: b\nserver:\n  port: 1\n  host: h\n")
+    base = profdir("base", "description: b\nserver:\n  port: 1\n  host: h\n  model: m\n")
     child = profdir("child", "extends: base\nserver:\n  port: 2\n")
     spec = load_profile("child")
     assert spec.flag_value("--port") == "2"

@@ -126,12 +126,16 @@ def test_duplicate_key_error_names_both_lines(capsys, profdir):
 
 
 def test_bom_crlf_and_quoted_yaml11_words_are_accepted(capsys, profdir):
-    profdir("ok", "\ufeffenv:\r\n  MODE: 'off'\r\nserver:\r\n  port: \"8000\"\r\n  x: 0.5\r\n")
+    profdir(
+        "ok",
+        "\ufeffenv:\r\n  MODE: 'off'\r\nserver:\r\n  port: \"8000\"\r\n  x: 0.5\r\n"
+        "  model-path: m\r\n",
+    )
     code, out, err = run(capsys, "render", "-p", "ok", "--format", "json")
     assert code == 0, err
     data = json.loads(out)
     assert data["env"] == {"MODE": "off"}
-    assert data["argv"] == ["--port", "8000", "--x", "0.5"]
+    assert data["argv"] == ["--port", "8000", "--x", "0.5", "--model-path", "m"]
 
 
 def test_huge_profile_is_refused_before_reading(capsys, profdir):
@@ -191,9 +195,9 @@ def test_a_listed_profile_that_is_no_file_says_why(capsys, profdir, kind):
 
 
 def test_unicode_profile_name_resolves(capsys, profdir):
-    profdir("ñame", "server: {port: 1}\n")
+    profdir("ñame", "server: {port: 1, model-path: m}\n")
     code, out, _ = run(capsys, "render", "--profile", "ñame", "--format", "argv")
-    assert (code, out) == (0, "--port 1\n")
+    assert (code, out) == (0, "--port 1 --model-path m\n")
 
 
 @pytest.mark.parametrize(
@@ -256,7 +260,7 @@ def test_rendered_script_passes_hostile_values_as_data(capsys, profdir, tmp_path
     """Run the rendered script (python swapped for a recorder): every value arrives byte for
     byte, and nothing in it was executed by the shell."""
     stub = _stub_python(tmp_path)
-    server = {f"flag{i}": v for i, v in enumerate(HOSTILE)}
+    server = {"model-path": "m", **{f"flag{i}": v for i, v in enumerate(HOSTILE)}}
     env = {f"V{i}": v for i, v in enumerate(HOSTILE)}
     venv = tmp_path / "my venv 'q\" $(touch PWNED)"
     (venv / "bin").mkdir(parents=True)
@@ -278,7 +282,7 @@ def test_rendered_script_passes_hostile_values_as_data(capsys, profdir, tmp_path
     )
     assert res.returncode == 0, res.stderr
     seen = json.loads(res.stdout)
-    expected = []
+    expected = ["--model-path", "m"]
     for i, v in enumerate(HOSTILE):
         expected += [f"--flag{i}={v}"] if v.startswith("-") else [f"--flag{i}", v]
     assert seen["argv"] == ["-u", "-m", "sglang.launch_server", *expected]
@@ -336,3 +340,59 @@ def test_numbers_whose_yaml_value_reads_differently_keep_their_text(capsys, prof
     assert argv[argv.index("--revision") + 1] == "1.10"
     assert argv[argv.index("--mem-fraction-static") + 1] == "0.80"
     assert argv[argv.index("--port") + 1] == "8000"
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ("", "profile is empty"),
+        ("# only a comment\n", "profile is empty"),
+        ("description: no model\nserver:\n  port: 1\n", "the profile names no model"),
+        ("server:\n  model-path: ''\n", "the profile names no model"),
+    ],
+)
+@pytest.mark.parametrize("verb", [["render"], ["render", "--format", "argv"], ["launch"]])
+def test_a_profile_without_a_model_is_refused_naming_its_file(
+    capsys, profdir, content, fragment, verb
+):
+    """An empty profile rendered an empty argv with exit 0, and launch would have started a
+    server with no --model-path."""
+    path = profdir("nomodel", content)
+    code, out, err = run(capsys, *verb, "--profile", "nomodel")
+    assert code == 2 and out == "", err
+    line = one_line_error(err)
+    assert line.startswith(f"error: {path}: {fragment}"), line
+
+
+def test_a_comment_only_overlay_of_a_base_with_a_model_is_fine(capsys, profdir):
+    """The rule is about the resolved profile: an overlay that only extends is not empty."""
+    profdir("base", "server:\n  model-path: m\n  port: 1\n")
+    profdir("overlay", "# the same as base\nextends: base\n")
+    code, out, err = run(capsys, "render", "--profile", "overlay", "--format", "argv")
+    assert (code, out) == (0, "--model-path m --port 1\n"), err
+    profdir("empty", "")  # --set may give the model
+    code, out, err = run(
+        capsys, "render", "-p", "empty", "--set", "server.model-path=m", "--format", "argv"
+    )
+    assert (code, out) == (0, "--model-path m\n"), err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "'1e999'"])
+def test_a_non_finite_float_flag_is_refused_naming_file_line_or_set(capsys, profdir, value):
+    """argparse's float() takes nan/inf/1e999 and SGLang checks no range: render exited 0
+    while the simulator refused the same flag."""
+    path = profdir(
+        "nanp", f"sglang: '>=0.5.9'\nserver:\n  model-path: m\n  mem-fraction-static: {value}\n"
+    )
+    code, out, err = run(capsys, "render", "-p", "nanp", "--format", "argv")
+    assert code == 2 and out == "", err
+    line = one_line_error(err)
+    assert f"{path}:4 (server.mem-fraction-static)" in line and "not a finite number" in line
+    profdir("okp", "sglang: '>=0.5.9'\nserver:\n  model-path: m\n")
+    code, out, err = run(
+        capsys, "render", "-p", "okp", "--set", f"server.mem-fraction-static={value}",
+        "--format", "argv",
+    )  # fmt: skip
+    assert code == 2 and out == "", err
+    line = one_line_error(err)
+    assert "<--set> (server.mem-fraction-static)" in line and "not a finite number" in line

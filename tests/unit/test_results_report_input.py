@@ -46,3 +46,18 @@ def test_report_output_path_errors_are_one_line(capsys, tmp_path, args, flag):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     code, _, err = run_cli(capsys, "report", "r-any", *args)
     _one_line_usage_error(code, err, flag)
+
+
+def test_report_html_and_png_at_one_path_is_refused_before_writing(capsys, fake, tmp_path):
+    """It wrote the HTML to F, then failed with "--png F: File exists"."""
+    fake.n_tokens, fake.itl = 8, 0.001  # what bench_json asks (--output-len 8)
+    code, data, _ = bench_json(capsys, fake)
+    assert code == 0
+    target = tmp_path / "F"
+    for png in (str(target), f"{tmp_path}/./F"):  # one path, however spelled
+        code, _, err = run_cli(
+            capsys, "report", str(data["id"]), "--html", str(target), "--png", png
+        )
+        _one_line_usage_error(code, err, "--html")
+        assert "--png" in err and "the same path" in err, err
+        assert not target.exists()

@@ -158,6 +158,15 @@ def test_bad_sim_option_values_are_one_line_not_argparse_usage(capsys, argv, mes
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.parametrize("speed", ["-1", "0", "nan", "inf"])
+def test_a_speed_not_above_zero_gets_one_message(speed):
+    """`--sim-speed -1` said "expected a finite number >= 0" and `--sim-speed 0` was then
+    refused with another message: one rule, one message."""
+    with pytest.raises(SimUsageError) as exc:
+        options.parse(["--model-path", "m", "--sim-speed", speed], env={})
+    assert str(exc.value) == f"--sim-speed: expected a finite number > 0, got {float(speed)!r}"
+
+
 @pytest.mark.parametrize("port", ["99999", "65536", "0", "-1"])
 def test_a_port_no_socket_can_bind_is_refused_before_start_up(port):
     with pytest.raises(SimUsageError, match=f"--port {port}: must be a TCP port between 1 and"):

@@ -17,6 +17,9 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     "argv, message",
     [
         (["sweep"], "--profiles is required"),
+        # given but empty ("$PROFILES" unset) is not "not given"
+        (["sweep", "--profiles", ""], "--profiles: an empty list"),
+        (["sweep", "--profiles", " "], "--profiles: an empty list"),
         (["sweep", "--profiles", "cutlass_mla", "--bench", "burst"], "--bench: expected decode"),
         (["sweep", "--profiles", "cutlass_mla", "--concurrency", "4,x"], "--concurrency"),
         (["sweep", "--profiles", "cutlass_mla,cutlass_mla"], "listed twice"),
@@ -63,8 +66,8 @@ def test_an_unwritable_home_is_exit_2_with_one_line_naming_the_folder(capsys, ar
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--output-len", "0"], "--input-len/--output-len must be at least 1"),
-        (["--input-len", "0"], "--input-len/--output-len must be at least 1"),
+        (["--output-len", "0"], "--output-len must be at least 1, got 0"),
+        (["--input-len", "-5"], "--input-len must be at least 1, got -5"),
         (["--num-prompts", "-1"], "--num-prompts must be at least 1"),
         (["--bench", "concurrency", "--num-prompts", "0"], "--num-prompts must be at least 1"),
         (["--stall-timeout", "0"], "--stall-timeout: expected a finite number > 0 s, got 0"),
@@ -74,7 +77,7 @@ def test_an_unwritable_home_is_exit_2_with_one_line_naming_the_folder(capsys, ar
         # audit round 2: a bad simulated flag was refused only after the sweep existed
         (["--set", "sim.bogus=1"], "unknown simulator option --sim-bogus"),
         (["--bench", "concurrency", "--concurrency", "1,,2"], "an empty item in '1,,2'"),
-        (["--set", "sim.speed=nan"], "--sim-speed: expected a finite number >= 0, got nan"),
+        (["--set", "sim.speed=nan"], "--sim-speed: expected a finite number > 0, got nan"),
     ],
 )
 def test_bad_options_are_refused_before_a_sweep_is_created_or_a_server_launched(

@@ -259,8 +259,8 @@ def test_write_profile_is_refused_before_a_resumed_tune_runs_a_trial(capsys):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--output-len", "0"], "--input-len/--output-len must be at least 1"),
-        (["--input-len", "0"], "--input-len/--output-len must be at least 1"),
+        (["--output-len", "0"], "--output-len must be at least 1, got 0"),
+        (["--input-len", "-5"], "--input-len must be at least 1, got -5"),
         (["--num-prompts", "-1"], "--num-prompts must be at least 1"),
         (["--host-lost-after", "-5"], "--host-lost-after: expected seconds >= 0"),
         (["--sglang-version", "9.9.9"], "no argspec shipped for sglang '9.9.9'"),
@@ -329,3 +329,17 @@ def test_resume_first_stops_the_servers_its_unfinished_trials_recorded_and_only_
     assert "h1: stopped run r-left, left running by the earlier attempt" in said
     assert any(m.startswith("h2: could not stop run r-gone") for m in said)
     assert tune.status == "done" and left.status == st.OK  # and it ran again
+
+
+@pytest.mark.parametrize(
+    ("profile", "needle"), [("", "--profile: empty"), (" ", "--profile: empty")]
+)
+def test_an_empty_profile_is_named_empty_not_missing(capsys, profile, needle):
+    """``--profile "$PROFILE"`` with the variable unset said "--profile is required"."""
+    from glmserve.cli import main
+
+    argv = ["tune", "--simulate", "--profile", profile, "--search", "server.max-running-requests=8"]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert st.TUNES.ids() == []

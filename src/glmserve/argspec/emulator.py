@@ -9,10 +9,11 @@ deprecated flags, repeated flags, the backend facts in ``backend_facts``).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from glmserve.argspec.backend_facts import backend_warnings
 from glmserve.argspec.model import (
@@ -93,7 +94,11 @@ def _arity_error(act: ArgAction) -> str:
 
 
 def validate_argv(
-    argv: list[str], spec: ArgSpec, opaque: Iterable[int] = (), patches: Iterable[str] = ()
+    argv: list[str],
+    spec: ArgSpec,
+    opaque: Iterable[int] = (),
+    patches: Iterable[str] = (),
+    strict: bool = False,
 ) -> ValidationReport:
     """argparse's verdict on ``argv`` (server flags only) for ``spec``'s release, listing
     every error rather than stopping at the first, plus warnings argparse does not give
@@ -101,7 +106,10 @@ def validate_argv(
 
     ``opaque``: argv positions whose text is only known at run time (``$VAR`` from a
     script); their type and choice checks are skipped. ``patches``: glmserve runtime patches
-    the launch activates (a pitfall a patch fixes is not warned about)."""
+    the launch activates (a pitfall a patch fixes is not warned about). ``strict``: add
+    glmserve's own rules, stricter than argparse (a non-finite value of a ``type=float``
+    flag, ``_non_finite_float``); off, the verdict is argparse's alone (the agreement test
+    holds it against the real parser)."""
     unknown_values = set(opaque)
     findings: list[FlagIssue] = []
     tokens: list[_Token] = []
@@ -214,7 +222,7 @@ def validate_argv(
             for raw, at in zip(raw_values, value_indexes, strict=True)
             if at not in unknown_values
         ]
-        value_errors = _check_values(act, checked, tok, spec)
+        value_errors = _check_values(act, checked, tok, spec, strict)
         findings.extend(value_errors)
         if not value_errors:
             values[act.dest] = (raw_values, tok.index)
@@ -350,8 +358,16 @@ def _option_notes(tok: _Token, act: ArgAction, spec: ArgSpec) -> list[FlagIssue]
     return notes
 
 
+def _non_finite_float(act: ArgAction, value: Any) -> bool:
+    """A ``type=float`` value that is nan or inf (``nan``, ``inf``, ``1e999``): a glmserve
+    rule stricter than argparse. SGLang 0.5.9 checks no range for most float flags
+    (``--mem-fraction-static nan`` starts, then sizes its pools from NaN)."""
+    short = (act.type or "").rsplit(".", 1)[-1]
+    return short == "float" and isinstance(value, float) and not math.isfinite(value)
+
+
 def _check_values(
-    act: ArgAction, raw_values: list[str], tok: _Token, spec: ArgSpec
+    act: ArgAction, raw_values: list[str], tok: _Token, spec: ArgSpec, strict: bool = False
 ) -> list[FlagIssue]:
     out: list[FlagIssue] = []
     flag = tok.option or act.name
@@ -361,6 +377,19 @@ def _check_values(
             hint = _type_hint(act, flag)
             out.append(
                 FlagIssue("error", flag, f"argument {_label(act)}: {error}", hint, tok.index)
+            )
+            continue
+        if strict and _non_finite_float(act, value):
+            out.append(
+                FlagIssue(
+                    "error",
+                    flag,
+                    f"argument {_label(act)}: {raw!r} is not a finite number (glmserve refuses "
+                    "nan and inf for a float flag; sglang's argparse takes them, the server "
+                    "then misbehaves)",
+                    f"{flag} takes a finite number",
+                    tok.index,
+                )
             )
             continue
         if act.choices is not None and not in_choices(value, raw, act.choices):

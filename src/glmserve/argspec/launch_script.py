@@ -256,7 +256,9 @@ def check_launch(inv: LaunchInvocation, spec: ArgSpec) -> LocatedReport:
     """Validate a script's launch command: argparse's verdict for its flags plus the
     script-level warnings (a comment that cuts the command, run-time expansions that cannot
     be checked), each located at its script line. Pure."""
-    report = validate_argv(inv.argv, spec, opaque=inv.opaque, patches=_active_patches(inv))
+    report = validate_argv(
+        inv.argv, spec, opaque=inv.opaque, patches=_active_patches(inv), strict=True
+    )
     found: list[tuple[FlagIssue, str]] = [
         (FlagIssue("warning", "", note, None, None), f"{inv.source}:{line}")
         for line, note in inv.notes
@@ -283,7 +285,7 @@ def check_argv(argv: list[str], spec: ArgSpec) -> LocatedReport:
             flags = find_launch(shlex.join(argv), "argv").argv
         except ConfigError:
             flags = argv
-    report = validate_argv(flags, spec)
+    report = validate_argv(flags, spec, strict=True)
     locations = [f"argv[{f.index}]" if f.index is not None else "argv" for f in report.findings]
     return LocatedReport(report, locations)
 

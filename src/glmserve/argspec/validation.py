@@ -47,7 +47,7 @@ def validate_spec(spec: LaunchSpec, sglang_version: str) -> list[str]:
     from glmserve.argspec.releases import load_release_spec
 
     argspec = load_release_spec(sglang_version)
-    report = validate_argv(list(spec.argv), argspec, patches=spec.patches)
+    report = validate_argv(list(spec.argv), argspec, patches=spec.patches, strict=True)
     warnings = [format_finding(spec, f) for f in report.warnings]
     version = getattr(argspec, "version", sglang_version)
     patch_errors = patch_requirement_errors(spec, str(version))

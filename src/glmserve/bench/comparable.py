@@ -244,6 +244,11 @@ def underfilled(lv: dict[str, Any]) -> str | None:
         seen = lv.get("requests")
     if seen is None or c <= 1 or int(seen) >= c:
         return None
+    if int(seen) == 0 and int(lv.get("errors") or 0) > 0:
+        # No request was ever in flight: every one failed before the server answered (it
+        # was killed, say). The errors are the story, told as "N of N requests failed";
+        # "c=4 never had more than 0 requests in flight" only confused it.
+        return None
     return f"c={c} never had more than {int(seen)} requests in flight"
 
 

@@ -29,6 +29,10 @@ class Progress:
     def level_finished(self, run: LevelRun) -> None:
         pass
 
+    def warmup_started(self, requests: int) -> None:
+        """The warmup's requests went out: a long one (a 1000-token decode) printed nothing
+        for ~18 s in the simulator, and a new user took the bench for hung."""
+
 
 class SilenceWatch(Progress):
     """Passes every callback on to ``inner`` and notices a level gone silent: requests in
@@ -73,6 +77,9 @@ class SilenceWatch(Progress):
     def level_finished(self, run: LevelRun) -> None:
         self._active = False
         self.inner.level_finished(run)
+
+    def warmup_started(self, requests: int) -> None:
+        self.inner.warmup_started(requests)
 
     def quiet_phase(self, active: bool) -> None:
         """Requests in flight outside any level (the warmup): watched for silence like a

@@ -440,6 +440,9 @@ def run_warmup(settings: BenchSettings, requests: list[Request], watch: Any = No
 
     if watch is not None:
         watch.quiet_phase(True)
+        started = getattr(watch, "warmup_started", None)  # a Progress; a bare watch has none
+        if started is not None:
+            started(settings.warmup)
     try:
         asyncio.run(main())
     finally:

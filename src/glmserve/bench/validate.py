@@ -43,12 +43,31 @@ def _finite(flag: str, value: float | None, high: float | None = None, what: str
         raise ConfigError(f"{flag}: at most {high:g}{what}, got {value:g}")
 
 
+def _check_brackets(url: str) -> None:
+    """An IPv6 host's ``[`` left open: httpx reads the address's last ``:1`` as a port and
+    says "Invalid port: ':1'", which names the wrong fault."""
+    authority = url.split("://", 1)[-1]
+    for stop in "/?#":
+        authority = authority.split(stop, 1)[0]
+    opened, closed = authority.find("["), authority.find("]")
+    if opened >= 0 and closed < opened:
+        raise ConfigError(
+            f"--url {url!r}: the IPv6 address after '[' has no closing ']' "
+            "(expected http://[ADDRESS]:PORT)"
+        )
+    if closed >= 0 and opened < 0:
+        raise ConfigError(
+            f"--url {url!r}: a ']' with no '[' before it (expected http://[ADDRESS]:PORT)"
+        )
+
+
 def check_base_url(url: str) -> None:
     """``--url``: http(s), a host, a port 1-65535, no query or fragment (paths are appended
     to it). A URL httpx cannot parse, or one that could never connect (``foo``, ``ftp://x``),
     is a usage error naming the flag, not "cannot reach server" or a crash."""
     import httpx
 
+    _check_brackets(url)
     try:
         parsed = httpx.URL(url)
         port = parsed.port
@@ -104,9 +123,9 @@ def validate_settings(s: BenchSettings, gates: Gates) -> None:
     if max(s.concurrency) > MAX_CONCURRENCY:
         raise ConfigError(f"--concurrency: at most {MAX_CONCURRENCY:,} streams per level, "
                           f"got {max(s.concurrency):,}")  # fmt: skip
-    if s.input_len < 1 or s.output_len < 1:
-        raise ConfigError("--input-len/--output-len must be at least 1")
     for flag, n in (("--input-len", s.input_len), ("--output-len", s.output_len)):
+        if n < 1:  # the flag given, not both: the other one may be fine
+            raise ConfigError(f"{flag} must be at least 1, got {n}")
         if n > MAX_LEN:
             raise ConfigError(f"{flag}: at most {MAX_LEN:,} tokens per request, got {n:,}")
     if s.num_prompts is not None and s.num_prompts < 1:

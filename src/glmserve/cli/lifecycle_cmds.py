@@ -229,8 +229,10 @@ def stop(
         views.say(
             f"warning: {store.path} is read-only; stopping anyway, unrecorded: {store.read_only}"
         )
-    if all_runs == bool(run_id):
-        raise ConfigError("give a RUN id or --all (not both)")
+    if all_runs and run_id:
+        raise ConfigError("give a RUN id or --all, not both")
+    if not all_runs and not run_id:
+        raise ConfigError("give a RUN id or --all")
     if all_runs:  # every run is tried; the table says what happened to each
         reports = stop_runs(store.list_runs(live_only=True), timeout=timeout, store=store)
     else:

@@ -43,7 +43,10 @@ def refuse_repeated_options(command: Any, ctx: Any, args: list[str]) -> None:
     subcommand ``args`` name at any depth, given more than once with different values.
 
     A throwaway parse: ``ctx`` is not changed, and argv click would refuse anyway (an unknown
-    option, a missing value) is left for click to refuse at its own point."""
+    option) is left for click to refuse at its own point. Except one kind: click's parser
+    raises some usage errors (an option's missing value) without a context, so the message
+    would point at ``glmserve --help``; those are raised here, the same error with the
+    context of the command whose parse failed, so it names that verb's ``--help``."""
     while True:
         parser = command.make_parser(ctx)
         single: set[str] = set()
@@ -55,7 +58,10 @@ def refuse_repeated_options(command: Any, ctx: Any, args: list[str]) -> None:
                 single.add(opt.dest)
         try:
             values, rest, order = parser.parse_args(args=list(args))
-        except _click.exceptions.ClickException:
+        except _click.exceptions.ClickException as exc:
+            if isinstance(exc, _click.exceptions.UsageError) and exc.ctx is None:
+                exc.ctx = ctx  # the same refusal click's own parse makes next, with its verb
+                raise
             return
         for param in dict.fromkeys(order):  # as given, each once
             if param.name not in single:

@@ -22,6 +22,12 @@ def _report_paths(html_file: str, png: Path | None) -> Path:
 
     path = check_output_file("--html", html_file)
     if png is not None:
+        # one path for both: the HTML was written there, then the PNG folder failed on it
+        if png.resolve() == path.resolve():
+            raise ConfigError(
+                f"--html {html_file} and --png {png} name the same path; give the PNG folder "
+                "another name"
+            )
         check_output_dir("--png", png)
     return path
 

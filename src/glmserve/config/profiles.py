@@ -437,6 +437,27 @@ def resolve_profile(name: str, overrides: list[str] | tuple[str, ...] = ()) -> R
     return ResolvedProfile(name=chain[-1].name, data=merged, chain=chain)
 
 
+# SGLang's flag and its alias (0.5.9 server_args.py: "--model-path", "--model"); a profile
+# key is the flag without its dashes.
+MODEL_KEYS = ("model-path", "model")
+
+
+def _require_model(resolved: ResolvedProfile) -> None:
+    """Refuse a resolved profile that names no model: it rendered an empty argv (exit 0) and
+    ``launch`` would start a server with no ``--model-path``. The rule is about the merged
+    result, so a comment-only file that ``extends`` a base is fine; an empty file is not."""
+    server = resolved.data.get("server") or {}
+    if any(server.get(k) not in (None, False, "") for k in MODEL_KEYS):
+        return
+    pf = resolved.chain[-1]
+    if len(resolved.chain) == 1 and not pf.data:
+        raise ConfigError(f"{pf.path}: profile is empty (it needs at least server.model-path)")
+    raise ConfigError(
+        f"{pf.path}: the profile names no model: give server.model-path "
+        "(in it, a parent it extends, or --set server.model-path=...)"
+    )
+
+
 def _origin_of(key: str, chain: list[ProfileFile], overridden: set[str]) -> ArgOrigin:
     if key in overridden:
         return ArgOrigin(key=key, file=OVERRIDE_SOURCE, line=None)
@@ -451,6 +472,7 @@ def build_launch_spec(
 ) -> LaunchSpec:
     """Merged profile -> LaunchSpec (argv, env, origins of every flag)."""
     data = resolved.data
+    _require_model(resolved)
     overridden = {".".join(parse_override(o)[0]) for o in overrides}
     argv, owners = server_argv(data.get("server") or {})
     origins: dict[str, ArgOrigin] = {}

@@ -138,7 +138,7 @@ def check_argspec(t: Transport, spec: LaunchSpec, version: str | None) -> CheckR
         refused = refusals(spec.argv, live)
         if refused:
             return CheckRow("flags", "fail", "; ".join(f.format() for f in refused))
-        report = emulator.validate_argv(spec.argv, live, patches=spec.patches)
+        report = emulator.validate_argv(spec.argv, live, patches=spec.patches, strict=True)
     except GlmserveError as exc:
         return CheckRow("flags", "fail", str(exc))
     from glmserve.argspec.validation import patch_requirement_errors

@@ -390,19 +390,24 @@ def _check_numbers(sim: argparse.Namespace, server: argparse.Namespace) -> None:
     """The numbers the simulator runs on are finite and in range: argparse's ``float``
     takes ``nan`` and ``inf``, which would start a server whose figures are nonsense (a NaN
     speed made an audit's bench report 68,498 tok/s) or that dies later for no stated reason."""
-    checks: list[tuple[str, float | None, float, float]] = [
-        ("--sim-speed", sim.sim_speed, 0.0, math.inf),
-        ("--sim-load-seconds", sim.sim_load_seconds, 0.0, math.inf),
-        ("--sim-kv-seconds", sim.sim_kv_seconds, 0.0, math.inf),
-        ("--sim-graphs-seconds", sim.sim_graphs_seconds, 0.0, math.inf),
-        ("--sim-warmup-seconds", sim.sim_warmup_seconds, 0.0, math.inf),
-        ("--sim-worker-death-after", sim.sim_worker_death_after, 0.0, math.inf),
-        ("--sim-run-variation", sim.sim_run_variation, 0.0, 1.0),
-        ("--sim-step-jitter", sim.sim_step_jitter, 0.0, 1.0),
+    # (flag, value, lowest, highest, whether the lowest itself is refused): one message per
+    # flag, so `--sim-speed -1` does not say ">= 0" when 0 is refused too.
+    checks: list[tuple[str, float | None, float, float, bool]] = [
+        ("--sim-speed", sim.sim_speed, 0.0, math.inf, True),
+        ("--sim-load-seconds", sim.sim_load_seconds, 0.0, math.inf, False),
+        ("--sim-kv-seconds", sim.sim_kv_seconds, 0.0, math.inf, False),
+        ("--sim-graphs-seconds", sim.sim_graphs_seconds, 0.0, math.inf, False),
+        ("--sim-warmup-seconds", sim.sim_warmup_seconds, 0.0, math.inf, False),
+        ("--sim-worker-death-after", sim.sim_worker_death_after, 0.0, math.inf, False),
+        ("--sim-run-variation", sim.sim_run_variation, 0.0, 1.0, False),
+        ("--sim-step-jitter", sim.sim_step_jitter, 0.0, 1.0, False),
     ]
-    for flag, value, lo, hi in checks:
-        if value is not None and not (math.isfinite(value) and value >= lo):
-            raise SimUsageError(f"{flag}: expected a finite number >= {lo:g}, got {value!r}")
+    for flag, value, lo, hi, strict in checks:
+        if value is not None and not (
+            math.isfinite(value) and (value > lo if strict else value >= lo)
+        ):
+            bound = f"> {lo:g}" if strict else f">= {lo:g}"
+            raise SimUsageError(f"{flag}: expected a finite number {bound}, got {value!r}")
         # a spread of SD 50 multiplied a step by exp(N(0, 50)): a server stalled for ages
         if value is not None and value > hi:
             raise SimUsageError(f"{flag}: expected a number within [{lo:g}, {hi:g}], got {value!r}")
@@ -454,8 +459,6 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:
         else server.chunked_prefill_size,
     )
     _check_numbers(sim, server)
-    if sim.sim_speed <= 0:
-        raise SimUsageError("--sim-speed must be > 0")
     if sim.sim_tokens_per_chunk < 1:
         raise SimUsageError("--sim-tokens-per-chunk must be >= 1")
     if sim.sim_abort_after_tokens is not None and sim.sim_abort_after_tokens < 1:

@@ -100,10 +100,10 @@ class SweepCommand(StageOptions, PlaceOptions):
 
         if self.resume:
             sw = load_sweep(self.resume)
-            if self.profiles:
+            if self.profiles is not None:
                 raise ConfigError("--resume: the sweep keeps its own --profiles; drop --profiles")
             return SweepPlan(sw, resume_options(sw), sw.host, sw.simulate, list(sw.nodes))
-        if not self.profiles:
+        if self.profiles is None:  # given but empty ("$PROFILES" unset): comma_list says so
             raise ConfigError("--profiles is required (or --resume SWEEP_ID)")
         opts = SweepOptions.from_cli(
             self.bench,

@@ -105,8 +105,10 @@ class TuneCommand(StageOptions, ReleaseOptions):
             if self.write_profile:
                 check_target(self.write_profile, tu.profile)  # before any trial runs
             return tu, server
-        if not self.profile:
+        if self.profile is None:
             raise ConfigError("--profile is required (or --resume TUNE_ID)")
+        if not self.profile.strip():  # given but empty ("$PROFILE" unset): not "not given"
+            raise ConfigError("--profile: empty; name a profile")
         if self.write_profile:
             check_target(self.write_profile, self.profile)  # before the tune is created or run
         opts = TuneOptions(

@@ -229,6 +229,11 @@ def _level_name(concurrency: int, rate: float | None) -> str:
     return f"rate {shown} req/s{cap}"
 
 
+def warmup_line(requests: int) -> str:
+    """The one line both progress views print when the warmup starts."""
+    return f"bench: warmup: {requests} request{'s' if requests != 1 else ''} (not measured)"
+
+
 class PlainProgress(Progress):
     """CI: one line per level start/end and one every few seconds, no control characters."""
 
@@ -255,6 +260,9 @@ class PlainProgress(Progress):
         err.print(
             f"bench:   {done}/{total} done, {errors} errors, {rate:,.1f} tok/s", highlight=False
         )
+
+    def warmup_started(self, requests: int) -> None:
+        err.print(warmup_line(requests), highlight=False)
 
     def level_finished(self, run: LevelRun) -> None:
         errors = sum(1 for r in run.records if not r.ok)
@@ -295,6 +303,9 @@ class RichProgress(Progress):
     def update(self, done: int, errors: int, tokens: int, elapsed: float) -> None:
         rate = f"{tokens / elapsed:,.1f}" if elapsed > 0 else "-"
         self.rp.update(self.task, completed=done, rate=rate, errors=errors)
+
+    def warmup_started(self, requests: int) -> None:
+        err.print(warmup_line(requests), highlight=False)
 
     def level_finished(self, run: LevelRun) -> None:
         pass
