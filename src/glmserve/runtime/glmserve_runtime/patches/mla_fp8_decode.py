@@ -198,9 +198,9 @@ class Dispatch:
         return o
 
 
-def install(backend: Any, model_runner: Any, version: str) -> Dispatch:
-    """Check the requirements and wrap ``backend.decode_attention_fwd`` (after the
-    release's own ``__init__`` has set it). Raises PatchError (logged FAILED) on a miss."""
+def check_runner(model_runner: Any) -> None:
+    """The kernel's requirements on the model runner, for both backend paths: an FP8 e4m3 KV
+    cache and MLA of 512 latent + 64 rope dims. Raises PatchError (logged FAILED)."""
     import torch
 
     kv_dtype = getattr(model_runner, "kv_cache_dtype", None)
@@ -211,6 +211,14 @@ def install(backend: Any, model_runner: Any, version: str) -> Dispatch:
     rope = getattr(cfg, "qk_rope_head_dim", None)
     if rank != 512 or rope != 64:
         raise fail(PATCH, mla_reason(rank, rope))
+
+
+def install(backend: Any, model_runner: Any, version: str) -> Dispatch:
+    """Check the requirements and wrap ``backend.decode_attention_fwd`` (after the
+    release's own ``__init__`` has set it). Raises PatchError (logged FAILED) on a miss."""
+    import torch
+
+    check_runner(model_runner)
     max_batch = int(model_runner.req_to_token_pool.size)
     dispatch = Dispatch(
         backend.decode_attention_fwd, _SCALES_BY_POSITION[version], backend.num_head,

@@ -91,16 +91,9 @@ class FlashInferState:
         import torch
 
         from ..kernels import mla_fp8_decode as mk
-        from .mla_fp8_decode import kv_dtype_reason, mla_reason
+        from .mla_fp8_decode import check_runner
 
-        kv_dtype = getattr(model_runner, "kv_cache_dtype", None)
-        if kv_dtype != torch.float8_e4m3fn:
-            raise fail(PATCH, kv_dtype_reason(str(kv_dtype)))
-        cfg = model_runner.model_config
-        rank = getattr(cfg, "kv_lora_rank", None)
-        rope = getattr(cfg, "qk_rope_head_dim", None)
-        if rank != 512 or rope != 64:
-            raise fail(PATCH, mla_reason(rank, rope))
+        check_runner(model_runner)
         self.mk = mk
         self.heads = int(backend.indices_updater_decode.num_local_heads)
         self.max_batch = int(model_runner.req_to_token_pool.size)
