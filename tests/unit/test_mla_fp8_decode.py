@@ -279,6 +279,19 @@ def test_default_config_grid_depends_only_on_batch_and_heads(mk):
         assert cfg.block_h in (16, 32)
 
 
+def test_interpreted_reductions_take_the_numpy_path(mk):
+    """Triton's interpreter reduces with numpy only for triton.language.standard's combine
+    functions and runs any other element by element in Python (one 128-head test took
+    112 s that way): CI's CPU time depends on the interpreted copy taking those."""
+    import triton.language as tl
+
+    if CUDA:
+        assert mk._RED_MAX is mk._fmax and mk._RED_ADD is mk._fadd
+    else:
+        assert mk._RED_MAX is tl.standard._elementwise_max
+        assert mk._RED_ADD is tl.standard._sum_combine
+
+
 def test_rejects_bad_inputs(mk):
     pool = _pool(10, 1)
     q = _q(1, 8, 1)
