@@ -229,8 +229,10 @@ HOSTILE_SSH_CONFIG = {
 
 
 @pytest.fixture
-def checkout(tmp_path: Path) -> Path:
-    """A repo checkout: ``configs/profiles`` (so glmserve reads ``./configs``)."""
+def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A repo checkout: ``configs/profiles`` (so glmserve reads ``./configs``, which
+    $GLMSERVE_CONFIGS would take precedence over: unset here)."""
+    monkeypatch.delenv("GLMSERVE_CONFIGS", raising=False)
     repo = tmp_path / "repo"
     shutil.copytree(REPO / "configs" / "profiles", repo / "configs" / "profiles")
     return repo
