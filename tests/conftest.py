@@ -28,6 +28,7 @@ _BASE_PROFILE = "glm5-nvfp4-tp8.yaml"
 _SLURM_FIXTURES = frozenset({"slurm", "slurm_cluster", "slurm_two_nodes"})
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marker (its hook adds "@group")
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if _SLURM_FIXTURES.intersection(getattr(item, "fixturenames", ())):
