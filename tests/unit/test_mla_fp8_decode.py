@@ -292,6 +292,15 @@ def test_interpreted_reductions_take_the_numpy_path(mk):
         assert mk._RED_ADD is tl.standard._sum_combine
 
 
+def test_default_split_budget_is_one_program_per_sm_from_batch_2(mk):
+    """Run 3 (H200): half the old budget was faster at batch 8 and 64, slower at batch 1."""
+    cpu = torch.device("cpu")  # 132 SMs, as the H200
+    assert mk.default_config(1, 8, cpu).max_splits == 128
+    assert mk.default_config(8, 8, cpu).max_splits == 16
+    assert mk.default_config(64, 16, cpu).max_splits == 2
+    assert mk.default_config(256, 8, cpu).max_splits == 1
+
+
 def test_rejects_bad_inputs(mk):
     pool = _pool(10, 1)
     q = _q(1, 8, 1)

@@ -365,11 +365,15 @@ def default_config(
     Above 16 heads (two 16-row tiles a program): BF16, 32 rows, 8 warps, the run-1 default
     (not timed above 16 heads; accuracy tested at 32-128 heads).
 
-    ``max_splits`` aims at about two programs per SM over the batch, rounded down to a
-    power of two (at most 128): few splits when the batch alone fills the GPU (the merge
-    pass and the fp32 partials then cost nothing), many at batch 1 so that a long context
-    still spreads over every SM. Per request the count shrinks on the device so that each
-    split has at least ``min_chunk`` tokens.
+    ``max_splits`` aims at about one program per SM over the batch (two at batch 1),
+    rounded down to a power of two (at most 128): few splits when the batch alone fills the
+    GPU (the merge pass and the fp32 partials then cost nothing), many at batch 1 so that a
+    long context still spreads over every SM. Per request the count shrinks on the device
+    so that each split has at least ``min_chunk`` tokens. One program per SM from batch 2
+    on: in run 3 (H200, 2026-12-05, ``new_cfg6``) half run 2's split budget was faster at
+    every shape of batch 8 and 64 (CUDA graph 8 x 8K: 49.2 against 54.7 us; 8 x 32K: 149.5
+    against 157.1 us; 64 x 2K: 82.2 against 87.3 us, 8 heads) and slower at 1 x 32K (51.3
+    against 42.1 us), so batch 1 keeps two programs per SM.
     """
     sms, _major = _device_facts(device)
     if heads <= 16:
@@ -377,7 +381,7 @@ def default_config(
     else:
         block_h, block_n, fp16, min_chunk = 32, 32, False, 128
     head_blocks = -(-heads // block_h)
-    target = 2 * sms
+    target = 2 * sms if batch == 1 else sms
     splits = max(1, min(128, target // max(1, batch * head_blocks)))
     splits = 1 << (splits.bit_length() - 1)  # power of two, rounded down
     return Config(block_h=block_h, block_n=block_n, num_warps=8, max_splits=splits,
