@@ -182,6 +182,25 @@ def test_report_cli_counts_a_tune_and_does_not_call_it_empty(tmp_path, capsys):
     assert "(0 profiles/runs, 1 tune(s))" in cap.out and "warning" not in cap.err
 
 
+@pytest.mark.parametrize("extra", [["--profile", ""], ["--profile", "flashinfer"]])
+def test_resume_refuses_a_profile_even_an_empty_one(capsys, extra):
+    """A resumed tune keeps its own --profile: ``--profile ''`` ("$PROFILE" unset) was
+    taken as not given and the resume went on silently."""
+    from glmserve.cli import main
+
+    tune = st.Tune(
+        tune_id=st.new_tune_id(), profile="flashinfer", search=[["max-running-requests", ["8"]]],
+        loads=[1], objective="output_tok_s", slo={}, budget=None, hosts=["local"],
+        simulate=True, status="interrupted",
+    )  # fmt: skip
+    st.save_tune(tune)
+    code = main(["tune", "--resume", tune.tune_id, *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and "--resume: the tune keeps its own --profile and --search" in err, err
+    again = st.load_tune(tune.tune_id)
+    assert again.trials == [] and again.status == "interrupted"
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

@@ -99,7 +99,7 @@ class TuneCommand(StageOptions, ReleaseOptions):
         from glmserve.tune.start import resume_tune, start_tune
 
         if self.resume:
-            if self.profile or self.search:
+            if self.profile is not None or self.search:
                 raise ConfigError("--resume: the tune keeps its own --profile and --search")
             tu, server = resume_tune(self.resume)
             if self.write_profile:
