@@ -100,8 +100,8 @@ def launched(dep: Any) -> None:
 def launch_json(
     dep: Any, verdict: Any = None, stopped: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
-    """``launch --json``: ``{run, verdict}`` for a single run, ``{group_id, runs, verdict,
-    stopped}`` for a group; verdict None with ``--no-wait``."""
+    """``launch --json``: ``{run, verdict, stopped}`` for a single run, ``{group_id, runs,
+    verdict, stopped}`` for a group; with ``--no-wait`` verdict None and no ``stopped``."""
     runs = [r.to_dict() for r in dep.records()]
     v: dict[str, Any] | None = None
     if verdict is not None:
@@ -125,7 +125,10 @@ def launch_json(
     if v is not None and verdict.decisive.state == "STOPPED":
         v["state"] = "STOPPED"  # the log's phase stays in "phase"
     if not dep.grouped:
-        return {"run": runs[0], "verdict": v}
+        if verdict is None:
+            return {"run": runs[0], "verdict": v}
+        # a CRASHED run's leftover processes, stopped after the verdict (Deployment.settle_crash)
+        return {"run": runs[0], "verdict": v, "stopped": stopped or []}
     data = {"group_id": dep.group_id, "runs": runs, "verdict": v}
     if verdict is not None:
         data["stopped"] = stopped or []
@@ -308,6 +311,7 @@ def print_status(rows: list[dict[str, Any]]) -> None:
             what = f"patch active on {row['patch_active']} ranks " + what
         if row.get("category"):
             what = f"{row['category']}: {row.get('root_cause') or ''} " + what
+        what = _process_note(row) + what
         if row.get("group_problem"):  # first: a READY node of a broken group is no server
             what = f"NOT SERVING: {row['group_problem']}; " + what
         cells = (
@@ -322,6 +326,20 @@ def print_status(rows: list[dict[str, Any]]) -> None:
         )
         table.add_row(*(cell(c) for c in cells))  # data, never rich markup
     out.print(table)
+
+
+def _process_note(row: dict[str, Any]) -> str:
+    """A run with a verdict whose processes are still up (they hold its GPUs), or one this
+    look found ended (listed this once; ``status --all`` and ``runs`` keep it)."""
+    from glmserve.store import TERMINAL_STATES
+
+    state = str(row.get("state") or "").rstrip("?")
+    if row.get("alive") and row.get("alive_pids") and state in TERMINAL_STATES:
+        pids = ", ".join(map(str, row["alive_pids"]))
+        return f"{state} but processes still up (pid {pids}): glmserve stop {row['run_id']}; "
+    if row.get("ended_now"):
+        return "ended: no process left; "
+    return ""
 
 
 def print_runs(records: list[Any]) -> None:
