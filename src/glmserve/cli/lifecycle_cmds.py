@@ -104,7 +104,13 @@ def launch(opts: LaunchOptions, json_out: JsonOpt = False) -> None:
         raise Interrupted(f"stopped watching: {views.keeps_running(dep)}") from None
     except TransportError as exc:
         raise TransportError(f"{exc}; {views.keeps_running(dep)}") from exc
-    stopped = dep.stop_failed(verdict, views.say)
+    try:
+        stopped = dep.stop_failed(verdict, views.say)
+    except KeyboardInterrupt:  # the verdict stands; what is left of the run is the user's
+        raise Interrupted(
+            f"interrupted after the verdict {verdict.state}: processes of {dep.id} may still be "
+            f"up; see `glmserve status {dep.id}`, stop them with `glmserve stop {dep.id}`"
+        ) from None
     if json_out:
         emit_json(views.launch_json(dep, verdict, stopped))
     error = views.verdict_error(dep, verdict)
@@ -138,6 +144,13 @@ def status(
     unverified = [r for r in rows if r.get("unverified")]
     if unverified:  # neither alive nor gone is known: never a plain exit 0
         raise ProcessUnverified(str(unverified[0]["error"]))
+    unchecked = [r for r in rows if r.get("error")]
+    if unchecked:  # a host not reached: its runs' states are the stored ones, with "?"
+        first = unchecked[0]
+        raise TransportError(
+            f"{len(unchecked)} run(s) not checked (state shown as stored, with ?): "
+            f"{first['run_id']} on {first['host']}: {first['error']}"
+        )
 
 
 @app.command()
@@ -229,6 +242,8 @@ def stop(
         views.say(
             f"warning: {store.path} is read-only; stopping anyway, unrecorded: {store.read_only}"
         )
+    if run_id is not None and not run_id.strip():  # "$RUN" unset: never "every run"
+        raise ConfigError("stop: empty RUN id (an unset shell variable?); give a run id or --all")
     if all_runs and run_id:
         raise ConfigError("give a RUN id or --all, not both")
     if not all_runs and not run_id:
