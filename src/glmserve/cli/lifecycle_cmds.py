@@ -104,6 +104,7 @@ def launch(opts: LaunchOptions, json_out: JsonOpt = False) -> None:
         raise Interrupted(f"stopped watching: {views.keeps_running(dep)}") from None
     except TransportError as exc:
         raise TransportError(f"{exc}; {views.keeps_running(dep)}") from exc
+    error = views.verdict_error(dep, verdict)  # the diagnosis first, whatever follows
     try:
         stopped = dep.stop_failed(verdict, views.say)
     except KeyboardInterrupt:  # the verdict stands; what is left of the run is the user's
@@ -113,7 +114,6 @@ def launch(opts: LaunchOptions, json_out: JsonOpt = False) -> None:
         ) from None
     if json_out:
         emit_json(views.launch_json(dep, verdict, stopped))
-    error = views.verdict_error(dep, verdict)
     if error is not None:
         raise error
     views.ready(dep, verdict)

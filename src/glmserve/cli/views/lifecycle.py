@@ -322,7 +322,7 @@ def print_status(rows: list[dict[str, Any]]) -> None:
             row["profile"],
             str(row["port"]),
             str(row["pid"] or ""),
-            what.strip()[:200],
+            what.strip().rstrip(";")[:200],
         )
         table.add_row(*(cell(c) for c in cells))  # data, never rich markup
     out.print(table)
