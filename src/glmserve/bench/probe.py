@@ -40,6 +40,7 @@ from glmserve.bench.agreement import (
     forced_native,
     from_native,
     from_openai,
+    unconfirmed,
 )
 from glmserve.bench.probes import ProbeSet, load_probe_set
 from glmserve.errors import ConfigError, TransportError
@@ -287,29 +288,6 @@ def compare_agreement(base: dict[str, Any], row: dict[str, Any]) -> dict[str, An
     if own and own.get("verdict") == WRONG_OUTPUT:
         return {**own, "via": via(rp)}
     return None
-
-
-def unconfirmed(a: dict[str, Any], base_id: Any) -> dict[str, Any]:
-    """An agreed-prefix "agrees" is no verdict unless the greedy outputs are identical: the
-    estimate reads only the tokens both servers chose, so a server wrong at some positions
-    diverges exactly there and its error is never measured (simulated ``garble=0.1``: 0.000
-    nats/token over the agreed prefix, greedy agreement 0.29 above its floor, while teacher
-    forced it is 0.626: WRONG_OUTPUT). A WRONG_OUTPUT found this way stands (its evidence is
-    measured); an identical greedy output is read whole, so its "agrees" stands too."""
-    if a["verdict"] == WRONG_OUTPUT or a.get("nll_method") != "agreed-prefix":
-        return a
-    if a["greedy_agreement"] >= 1.0:
-        return a
-    return {
-        **a,
-        "verdict": None,
-        "note": (
-            f"output not judged against {base_id}: greedy agreement "
-            f"{a['greedy_agreement']:.2f}, and between stored results the excess NLL is "
-            "read only over the tokens both chose; bench this server with --reference "
-            f"{base_id} for the teacher-forced verdict"
-        ),
-    }
 
 
 def probe_run(run_id: str, spec: ProbeSpec) -> dict[str, Any]:
