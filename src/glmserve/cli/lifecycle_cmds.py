@@ -73,25 +73,38 @@ def launch(opts: LaunchOptions, json_out: JsonOpt = False) -> None:
     Example: glmserve launch --profile trtllm_mla --host gpu8 --timeout 1800
     Example (two nodes): glmserve launch --profile trtllm_mla --nodes gpu8a,gpu8b
     """
+    from glmserve.sigterm import sigterm_as_interrupt
+
+    # SIGTERM (a CI job's `timeout`, `kill`) does what Ctrl-C does: a server being started is
+    # stopped again, one being watched is left running and recorded, and it is said.
+    with sigterm_as_interrupt():
+        _launch(opts, json_out)
+
+
+def _launch(opts: LaunchOptions, json_out: bool) -> None:
     from glmserve.cli import views
     from glmserve.deploy.deployment import Deployment
     from glmserve.store import RunStore
 
     p, budgets = opts.plan()
-    dep = Deployment.launch(
-        p,
-        store=RunStore.open(),
-        replace_existing=opts.replace,
-        say=lambda m: err.print(m, markup=False),
-    )
-    if not json_out:  # scripts capture the id: run=$(glmserve launch ...); --json carries it
-        print(dep.id, flush=True)
-    views.launched(dep)
-    if opts.no_wait:
-        if json_out:
-            emit_json(views.launch_json(dep))
-        return
+    store = RunStore.open()
     try:
+        dep = Deployment.launch(
+            p,
+            store=store,
+            replace_existing=opts.replace,
+            say=lambda m: err.print(m, markup=False),
+        )
+    except KeyboardInterrupt:  # a server half started is stopped; one recorded is named
+        raise Interrupted(views.interrupted_start(store)) from None
+    try:
+        if not json_out:  # scripts capture the id: run=$(glmserve launch ...); --json has it
+            print(dep.id, flush=True)
+        views.launched(dep)
+        if opts.no_wait:
+            if json_out:
+                emit_json(views.launch_json(dep))
+            return
         with views.watch_progress(dep) as progress:
             verdict = dep.watch(
                 poll_s=opts.poll,

@@ -213,6 +213,22 @@ def keeps_running(dep: Any) -> str:
     return _how_to(dep.id)
 
 
+def interrupted_start(store: Any) -> str:
+    """Ctrl-C (or SIGTERM) inside ``Deployment.launch``: a server whose process was not
+    recorded yet is stopped there, but one recorded a moment before the interrupt keeps
+    running (its id was never printed): name every live run this process launched."""
+    import os
+
+    mine = [
+        r
+        for r in store.list_runs(live_only=True)
+        if (r.meta.get("launched_by") or {}).get("pid") == os.getpid() and r.pid is not None
+    ]
+    if not mine:
+        return "interrupted while starting: no server of this launch is recorded running"
+    return "interrupted while starting; " + "; ".join(_how_to(r.run_id) for r in mine)
+
+
 def _how_to(run_id: str) -> str:
     return (
         f"the server keeps running (run {run_id} is recorded): watch it with "
