@@ -46,3 +46,9 @@ def test_status_of_a_run_whose_host_is_unreachable_is_exit_5(capsys, monkeypatch
     assert "1 run(s) not checked" in err and "ab12cd34 on gpu9" in err
     code, _, err = run_cli(capsys, "status", "ab12")
     assert code == 5 and "not checked" in err
+
+
+@pytest.mark.parametrize("verb", ["status", "logs", "stop"])
+def test_an_unknown_group_id_is_named_a_group_or_run(capsys, verb):
+    code, _, err = run_cli(capsys, verb, "g1234567")
+    assert code == 2 and "no group or run 'g1234567'" in err, err

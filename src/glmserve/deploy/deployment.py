@@ -154,6 +154,11 @@ class Deployment:
             runs = group_runs(store, ident)
             if runs:
                 return cls(runs, store)
+            if ident[1:].isalnum():  # reads as a group id: name both kinds
+                try:
+                    store.get_run(ident)
+                except RunNotFound:
+                    raise RunNotFound(f"no group or run {ident!r} (see `glmserve runs`)") from None
         run = store.get_run(ident)
         gid = run.meta.get("group_id")
         runs = group_runs(store, gid, exact=True) if isinstance(gid, str) else [run]
