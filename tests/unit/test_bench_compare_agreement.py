@@ -103,3 +103,18 @@ def test_probes_through_different_apis_are_not_compared():
     r = compare_results(rows(cand))["rows"][1]
     assert r["output"]["verdict"] is None
     assert any("different APIs" in n for n in r["notes"])
+
+
+def test_results_show_names_the_probe_and_its_api(capsys):
+    from tests.fixtures.cli import run_cli
+
+    from glmserve.store import RunStore
+
+    probed = {**probe([1, 2, 3, 4], [-0.1] * 4), "endpoint": "native", "bench_api": "openai"}
+    stored = row(1, [level(1, 100.0, 4)], probe=probed)
+    with RunStore.open() as store:
+        rid = store.add_bench_result(None, stored["result"], stored.get("meta"))
+    code, out, err = run_cli(capsys, "results", "show", str(rid))
+    assert code == 0, err
+    assert "output probed: 1 prompts" in out
+    assert "probed through /generate; benched through --api openai" in out
