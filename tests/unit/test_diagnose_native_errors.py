@@ -35,6 +35,7 @@ def test_a_device_assert_is_the_root_cause_not_the_launch_failure_it_causes() ->
     d = diagnose_text(f"{DEEPGEMM_ASSERT}\n{DEEPGEMM_DRIVER}\n")
     assert (d.state, d.category, d.line) == (State.CRASHED, Category.CRASH, 1)
     assert "DeepGEMM" in (d.hint or "") and "smxx_layout.cuh:131" in (d.hint or "")
+    assert "failed: (values[j] & 0x807fffffu) == 0;" in (d.hint or "")
 
 
 def test_a_library_line_naming_a_known_failure_keeps_that_category() -> None:
@@ -43,6 +44,11 @@ def test_a_library_line_naming_a_known_failure_keeps_that_category() -> None:
         "(CUDA_ERROR_ILLEGAL_ADDRESS, an illegal memory access was encountered)"
     )
     assert diagnose_text(ima).category is Category.ILLEGAL_MEMORY_ACCESS
+    jit = (
+        "RuntimeError: Assertion error (csrc/apis/../jit_kernels/impls/../../jit/compiler.hpp:"
+        '176): false and "NVCC compilation failed"'
+    )
+    assert diagnose_text(jit).category is Category.COMPILE_ERROR
 
 
 def test_the_check_macro_in_source_code_or_prose_is_no_crash() -> None:

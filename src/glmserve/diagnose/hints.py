@@ -386,8 +386,9 @@ def _native_check_hint(m: re.Match[str], _f: Facts) -> str:
             "library version that this SGLang release pins, then try another backend "
             "(attention / MoE runner / FP8 GEMM) to route around the kernel."
         )
+    check = "CUDA check" if m.group("kind").startswith("CUDA") else "error check"
     return (
-        f"{who} stopped on its own CUDA check{what}, with no Python traceback (the library "
+        f"{who} stopped on its own {check}{what}, with no Python traceback (the library "
         "exits or aborts itself). The kernel rejected this GPU, shape or launch configuration: "
         "rerun with CUDA_LAUNCH_BLOCKING=1, check the library version that this SGLang release "
         "pins and the GPU arch it was built for, and try another backend to route around it."

@@ -425,6 +425,9 @@ RULES: list[Rule] = [
         r"|CalledProcessError: Command '\[?'?[^']*(?:ninja|nvcc|ptxas|g\+\+|gcc|c\+\+|cmake)\b"
         r"|\.(?:cu|cuh|h|hpp|cpp|cc)\(\d+\): (?:error|fatal)"
         r"|JIT compil\w+ failed|failed to compile"
+        # DeepGEMM's JIT (csrc/jit/compiler.hpp: DG_HOST_ASSERT(false and "NVCC compilation
+        # failed"), as deepseek-ai/DeepGEMM#173 and sglang#9340 show it)
+        r"|NVCC compilation failed"
         # subprocess reporting a compiler/build tool's failure (Triton's gcc build of
         # cuda_utils, flashinfer/DeepGEMM ninja builds): the argv's first element names it.
         r"|Command '\[?'?[^' ]*\b(?:gcc|g\+\+|c\+\+|cc|clang|nvcc|ninja|ptxas|cmake|make)'"
@@ -456,8 +459,8 @@ RULES: list[Rule] = [
     _r(
         r"(?P<kind>CUDA (?:driver |runtime )?error \(|Assertion error \(|Assertion failed: "
         r"|Error in function '\w+' at )"
-        r"(?P<file>[\w.+\-/]*?[\w+\-]+\.(?:cu|cuh|cpp|cc|cxx|c|h|hpp|hxx))"
-        r":(?P<line>\d+)(?:\)?:?|, condition:)\s*(?P<msg>.*)",
+        r"(?P<file>[^\s():,]+\.(?:cu|cuh|cpp|cc|cxx|c|h|hpp|hxx))"
+        r":(?P<line>\d+)(?:, condition:|\)?:?)\s*(?P<msg>.*)",
         C.CRASH,
         _native_check_hint,
         1,
