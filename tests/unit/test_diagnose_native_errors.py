@@ -68,3 +68,14 @@ def test_the_bulk_path_agrees_on_library_lines() -> None:
     data = body.encode()
     chunks = [data[i : i + 17] for i in range(0, len(data), 17)]
     assert diagnose_stream(chunks).to_dict() == diagnose_lines(body.split("\n")).to_dict()
+
+
+def test_the_cli_reports_the_library_line_as_a_crash_not_a_foreign_file(tmp_path, capsys) -> None:
+    """Was exit 6, "holds no SGLang log line": the FlashMLA excerpt of sglang#25620."""
+    from glmserve.cli import main
+
+    log = tmp_path / "server.log"
+    log.write_text(f"{FLASHMLA}\n{FLASHMLA}\n")
+    assert main(["diagnose", str(log)]) == 3
+    out = capsys.readouterr().out
+    assert "CRASHED" in out and f"{log}:1:" in out and "FlashMLA" in out
