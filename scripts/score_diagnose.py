@@ -18,7 +18,7 @@ log excerpt as posted; expected line numbers count body lines):
 * ``tests/data/logs_2026_d/`` 13 more such excerpts, labelled before scoring: the measurement set
   of a second round whose rules were fitted on all of logs_2026_c (after its held-out half had
   been scored once). Not split: the whole set is held out.
-* ``tests/data/logs_2026_e/`` 22 excerpts (issue 31), labelled and split before scoring: its
+* ``tests/data/logs_2026_e/`` 22 excerpts, labelled and split before scoring: its
   ``SPLIT`` file names each file's half, drawn with ``random.Random(20261205)`` over the sorted
   names; rules may be tuned on the *tune* half only, the *held-out* half is scored once.
 

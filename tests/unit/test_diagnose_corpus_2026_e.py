@@ -1,4 +1,4 @@
-"""logs_2026_e (issue 31): 22 excerpts from public threads no older corpus cites, labelled and
+"""logs_2026_e: 22 excerpts from public threads no older corpus cites, labelled and
 split by a seeded draw, both committed (8ac17f4) before any excerpt was run through diagnose.
 Rules were tuned on the tune half only; the held-out half was scored once. These tests keep the
 corpus honest (provenance, the split is the seeded one) and the reported figures from

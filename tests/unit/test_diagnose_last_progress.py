@@ -1,12 +1,11 @@
 """Offline ``diagnose`` counted a line that only repeats an earlier one (another rank's copy)
 and HTTP access lines as its "last progress", where the launch watcher's stall rules do not
-(docs/known-limits.md; issue 31, item 4). Both now use :mod:`glmserve.diagnose.progress`."""
+(docs/known-limits.md). Both now use :mod:`glmserve.diagnose.progress`."""
 
 from __future__ import annotations
 
-from glmserve.diagnose.progress import NewLines, moves_on
-
 from glmserve.diagnose import State, diagnose_text
+from glmserve.diagnose.progress import NewLines, moves_on
 
 INIT = "[2026-12-05 10:00:0{r} TP{r}] Init torch distributed begin."
 

@@ -1,7 +1,7 @@
 """A kernel library's own failure line (its C++/CUDA check macro, not torch's or SGLang's
 report) with no SGLang line around it was no crash at all (FlashMLA's ``CUDA error
 (...get_decoding_sched_meta.cu:111): invalid argument``, sglang#25620) or lost to the exception
-line it caused (DeepGEMM's device assert, sglang#29993): docs/known-limits.md (issue 31, item 4).
+line it caused (DeepGEMM's device assert, sglang#29993): docs/known-limits.md.
 """
 
 from __future__ import annotations
