@@ -62,9 +62,15 @@ sglang:num_running_reqs{model_name="m",tp_rank="2",pp_rank="0",moe_ep_rank="2"} 
     assert parse_metrics(text)["num_running_reqs"] == 6.0  # rank 0's, not 20
 
 
-def test_parse_metrics_rejects_garbage():
-    with pytest.raises(ValueError):
-        parse_metrics("sglang:num_running_reqs{ 3\n")
+def test_parse_metrics_ignores_garbage_and_counts_it():
+    """A line the Prometheus parser refuses no longer loses the whole scrape (the other
+    lines are read) and is counted, not raised (bench.prom_text)."""
+    from glmserve.bench.telemetry import parse_metrics_noted
+
+    assert parse_metrics("sglang:num_running_reqs{ 3\n") == {}
+    parsed, reading = parse_metrics_noted("sglang:num_running_reqs{ 3\nsglang:num_queue_reqs 2\n")
+    assert parsed == {"num_queue_reqs": 2.0}
+    assert reading.ignored == {"unparsable lines": 1}
 
 
 def test_simulator_metrics_parse_with_the_prometheus_parser():
