@@ -118,6 +118,28 @@ def test_parse_lines_not_supported_and_malformed():
     assert row["power_w"] is None and row["throttle"] == 4.0
 
 
+def test_parse_lines_never_reads_a_figure_from_nan_inf_or_negative_fields():
+    """A broken or faked nvidia-smi (a hostile host) printing nan/inf/-5: no NaN power or
+    energy, no int(nan) crash (was exit 70), no GPU index 1e300."""
+    text = (
+        "nan, 100, 1980, 3201, 97, 100, 50, 0x0\n"  # no GPU index: line skipped
+        "inf, 100, 1980, 3201, 97, 100, 50, 0x0\n"
+        "1e300, 100, 1980, 3201, 97, 100, 50, 0x0\n"
+        "0.5, 100, 1980, 3201, 97, 100, 50, 0x0\n"
+        "0, nan, -1980, inf, 97, 100, 50, nan\n"
+        "1, -300, 1980, 3201, 97, 100, 50, 1e400\n"
+        "2, 250.5, 1980, 3201, 97, 100, 50, 2.5\n"
+    )
+    rows = gt.parse_lines(text)
+    assert [r["index"] for r in rows] == [0.0, 1.0, 2.0]
+    assert rows[0]["power_w"] is None and rows[0]["sm_mhz"] is None
+    assert rows[0]["mem_mhz"] is None and rows[0]["throttle"] is None
+    assert rows[1]["power_w"] is None and rows[1]["throttle"] is None
+    assert rows[2]["power_w"] == 250.5 and rows[2]["throttle"] is None
+    d = gt.derive(rows, seconds=2.0, output_tokens=100)
+    assert d["power_w_mean"] == 250.5 and d["energy_j"] == 501.0 and d["throttled"] is False
+
+
 def _row(i, w, thr=0):
     return {"index": i, "power_w": w, "sm_mhz": 1980.0, "mem_mhz": 3201.0, "util_pct": 90.0,
             "mem_used_mib": 1.0, "temp_c": 60.0, "throttle": float(thr)}  # fmt: skip
