@@ -46,6 +46,7 @@ def _numbers(doc: Any) -> list[float]:
         ("server_info_cut", "bad HTTP framing: peer closed connection without sending complete"),
         ("server_info_chunk", "bad HTTP framing: illegal chunk header"),
         ("server_info_status", "bad HTTP framing: illegal status line"),
+        ("server_info_deep", "a JSON body nested too deeply to read"),
     ],
 )
 def test_a_malformed_server_info_is_a_note_naming_the_url_and_the_bench_is_stored(
@@ -62,6 +63,15 @@ def test_a_malformed_server_info_is_a_note_naming_the_url_and_the_bench_is_store
     assert data["server"]["version"] is None and data["server"]["info_problem"] == note
     with RunStore.open() as store:
         assert store.get_bench_result(data["id"])["result"]["notes"] == data["notes"]
+
+
+def test_a_run_identity_check_reads_a_too_deep_server_info_as_no_answer():
+    """``bench RUN``/``status`` ask /server_info to verify the run's server: a body nested
+    past Python's parser is no answer (an identity problem, exit 5), not exit 70."""
+    from glmserve.deploy.identity import fetch_server_info
+
+    with HostileServer("server_info_deep") as srv:
+        assert fetch_server_info(srv.url) is None
 
 
 def test_server_info_closed_without_an_answer_is_still_unreachable(capsys):
@@ -101,6 +111,19 @@ def test_hostile_metrics_make_no_figure_and_say_what_was_ignored(
     assert tel["samples"] >= 1 or case in ("metrics_nan", "metrics_negative"), tel
     assert all(v is None or v >= 0 for v in tel.get("generation_tok_s") or []), tel
     assert any(ignored in n for n in data["notes"]), data["notes"]
+
+
+def test_a_malformed_probe_answer_fails_the_probe_and_the_bench_is_stored(capsys):
+    """``--probe`` after the levels: token ids that are strings or null were a ValueError /
+    TypeError out of the bench (exit 70) before the measured result was stored."""
+    with HostileServer("probe_bad_ids") as srv:
+        code, data, err = _bench(capsys, srv.url, "--probe")
+    assert code == 1, err  # the output-agreement gate fails: the probe failed
+    assert data["complete"] is True and data["id"] is not None
+    assert data["probe"]["error"].startswith(
+        f"probe answer from {srv.url}/generate is malformed (ValueError: invalid literal"
+    )
+    assert "output probe failed: probe answer from" in err.strip().splitlines()[-1]
 
 
 # -- the parsers themselves ------------------------------------------------------------------
