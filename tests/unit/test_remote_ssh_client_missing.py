@@ -56,6 +56,16 @@ def no_ssh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         ["bench", "abcd1234", "--num-prompts", "1"],
         ["profile", "abcd1234"],
         ["sweep", "--host", "box", "--profiles", "trtllm_mla", "--simulate"],
+        [
+            "tune",
+            "--hosts",
+            "box",
+            "--profile",
+            "trtllm_mla",
+            "--simulate",
+            "--search",
+            "server.max-running-requests=8,32",
+        ],
     ],
     ids=lambda a: " ".join(a[:2]),
 )
