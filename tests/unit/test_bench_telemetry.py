@@ -243,6 +243,24 @@ def test_bad_metrics_interval_is_a_one_line_error(capsys, value):
     assert "Traceback" not in err
 
 
+def test_a_reset_inside_the_level_drops_the_before_after_rate():
+    """The counter went 10 -> 110 -> 5 -> 160 (a restart, then growth past the start): the
+    scrapes before and after the level see +150 and no reset; the series saw it."""
+    from glmserve.bench.telemetry import LevelTelemetry
+
+    tel = LevelTelemetry("http://x", 1.0)
+    m = tel.metrics
+    assert m is not None
+    m.t0, m.times = 100.0, [100.5, 101.5, 102.0, 103.0]
+    m.samples = [{"generation_tokens_total": v} for v in (10.0, 110.0, 5.0, 160.0)]
+    level = {"server": {"generation_tokens": 150.0, "generation_tok_s": 50.0}}
+    tel.attach(level)
+    assert "generation_tok_s" not in level["server"]
+    assert "generation_tokens" not in level["server"]
+    assert "went back during the level" in level["server"]["metrics_notes"][0]
+    assert level["telemetry"]["server"]["counter_resets"] == ["generation_tokens_total"]
+
+
 def test_counter_rate_per_raw_interval_and_reset():
     from glmserve.bench.telemetry import MetricsSampler
 

@@ -313,6 +313,7 @@ class LevelTelemetry:
             s = self.metrics.series()
             doc["server"] = s
             doc["server_summary"] = summary(s)
+            _drop_figures_across_a_reset(level, s.get("counter_resets") or [])
         if self.gpu is not None:
             out_tokens = int(level.get("output_tokens") or 0)
             g = self.gpu.doc(out_tokens)
@@ -330,6 +331,26 @@ class LevelTelemetry:
                     level["gpu_throttled"] = g["throttled"]
         if doc:
             level["telemetry"] = doc
+
+
+# The level's before/after figures (bench.server_probe.metrics_delta) per counter they use.
+_DELTA_FIGURES = {"generation_tokens_total": ("generation_tokens", "generation_tok_s")}
+
+
+def _drop_figures_across_a_reset(level: dict[str, Any], resets: list[str]) -> None:
+    """A counter the series saw go back and grow past its start again: the two scrapes
+    around the level cannot see that restart, and their delta undercounts. Its figures go,
+    with a note (the before/after check drops them itself when the counter ended lower)."""
+    srv = level.get("server")
+    if not isinstance(srv, dict):
+        return
+    for key in resets:
+        gone = [f for f in _DELTA_FIGURES.get(key, ()) if srv.pop(f, None) is not None]
+        if gone:
+            srv.setdefault("metrics_notes", []).append(
+                f"sglang:{key} went back during the level (a restarted server?): no "
+                f"{', '.join(gone)} from the scrapes before and after it"
+            )
 
 
 def series_lines(result_id: Any, result: dict[str, Any]) -> list[dict[str, Any]]:
