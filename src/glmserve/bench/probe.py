@@ -12,9 +12,9 @@ estimate (OpenAI answers carry token texts, not ids, so nothing can be fed back 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -31,6 +31,7 @@ from glmserve.bench.probes import ProbeSet, load_probe_set
 from glmserve.errors import ConfigError, TransportError
 
 PROBE_TIMEOUT_S = 120.0
+_T = TypeVar("_T")
 
 
 def _post(client: httpx.Client, url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -42,6 +43,8 @@ def _post(client: httpx.Client, url: str, body: dict[str, Any]) -> dict[str, Any
         raise TransportError(f"probe request to {url}: HTTP {resp.status_code} {resp.text[:200]}")
     try:
         doc = resp.json()
+    except RecursionError as exc:
+        raise TransportError(f"probe answer from {url} is nested too deeply to read") from exc
     except ValueError as exc:
         raise TransportError(f"probe answer from {url} is not JSON") from exc
     if not isinstance(doc, dict):
@@ -64,7 +67,8 @@ def run_probes(
                     "temperature": 0,
                     "logprobs": 1,
                 }
-                outs.append(from_openai(p.id, _post(client, base_url + "/v1/completions", body)))
+                url = base_url + "/v1/completions"
+                outs.append(_read(url, from_openai, p.id, _post(client, url, body)))
             else:
                 body = {
                     "text": p.prompt,
@@ -72,8 +76,25 @@ def run_probes(
                     "return_logprob": True,
                     "logprob_start_len": 0,
                 }
-                outs.append(from_native(p.id, _post(client, base_url + "/generate", body)))
+                url = base_url + "/generate"
+                outs.append(_read(url, from_native, p.id, _post(client, url, body)))
     return outs
+
+
+_SHAPE_ERRORS = (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError)
+
+
+def _read(url: str, parse: Callable[..., _T], *args: Any) -> _T:
+    """``parse(*args)`` of a server's probe answer; a value of the wrong type inside it (a
+    token id "abc", a logprob null or 1e400, an item that is no object) is the server's
+    fault: a failed probe naming the URL (recorded, the gate fails), never exit 70 after a
+    measured bench that would then not be stored."""
+    try:
+        return parse(*args)
+    except _SHAPE_ERRORS as exc:
+        raise TransportError(
+            f"probe answer from {url} is malformed ({type(exc).__name__}: {str(exc)[:120]})"
+        ) from exc
 
 
 def teacher_force(base_url: str, reference: Sequence[ProbeOutput]) -> dict[str, list[float]]:
@@ -90,9 +111,8 @@ def teacher_force(base_url: str, reference: Sequence[ProbeOutput]) -> dict[str, 
                 "return_logprob": True,
                 "logprob_start_len": len(o.prompt_ids) - 1,
             }
-            forced[o.probe_id] = forced_native(
-                _post(client, base_url + "/generate", body), list(o.tokens)
-            )
+            url = base_url + "/generate"
+            forced[o.probe_id] = _read(url, forced_native, _post(client, url, body), list(o.tokens))
     return forced
 
 

@@ -135,9 +135,12 @@ def status(
         emit_json(rows)
     else:
         views.print_status(rows)
-    unverified = [r for r in rows if r.get("unverified")]
-    if unverified:  # neither alive nor gone is known: never a plain exit 0
-        raise ProcessUnverified(str(unverified[0]["error"]))
+    # A row its host could not be asked about (unreachable, no ssh client) or whose group
+    # could not be verified: neither alive nor gone is known, never a plain exit 0.
+    unchecked = [r for r in rows if "error" in r]
+    if unchecked:
+        first = unchecked[0]
+        raise (ProcessUnverified if first.get("unverified") else TransportError)(first["error"])
 
 
 @app.command()
