@@ -18,6 +18,9 @@ log excerpt as posted; expected line numbers count body lines):
 * ``tests/data/logs_2026_d/`` 13 more such excerpts, labelled before scoring: the measurement set
   of a second round whose rules were fitted on all of logs_2026_c (after its held-out half had
   been scored once). Not split: the whole set is held out.
+* ``tests/data/logs_2026_e/`` 22 excerpts, labelled and split before scoring: its
+  ``SPLIT`` file names each file's half, drawn with ``random.Random(20261205)`` over the sorted
+  names; rules may be tuned on the *tune* half only, the *held-out* half is scored once.
 
 A case is right when state and category match; the root-cause line is counted separately.
 
@@ -44,6 +47,7 @@ NEW = ROOT / "tests" / "data" / "logs_2026"
 NEW_B = ROOT / "tests" / "data" / "logs_2026_b"
 NEW_C = ROOT / "tests" / "data" / "logs_2026_c"
 NEW_D = ROOT / "tests" / "data" / "logs_2026_d"
+NEW_E = ROOT / "tests" / "data" / "logs_2026_e"
 _EXPECT = re.compile(r"^# expect: state=(\w+) category=(\w+) line=(\w+)\s*$")
 _STRICT = re.compile(r"^# strict: state=(\w+) category=(\w+)\s*$")
 
@@ -82,6 +86,16 @@ def load(path: Path) -> Case:
 def half(name: str) -> str:
     """'tune' or 'held-out', from the file name's SHA-256 (fixed; independent of content)."""
     return "tune" if hashlib.sha256(name.encode()).digest()[0] % 2 == 0 else "held-out"
+
+
+def split_e() -> dict[str, str]:
+    """File name -> 'tune' or 'held-out', as committed in logs_2026_e/SPLIT (seeded draw)."""
+    halves = {}
+    for line in (NEW_E / "SPLIT").read_text().splitlines():
+        part, _, name = line.partition(" ")
+        if part in ("tune", "held-out"):
+            halves[name] = part
+    return halves
 
 
 def score(cases: list[Case]) -> tuple[int, int, list[str]]:
@@ -123,6 +137,8 @@ def report(verbose: bool) -> None:
     new_b = [load(p) for p in sorted(NEW_B.glob("*.log"))]
     new_c = [load(p) for p in sorted(NEW_C.glob("*.log"))]
     new_d = [load(p) for p in sorted(NEW_D.glob("*.log"))]
+    new_e = [load(p) for p in sorted(NEW_E.glob("*.log"))]
+    e_half = split_e()
     groups = {
         "fitted corpus (tests/data/logs)": [load(p) for p in sorted(FITTED.glob("*.log"))],
         "2026 tune half": [c for c in new if half(c.name) == "tune"],
@@ -132,6 +148,8 @@ def report(verbose: bool) -> None:
         "2026_c tune half": [c for c in new_c if half(c.name) == "tune"],
         "2026_c held-out half": [c for c in new_c if half(c.name) == "held-out"],
         "2026_d held-out (round 2)": new_d,
+        "2026_e tune half": [c for c in new_e if e_half[c.name] == "tune"],
+        "2026_e held-out half": [c for c in new_e if e_half[c.name] == "held-out"],
     }
     for label, cases in groups.items():
         right, line_right, misses = score(cases)
@@ -148,6 +166,8 @@ def report(verbose: bool) -> None:
         "2026_c strict held-out half": [c for c in new_c if half(c.name) == "held-out"],
         "2026_c strict (both halves)": new_c,
         "2026_d strict (round 2)": new_d,
+        "2026_e strict tune half": [c for c in new_e if e_half[c.name] == "tune"],
+        "2026_e strict held-out half": [c for c in new_e if e_half[c.name] == "held-out"],
     }
     for label, cases in stricts.items():
         s, n = strict_score(cases), len(cases)

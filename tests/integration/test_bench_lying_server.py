@@ -54,6 +54,25 @@ CASES = [
     ("bad_content_length", "native", 5, "bad stream payload: bad Content-Length b'abc'"),
     ("negative_content_length", "native", 5, "bad stream payload: bad Content-Length b'-5'"),
     ("bad_chunk_size", "native", 5, "bad stream payload: bad chunk size b'zz'"),
+    # the fault-injection pass of 2026-12-05 (robust4, item 4)
+    ("truncated_event", "native", 5, "stream cut: ended without [DONE]"),
+    ("truncated_event", "chat", 5, "stream cut: ended without [DONE]"),
+    ("bad_json", "native", 5, "bad stream payload: unexpected character"),
+    ("bad_json", "openai", 5, "bad stream payload: unexpected character"),
+    ("error_body_200", "native", 5,
+     'not an event stream (HTTP 200, application/json): {"object": "error", "message": "boom"'),
+    ("error_body_200", "chat", 5, "not an event stream (HTTP 200, application/json)"),
+    ("sse_error_200", "native", 5, "server error in stream: CUDA out of memory"),
+    ("sse_error_200", "chat", 5, "server error in stream: CUDA out of memory"),
+    ("reset", "native", 5, "stream cut: RemoteProtocolError"),
+    ("reset", "openai", 5, "stream cut: RemoteProtocolError"),
+    ("no_done", "native", 5,
+     "stream cut: ended without [DONE] after finish_reason length (8 tokens)"),
+    ("no_done", "openai", 5,
+     "stream cut: ended without [DONE] after finish_reason length (8 tokens)"),
+    ("no_done", "chat", 5,
+     "stream cut: ended without [DONE] after finish_reason length (8 tokens)"),
+    ("no_done_hang", "native", 5, "stalled: no token for 1 s (after 8 tokens)"),
 ]  # fmt: skip
 
 

@@ -62,9 +62,15 @@ sglang:num_running_reqs{model_name="m",tp_rank="2",pp_rank="0",moe_ep_rank="2"} 
     assert parse_metrics(text)["num_running_reqs"] == 6.0  # rank 0's, not 20
 
 
-def test_parse_metrics_rejects_garbage():
-    with pytest.raises(ValueError):
-        parse_metrics("sglang:num_running_reqs{ 3\n")
+def test_parse_metrics_ignores_garbage_and_counts_it():
+    """A line the Prometheus parser refuses no longer loses the whole scrape (the other
+    lines are read) and is counted, not raised (bench.prom_text)."""
+    from glmserve.bench.telemetry import parse_metrics_noted
+
+    assert parse_metrics("sglang:num_running_reqs{ 3\n") == {}
+    parsed, reading = parse_metrics_noted("sglang:num_running_reqs{ 3\nsglang:num_queue_reqs 2\n")
+    assert parsed == {"num_queue_reqs": 2.0}
+    assert reading.ignored == {"unparsable lines": 1}
 
 
 def test_simulator_metrics_parse_with_the_prometheus_parser():
@@ -110,6 +116,28 @@ def test_parse_lines_not_supported_and_malformed():
     text = "0, [N/A], 1980, 3201, 97, 100, 50, 0x0000000000000004\ngarbage\n1, 2\n"
     (row,) = gt.parse_lines(text)
     assert row["power_w"] is None and row["throttle"] == 4.0
+
+
+def test_parse_lines_never_reads_a_figure_from_nan_inf_or_negative_fields():
+    """A broken or faked nvidia-smi (a hostile host) printing nan/inf/-5: no NaN power or
+    energy, no int(nan) crash (was exit 70), no GPU index 1e300."""
+    text = (
+        "nan, 100, 1980, 3201, 97, 100, 50, 0x0\n"  # no GPU index: line skipped
+        "inf, 100, 1980, 3201, 97, 100, 50, 0x0\n"
+        "1e300, 100, 1980, 3201, 97, 100, 50, 0x0\n"
+        "0.5, 100, 1980, 3201, 97, 100, 50, 0x0\n"
+        "0, nan, -1980, inf, 97, 100, 50, nan\n"
+        "1, -300, 1980, 3201, 97, 100, 50, 1e400\n"
+        "2, 250.5, 1980, 3201, 97, 100, 50, 2.5\n"
+    )
+    rows = gt.parse_lines(text)
+    assert [r["index"] for r in rows] == [0.0, 1.0, 2.0]
+    assert rows[0]["power_w"] is None and rows[0]["sm_mhz"] is None
+    assert rows[0]["mem_mhz"] is None and rows[0]["throttle"] is None
+    assert rows[1]["power_w"] is None and rows[1]["throttle"] is None
+    assert rows[2]["power_w"] == 250.5 and rows[2]["throttle"] is None
+    d = gt.derive(rows, seconds=2.0, output_tokens=100)
+    assert d["power_w_mean"] == 250.5 and d["energy_j"] == 501.0 and d["throttled"] is False
 
 
 def _row(i, w, thr=0):
@@ -213,6 +241,24 @@ def test_bad_metrics_interval_is_a_one_line_error(capsys, value):
     assert rc == 2
     assert err.strip().splitlines()[-1].startswith("error:") and "--metrics-interval" in err
     assert "Traceback" not in err
+
+
+def test_a_reset_inside_the_level_drops_the_before_after_rate():
+    """The counter went 10 -> 110 -> 5 -> 160 (a restart, then growth past the start): the
+    scrapes before and after the level see +150 and no reset; the series saw it."""
+    from glmserve.bench.telemetry import LevelTelemetry
+
+    tel = LevelTelemetry("http://x", 1.0)
+    m = tel.metrics
+    assert m is not None
+    m.t0, m.times = 100.0, [100.5, 101.5, 102.0, 103.0]
+    m.samples = [{"generation_tokens_total": v} for v in (10.0, 110.0, 5.0, 160.0)]
+    level = {"server": {"generation_tokens": 150.0, "generation_tok_s": 50.0}}
+    tel.attach(level)
+    assert "generation_tok_s" not in level["server"]
+    assert "generation_tokens" not in level["server"]
+    assert "went back during the level" in level["server"]["metrics_notes"][0]
+    assert level["telemetry"]["server"]["counter_resets"] == ["generation_tokens_total"]
 
 
 def test_counter_rate_per_raw_interval_and_reset():

@@ -38,9 +38,11 @@ def test_every_log_cites_one_thread_no_other_corpus_cites() -> None:
 
 def test_reported_figures_do_not_regress() -> None:
     """Scored once after the round-2 rules (96913b9): 12/13, strict 9/13 (the rules of main
-    and of round 1 score the same). A guard on the reported figures, never a fitting target."""
-    assert sd.score(CASES)[0] >= 12
-    assert sd.strict_score(CASES) >= 9
+    and of round 1 score the same). Issue 31 fixed its one miss, the known limit of a kernel
+    library's native CUDA check line (FlashMLA, sglang#25620): 13/13, strict 10/13, now in
+    sample. A guard on the reported figures, never a fitting target."""
+    assert sd.score(CASES)[0] >= 13
+    assert sd.strict_score(CASES) >= 10
 
 
 def test_score_script_prints_the_set() -> None:

@@ -43,9 +43,9 @@ def test_status_of_a_run_whose_host_is_unreachable_is_exit_5(capsys, monkeypatch
     assert code == 5, err
     (row,) = json.loads(out)
     assert row["state"] == "READY?" and "Connection refused" in row["error"]
-    assert "1 run(s) not checked" in err and "ab12cd34 on gpu9" in err
+    assert "Connection refused" in err
     code, _, err = run_cli(capsys, "status", "ab12")
-    assert code == 5 and "not checked" in err
+    assert code == 5 and "Connection refused" in err
 
 
 @pytest.mark.parametrize("verb", ["status", "logs", "stop"])

@@ -369,6 +369,31 @@ async def _error_body(resp: httpx.Response) -> str:
     return got[:200].decode("utf-8", "replace").strip()
 
 
+# Lines an event stream may hold besides data: (the SSE fields and a comment).
+_SSE_FIELDS = (b"data:", b":", b"event:", b"id:", b"retry:")
+
+
+def _ended_early(parser: _Parser, rec: StreamRecord, other: bytes, resp: httpx.Response) -> str:
+    """Why a body that ended (cleanly) without ``data: [DONE]`` fails its request: SGLang's
+    native and OpenAI streams always end with it (0.5.9 ``entrypoints/http_server.py:668``,
+    ``serving_completions.py``/``serving_chat.py``), so a stream without it was cut short
+    or is not SGLang's, even when a finish_reason and the full count came before."""
+    if not rec.chunk_tokens and parser.finish_type is None and other:
+        kind = resp.headers.get("content-type", "no content-type")[:60]
+        text = other.decode("utf-8", "replace").strip()
+        return f"not an event stream (HTTP 200, {kind}): {text}"[:300]
+    if parser.finish_type is None:
+        return "stream cut: ended without [DONE]"
+    parser.finish()
+    why = parser.verdict()  # an abort or a short count says more than the missing [DONE]
+    if why is not None:
+        return why
+    got = rec.chunk_tokens[-1] if rec.chunk_tokens else 0
+    return (
+        f"stream cut: ended without [DONE] after finish_reason {parser.finish_type} ({got} tokens)"
+    )
+
+
 async def stream_request(
     client: httpx.AsyncClient,
     base_url: str,
@@ -420,6 +445,7 @@ async def stream_request(
                 clock.deadline = deadline  # the transport wakes us there if nothing comes
             seen = 0  # token chunks seen when the deadline was last moved
             drained = 0
+            other = b""  # the first line that is no SSE field: a body that is no event stream
             async for raw in resp.aiter_raw():
                 if parser.done:  # drain to the end of the body so the connection is reused
                     drained += len(raw)
@@ -428,6 +454,8 @@ async def stream_request(
                     continue
                 now = clock.last if clock is not None else perf()
                 for line in lines.feed(raw):
+                    if not other and line.strip() and not line.startswith(_SSE_FIELDS):
+                        other = line[:200]
                     if line[:5] == b"data:":
                         try:
                             parser.feed(line[5:].strip(), now)
@@ -448,8 +476,8 @@ async def stream_request(
                         raise httpx.ReadTimeout("no token within the stall timeout")
         finally:
             await resp.aclose()
-        if not parser.done and parser.finish_type is None:
-            rec.error = "stream cut: ended without [DONE]"
+        if not parser.done:  # SGLang ends every stream with [DONE], errors and aborts too
+            rec.error = _ended_early(parser, rec, other or b"".join(lines.parts)[:200], resp)
         else:
             parser.finish()
             rec.error = parser.verdict()

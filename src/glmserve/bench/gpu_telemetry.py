@@ -26,6 +26,7 @@ A host without ``nvidia-smi`` (a simulator on a CPU box) gives a note, never an 
 from __future__ import annotations
 
 import contextlib
+import math
 import shlex
 import subprocess
 import time
@@ -89,24 +90,37 @@ def start_keeper(argv: list[str]) -> subprocess.Popen[bytes] | None:
         return None
 
 
+MAX_GPU_INDEX = 4096
+MAX_BITMASK = 2**64  # clocks_throttle_reasons.active is an unsigned long long
+
+
 def _num(s: str) -> float | None:
+    """A finite, non-negative reading, else None: every field here is a count, an index, a
+    clock, a power, a percentage or a bitmask, and a broken (or faked) nvidia-smi printing
+    ``nan``, ``inf`` or ``-5`` must not become a power, an energy or a GPU index."""
     s = s.strip()
     try:
-        return float(int(s, 16)) if s.lower().startswith("0x") else float(s)
-    except ValueError:
+        v = float(int(s, 16)) if s.lower().startswith("0x") else float(s)
+    except (ValueError, OverflowError):
         return None  # [N/A], [Not Supported]
+    return v if math.isfinite(v) and v >= 0 else None
 
 
 def parse_lines(text: str) -> list[dict[str, float | None]]:
-    """nvidia-smi CSV (noheader, nounits) -> one dict per line; malformed lines are skipped."""
+    """nvidia-smi CSV (noheader, nounits) -> one dict per line; malformed lines (a GPU index
+    that is no small whole number among them) are skipped."""
     out = []
     for line in text.splitlines():
         parts = line.split(",")
         if len(parts) != len(FIELDS):
             continue
         row = {k: _num(p) for k, p in zip(KEYS, parts, strict=True)}
-        if row["index"] is None:
+        index = row["index"]
+        if index is None or index != int(index) or index >= MAX_GPU_INDEX:
             continue
+        thr = row["throttle"]
+        if thr is not None and (thr != int(thr) or thr >= MAX_BITMASK):
+            row["throttle"] = None  # not a bitmask: no throttling is read from it
         out.append(row)
     return out
 

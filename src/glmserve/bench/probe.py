@@ -26,9 +26,9 @@ reasoning/tool parsers, which only the OpenAI endpoints apply, are not probed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -47,6 +47,7 @@ from glmserve.errors import ConfigError, TransportError
 
 PROBE_TIMEOUT_S = 120.0
 PATHS = {"native": "/generate", "openai": "/v1/completions", "chat": "/v1/chat/completions"}
+_T = TypeVar("_T")
 
 
 def _post(client: httpx.Client, url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -58,6 +59,8 @@ def _post(client: httpx.Client, url: str, body: dict[str, Any]) -> dict[str, Any
         raise TransportError(f"probe request to {url}: HTTP {resp.status_code} {resp.text[:200]}")
     try:
         doc = resp.json()
+    except RecursionError as exc:
+        raise TransportError(f"probe answer from {url} is nested too deeply to read") from exc
     except ValueError as exc:
         raise TransportError(f"probe answer from {url} is not JSON") from exc
     if not isinstance(doc, dict):
@@ -80,7 +83,8 @@ def run_probes(
                     "temperature": 0,
                     "logprobs": 1,
                 }
-                outs.append(from_openai(p.id, _post(client, base_url + "/v1/completions", body)))
+                url = base_url + "/v1/completions"
+                outs.append(_read(url, from_openai, p.id, _post(client, url, body)))
             else:
                 body = {
                     "text": p.prompt,
@@ -88,8 +92,25 @@ def run_probes(
                     "return_logprob": True,
                     "logprob_start_len": 0,
                 }
-                outs.append(from_native(p.id, _post(client, base_url + "/generate", body)))
+                url = base_url + "/generate"
+                outs.append(_read(url, from_native, p.id, _post(client, url, body)))
     return outs
+
+
+_SHAPE_ERRORS = (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError)
+
+
+def _read(url: str, parse: Callable[..., _T], *args: Any) -> _T:
+    """``parse(*args)`` of a server's probe answer; a value of the wrong type inside it (a
+    token id "abc", a logprob null or 1e400, an item that is no object) is the server's
+    fault: a failed probe naming the URL (recorded, the gate fails), never exit 70 after a
+    measured bench that would then not be stored."""
+    try:
+        return parse(*args)
+    except _SHAPE_ERRORS as exc:
+        raise TransportError(
+            f"probe answer from {url} is malformed ({type(exc).__name__}: {str(exc)[:120]})"
+        ) from exc
 
 
 def teacher_force(base_url: str, reference: Sequence[ProbeOutput]) -> dict[str, list[float]]:
@@ -106,9 +127,8 @@ def teacher_force(base_url: str, reference: Sequence[ProbeOutput]) -> dict[str, 
                 "return_logprob": True,
                 "logprob_start_len": len(o.prompt_ids) - 1,
             }
-            forced[o.probe_id] = forced_native(
-                _post(client, base_url + "/generate", body), list(o.tokens)
-            )
+            url = base_url + "/generate"
+            forced[o.probe_id] = _read(url, forced_native, _post(client, url, body), list(o.tokens))
     return forced
 
 

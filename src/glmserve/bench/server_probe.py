@@ -11,26 +11,62 @@ from typing import Any
 
 import httpx
 
+from glmserve.bench.prom_text import read_metrics
 from glmserve.errors import TransportError
 
 
 def probe_server(base_url: str, timeout: float = 10.0) -> dict[str, Any]:
     """``/server_info`` (or ``/get_server_info``) as a dict; TransportError if unreachable."""
+    return probe_server_noted(base_url, timeout)[0]
+
+
+def probe_server_noted(base_url: str, timeout: float = 10.0) -> tuple[dict[str, Any], str | None]:
+    """``(info, problem)``: ``/server_info`` (or ``/get_server_info``) as a dict, and what was
+    wrong with a malformed answer (None if nothing).
+
+    No answer at all (refused, reset before a byte, timed out) is TransportError (exit 5, or
+    the run's crash verdict): nothing can be measured. An answer that is there but broken
+    (bad HTTP framing, a body that is not a JSON object) is the server's fault and says
+    nothing of its streams: the bench goes on without the server's version and flags, and
+    the problem, naming the URL, becomes a note of the stored result."""
+    url = base_url + "/server_info"
     try:
         with httpx.Client(timeout=timeout) as c:
             for path in ("/server_info", "/get_server_info"):
-                r = c.get(base_url + path)
+                url = base_url + path
+                r = c.get(url)
                 if r.status_code == 200:
-                    data = r.json()
-                    return data if isinstance(data, dict) else {}
-            r = c.get(base_url + "/health")
+                    return _info_object(r, url)
+            url = base_url + "/health"
+            r = c.get(url)
             if r.status_code >= 500:
                 raise TransportError(f"server at {base_url} is not healthy (HTTP {r.status_code})")
-            return {}
+            return {}, None
+    except (httpx.RemoteProtocolError, httpx.DecodingError) as exc:
+        if "without sending a response" in str(exc):  # h11: closed before a byte came back
+            raise TransportError(f"cannot reach server at {base_url}: {exc}") from exc
+        return {}, _unknown(url, f"bad HTTP framing: {exc}")
     except httpx.HTTPError as exc:
         raise TransportError(f"cannot reach server at {base_url}: {exc}") from exc
-    except (ValueError, RecursionError):  # not JSON, or nested past Python's parser
-        return {}
+
+
+def _info_object(r: httpx.Response, url: str) -> tuple[dict[str, Any], str | None]:
+    try:
+        data = r.json()
+    except RecursionError:
+        return {}, _unknown(url, "a JSON body nested too deeply to read")
+    except ValueError as exc:  # not JSON (or not UTF-8)
+        return {}, _unknown(url, f"a body that is not JSON ({str(exc)[:120]})")
+    if not isinstance(data, dict):
+        return {}, _unknown(url, f"a JSON {type(data).__name__}, not an object")
+    return data, None
+
+
+def _unknown(url: str, what: str) -> str:
+    return (
+        f"{url} answered with {what}; the server's version, model and flags are unknown "
+        "for this result"
+    )
 
 
 def resolve_model(base_url: str, timeout: float = 10.0) -> str:
@@ -67,22 +103,22 @@ def _finite_number(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Prometheus text -> {metric name: value summed over label sets} (pure)."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        head, _, rest = line.rpartition(" ")
-        if not head:
-            continue
-        if rest and head and not head.endswith("}") and " " in head:  # "name value timestamp"
-            head, _, rest = head.rpartition(" ")
-        name = head.split("{", 1)[0].strip()
-        try:
-            out[name] = out.get(name, 0.0) + float(rest)
-        except ValueError:
-            continue
+class MetricsTotals(dict[str, float]):
+    """One ``/metrics`` scrape summed per name, and what was ignored reading it (a note, or
+    None): a dict, so a scrape compares and prints like the figures it holds."""
+
+    ignored: str | None = None
+
+
+def parse_prometheus(text: str) -> MetricsTotals:
+    """Prometheus text -> {metric name: value summed over label sets} (pure). Never raises:
+    what cannot carry a figure (a line the parser refuses, NaN, +-Inf, a negative count, a
+    repeated series) is left out and named in ``.ignored`` (``bench.prom_text``)."""
+    reading = read_metrics(text)
+    out = MetricsTotals()
+    for s in reading.samples:
+        out[s.name] = out.get(s.name, 0.0) + s.value
+    out.ignored = reading.note()
     return out
 
 
@@ -94,14 +130,29 @@ def _metric(m: dict[str, float], *names: str) -> float | None:
 
 
 def metrics_delta(before: dict[str, float], after: dict[str, float], seconds: float) -> dict:
-    """Server-side figures over a level from two ``/metrics`` scrapes (pure)."""
+    """Server-side figures over a level from two ``/metrics`` scrapes (pure).
+
+    A counter lower after the level than before it was reset (the server restarted): no
+    delta and no rate is reported for it, and ``metrics_notes`` says so, as it says what
+    either scrape ignored."""
     out: dict[str, Any] = {}
+    # each scrape's note once (a server that always sends NaN says so in both)
+    notes = list(dict.fromkeys(n for n in (getattr(before, "ignored", None),
+                                            getattr(after, "ignored", None)) if n))  # fmt: skip
     if not before or not after:
+        if notes:
+            out["metrics_notes"] = notes
         return out
+    went_back: list[str] = []
 
     def delta(*names: str) -> float | None:
         a, b = _metric(after, *names), _metric(before, *names)
-        return None if a is None or b is None else a - b
+        if a is None or b is None:
+            return None
+        if a < b:
+            went_back.append(f"{names[0]} {b:g} -> {a:g}")
+            return None
+        return a - b
 
     gen = delta("sglang:generation_tokens_total")
     if gen is not None:
@@ -120,17 +171,33 @@ def metrics_delta(before: dict[str, float], after: dict[str, float], seconds: fl
     gauge = _metric(after, "sglang:gen_throughput")
     if gauge is not None:
         out["gen_throughput_gauge"] = gauge
+    if went_back:
+        notes.append(
+            "/metrics counters went back during the level (a restarted server?), no "
+            "server-side figure from them: " + ", ".join(went_back)
+        )
+    if notes:
+        out["metrics_notes"] = notes
     return out
 
 
-def scrape_metrics(base_url: str, timeout: float = 5.0) -> dict[str, float]:
-    """``/metrics`` parsed, or {} when the server runs without ``--enable-metrics``."""
+def metrics_notes(levels: list[dict[str, Any]]) -> list[str]:
+    """The result's notes for what the levels' ``/metrics`` scrapes ignored or refused."""
+    out: list[str] = []
+    for lv in levels:
+        for note in (lv.get("server") or {}).get("metrics_notes") or []:
+            out.append(f"level {lv.get('concurrency')}: {note}")
+    return out
+
+
+def scrape_metrics(base_url: str, timeout: float = 5.0) -> MetricsTotals:
+    """``/metrics`` parsed, or empty when the server runs without ``--enable-metrics``."""
     try:
         r = httpx.get(base_url + "/metrics", timeout=timeout)
     except httpx.HTTPError:
-        return {}
+        return MetricsTotals()
     if r.status_code != 200:
-        return {}
+        return MetricsTotals()
     return parse_prometheus(r.text)
 
 

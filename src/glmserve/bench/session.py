@@ -25,7 +25,12 @@ from glmserve.bench.progress import Progress, SilenceWatch
 from glmserve.bench.ratesweep import level_plan, saturation
 from glmserve.bench.results import BenchResult, build_result, evaluate_gates, summarize_level
 from glmserve.bench.runner import prepare_requests, run_level, run_warmup
-from glmserve.bench.server_probe import last_gen_throughput, probe_server, resolve_model
+from glmserve.bench.server_probe import (
+    last_gen_throughput,
+    metrics_notes,
+    probe_server_noted,
+    resolve_model,
+)
 from glmserve.bench.settings import BenchSettings, Gates, LevelRun, RunningBench, resolve_inputs
 from glmserve.bench.telemetry import LevelTelemetry
 from glmserve.bench.validate import validate_settings
@@ -311,7 +316,7 @@ def run_bench(
         if target.identity is not None:
             meta["identity"] = target.identity
         try:
-            info = probe_server(target.base)
+            info, info_problem = probe_server_noted(target.base)
         except TransportError:
             # /server_info hangs when a scheduler is dead; /health then says 503 (exit 3,
             # a crash), where "cannot reach server" (exit 5) would send the user to the network
@@ -320,6 +325,9 @@ def run_bench(
                 raise verdict.error() from None
             raise
         server = server_summary(info)
+        if info_problem is not None:  # a broken answer, not a missing one: noted, measured
+            server["info_problem"] = info_problem
+            telemetry_notes.append(info_problem)
         server.update(simulator_speed(target.base))
         model = settings.model or (
             resolve_model(target.base) if settings.api != "native" else "default"
@@ -401,6 +409,7 @@ def run_bench(
             f"cache may serve a repeat faster (bench_serving sends only {settings.dataset_rows})"
         )
     res.notes.extend(contention_notes(levels))
+    res.notes.extend(metrics_notes(levels))
     res.notes.extend(telemetry_notes)
     for lv in levels:
         if lv.get("cache_flushed") is False:  # the level did not start cold: say why

@@ -15,7 +15,10 @@ them with ``--enable-metrics``; names and types from ``srt/metrics/collector.py`
   documentation strings in ``SchedulerMetricsCollector.__init__``.
 
 The text is parsed by ``prometheus_client.parser.text_string_to_metric_families`` (the
-Prometheus project's own Python client), not by hand. Gauges are summed over label sets
+Prometheus project's own Python client), not by hand, through ``bench.prom_text``: a line it
+refuses, a NaN or infinite value, a negative count or a repeated series is ignored and counted
+(the level's ``telemetry.server.ignored`` and note say what), never a failed scrape or a false
+figure. Gauges are summed over label sets
 (one scheduler per TP/DP rank) except ratios (``token_usage``, ``cache_hit_rate``), which are
 averaged. Each sample's time is ``time.perf_counter`` when its response arrived: on one host
 this is the simulator's clock too, which is how the tests hold the series against its ground
@@ -26,9 +29,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
+from itertools import pairwise
 from typing import Any
 
 import httpx
+
+from glmserve.bench.prom_text import MetricsText, ignored_note, read_metrics
 
 # Series kept per sample: short key -> Prometheus name (gauges and counters).
 GAUGES = {
@@ -64,28 +71,30 @@ def _rank(v: str | None) -> int:
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    """``/metrics`` text -> {short key: value}; histograms as ``<key>_sum``/``<key>_count``.
+    """``/metrics`` text -> {short key: value}; histograms as ``<key>_sum``/``<key>_count``
+    (what was ignored: ``parse_metrics_noted``)."""
+    return parse_metrics_noted(text)[0]
+
+
+def parse_metrics_noted(text: str) -> tuple[dict[str, float], MetricsText]:
+    """``parse_metrics`` and the reading it came from (its ``ignored`` counts).
 
     One reading per DP rank: label sets that differ only in ``tp_rank``/``pp_rank``/
     ``moe_ep_rank`` are one scheduler group seen from several ranks, and the lowest rank's
     is kept. SGLang reports from ``attn_tp_rank == 0`` only unless
     ``--enable-metrics-for-all-schedulers`` (0.5.9 ``scheduler_metrics_mixin.py:100``), where
-    summing every rank would count each request TP times. DP ranks are then summed.
-
-    Raises ValueError on text the Prometheus parser rejects (the caller records it)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
+    summing every rank would count each request TP times. DP ranks are then summed."""
+    reading = read_metrics(text)
     # name -> {labels without the rank labels: (rank tuple, value)}: one reading per DP rank
     per: dict[str, dict[tuple, tuple[tuple, float]]] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name.endswith("_bucket") or s.name.endswith("_created"):
-                continue
-            key = tuple(sorted((k, v) for k, v in s.labels.items() if k not in RANK_LABELS))
-            rank = tuple(_rank(s.labels.get(k)) for k in RANK_LABELS)
-            have = per.setdefault(s.name, {}).get(key)
-            if have is None or rank < have[0]:
-                per[s.name][key] = (rank, float(s.value))
+    for s in reading.samples:
+        if s.name.endswith("_bucket") or s.name.endswith("_created"):
+            continue
+        key = tuple(sorted((k, v) for k, v in s.labels.items() if k not in RANK_LABELS))
+        rank = tuple(_rank(s.labels.get(k)) for k in RANK_LABELS)
+        have = per.setdefault(s.name, {}).get(key)
+        if have is None or rank < have[0]:
+            per[s.name][key] = (rank, s.value)
     by_name = {n: [v for _, v in d.values()] for n, d in per.items()}
     out: dict[str, float] = {}
     for key, name in {**GAUGES, **COUNTERS}.items():
@@ -97,7 +106,7 @@ def parse_metrics(text: str) -> dict[str, float]:
             vals = by_name.get(f"{name}_{part}")
             if vals:
                 out[f"{key}_{part}"] = sum(vals)
-    return out
+    return out, reading
 
 
 def downsample(n: int, limit: int = MAX_POINTS) -> list[int]:
@@ -122,6 +131,9 @@ class MetricsSampler:
         self.samples: list[dict[str, float]] = []
         self.errors = 0
         self.note: str | None = None
+        # samples ignored over the level's scrapes, by reason (bench.prom_text)
+        self.ignored: Counter[str] = Counter()
+        self.ignored_examples: dict[str, list[str]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="metrics-sampler")
         self.t0 = 0.0
@@ -140,11 +152,14 @@ class MetricsSampler:
         if r.status_code != 200:
             self.errors += 1
             return True
-        try:
-            parsed = parse_metrics(r.text)
-        except (ValueError, IndexError, KeyError, TypeError) as exc:  # the parser's complaints
+        parsed, reading = parse_metrics_noted(r.text)
+        self.ignored.update(reading.ignored)
+        for reason, names in reading.examples.items():
+            have = self.ignored_examples.setdefault(reason, [])
+            have.extend(n for n in names if n not in have and len(have) < 3)
+        if not reading.samples:  # nothing usable at all: a failed scrape, not a zero reading
             self.errors += 1
-            self.note = f"unparsable /metrics: {exc}"
+            self.note = "a /metrics answer held no usable sample"
             return True
         self.times.append(t)
         self.samples.append(parsed)
@@ -196,8 +211,25 @@ class MetricsSampler:
             doc[k] = [self.samples[i].get(k) for i in keep]
         if "generation_tokens_total" in keys:
             doc["generation_tok_s"] = [self._rate("generation_tokens_total", i) for i in keep]
-        if self.note:
-            doc["note"] = self.note
+        # over the raw samples: thinning could hide a counter that went back
+        resets = [k for k in COUNTERS if not _never_decreases([x.get(k) for x in self.samples])]
+        if resets:
+            doc["counter_resets"] = resets
+        reset_note = (
+            f"{', '.join(resets)} went back during the level (a restarted server?): no rate "
+            "across the reset"
+            if resets
+            else None
+        )
+        notes = [
+            n
+            for n in (self.note, ignored_note(self.ignored, self.ignored_examples), reset_note)
+            if n
+        ]
+        if self.ignored:
+            doc["ignored"] = dict(sorted(self.ignored.items()))
+        if notes:
+            doc["note"] = "; ".join(notes)
         return doc
 
 
@@ -212,10 +244,21 @@ def summary(series: dict[str, Any]) -> dict[str, Any]:
             out[f"{k}_mean"] = sum(vals) / len(vals)
     pt, ct = series.get("prompt_tokens_total") or [], series.get("cached_tokens_total") or []
     if len(pt) >= 2 and len(ct) >= 2 and None not in (pt[0], pt[-1], ct[0], ct[-1]):
-        dp = pt[-1] - pt[0]
-        if dp > 0:
-            out["cache_hit_rate_counters"] = (ct[-1] - ct[0]) / dp
+        dp, dc = pt[-1] - pt[0], ct[-1] - ct[0]
+        reset = {"prompt_tokens_total", "cached_tokens_total"} & set(
+            series.get("counter_resets") or []
+        )
+        if reset or not (_never_decreases(pt) and _never_decreases(ct)):
+            # a counter went back (a restarted server): the end-to-end delta is not the level's
+            out["counters_reset"] = True
+        elif dp > 0 and 0 <= dc <= dp:
+            out["cache_hit_rate_counters"] = dc / dp
     return out
+
+
+def _never_decreases(values: list[float | None]) -> bool:
+    seen = [v for v in values if v is not None]
+    return all(b >= a for a, b in pairwise(seen))
 
 
 # -- the bench's hooks (session.py) ------------------------------------------------------
@@ -270,6 +313,7 @@ class LevelTelemetry:
             s = self.metrics.series()
             doc["server"] = s
             doc["server_summary"] = summary(s)
+            _drop_figures_across_a_reset(level, s.get("counter_resets") or [])
         if self.gpu is not None:
             out_tokens = int(level.get("output_tokens") or 0)
             g = self.gpu.doc(out_tokens)
@@ -287,6 +331,26 @@ class LevelTelemetry:
                     level["gpu_throttled"] = g["throttled"]
         if doc:
             level["telemetry"] = doc
+
+
+# The level's before/after figures (bench.server_probe.metrics_delta) per counter they use.
+_DELTA_FIGURES = {"generation_tokens_total": ("generation_tokens", "generation_tok_s")}
+
+
+def _drop_figures_across_a_reset(level: dict[str, Any], resets: list[str]) -> None:
+    """A counter the series saw go back and grow past its start again: the two scrapes
+    around the level cannot see that restart, and their delta undercounts. Its figures go,
+    with a note (the before/after check drops them itself when the counter ended lower)."""
+    srv = level.get("server")
+    if not isinstance(srv, dict):
+        return
+    for key in resets:
+        gone = [f for f in _DELTA_FIGURES.get(key, ()) if srv.pop(f, None) is not None]
+        if gone:
+            srv.setdefault("metrics_notes", []).append(
+                f"sglang:{key} went back during the level (a restarted server?): no "
+                f"{', '.join(gone)} from the scrapes before and after it"
+            )
 
 
 def series_lines(result_id: Any, result: dict[str, Any]) -> list[dict[str, Any]]:

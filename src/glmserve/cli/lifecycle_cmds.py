@@ -154,16 +154,12 @@ def status(
         emit_json(rows)
     else:
         views.print_status(rows)
-    unverified = [r for r in rows if r.get("unverified")]
-    if unverified:  # neither alive nor gone is known: never a plain exit 0
-        raise ProcessUnverified(str(unverified[0]["error"]))
-    unchecked = [r for r in rows if r.get("error")]
-    if unchecked:  # a host not reached: its runs' states are the stored ones, with "?"
+    # A row its host could not be asked about (unreachable, no ssh client) or whose group
+    # could not be verified: neither alive nor gone is known, never a plain exit 0.
+    unchecked = [r for r in rows if "error" in r]
+    if unchecked:
         first = unchecked[0]
-        raise TransportError(
-            f"{len(unchecked)} run(s) not checked (state shown as stored, with ?): "
-            f"{first['run_id']} on {first['host']}: {first['error']}"
-        )
+        raise (ProcessUnverified if first.get("unverified") else TransportError)(first["error"])
 
 
 @app.command()

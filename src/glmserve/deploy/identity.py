@@ -171,7 +171,7 @@ def fetch_server_info(base_url: str, timeout: float = 10.0) -> dict[str, Any] | 
                 if r.status_code == 200:
                     data = r.json()
                     return data if isinstance(data, dict) else None
-    except (httpx.HTTPError, ValueError):
+    except (httpx.HTTPError, ValueError, RecursionError):  # RecursionError: nested too deep
         return None
     return None
 

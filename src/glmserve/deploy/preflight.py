@@ -116,11 +116,13 @@ def check_argspec(t: Transport, spec: LaunchSpec, version: str | None) -> CheckR
         return CheckRow("flags", "skip", "glmserve.argspec not available")
     cache = argspec_cache_path(version)
     if not cache.exists():
-        res = t.run(_py(spec, host_dump.dump_program_source()), timeout=180)
-        if not res.ok:
+        dump = host_dump.limited_dump_command(_py(spec, host_dump.dump_program_source()))
+        res = t.run(dump, timeout=180)
+        source = f"host {t.host.name}: argparse dump"
+        if not res.ok and len(res.stdout) <= host_dump.MAX_DUMP_BYTES:  # else: too large
             return CheckRow("flags", "fail", f"dumping argparse spec failed: {res.tail()}")
         try:  # sitecustomize hooks or warnings may print before the JSON: skip them
-            host_dump.argspec_from_dump(res.stdout, "argparse dump")
+            host_dump.argspec_from_dump(res.stdout, source)
         except GlmserveError as exc:
             return CheckRow("flags", "fail", str(exc))
         body = (

@@ -13,7 +13,7 @@ Progress, for stall detection, is a log line that shows the server moving on
 (:func:`glmserve.diagnose.is_progress_line`) or a new phase; HTTP access lines never count,
 since our own ``/health`` polls make a hung server write one per poll, and neither does a line
 that only repeats an earlier one apart from its timestamp and rank prefix, nor retry/wait
-chatter (:mod:`glmserve.deploy.progress`): a rank stuck in distributed init logs torch's
+chatter (:mod:`glmserve.diagnose.progress`): a rank stuck in distributed init logs torch's
 TCPStore retry warning every second for ever, which must not hold off STALLED. Each phase has
 its own stall budget (:func:`glmserve.diagnose.stall_budget`) and the whole start-up an overall
 deadline (``DEFAULT_DEADLINE_S`` unless ``--timeout``). READY is only ever this run's: its
@@ -37,8 +37,8 @@ from typing import Any
 from glmserve.deploy.options import DEFAULT_POLL_S as OPTIONS_POLL_S
 from glmserve.deploy.options import DEFAULT_READY_TIMEOUT
 from glmserve.deploy.port_owner import PortView, parse_port_view, port_owner_script, port_taken
-from glmserve.deploy.progress import NewLines, is_chatter
-from glmserve.diagnose import Diagnosis, LogDiagnoser, State, is_progress_line, stall_budget
+from glmserve.deploy.progress import NewLines, moves_on
+from glmserve.diagnose import Diagnosis, LogDiagnoser, State, stall_budget
 from glmserve.errors import RemoteCommandError, Result, TransportError
 from glmserve.remote.address import run_probe_host
 from glmserve.remote.endpoint import health_ok
@@ -227,9 +227,7 @@ class Watcher:
         if line.strip():
             self.last_line = line.strip()
         changed = self.diag.feed(line)
-        progress = changed is not None or (
-            is_progress_line(line) and not is_chatter(line) and self.new_lines.new(line)
-        )
+        progress = changed is not None or moves_on(line, self.new_lines)
         if progress:
             self.progress_at = (self.diag.lines_seen, line.strip()[:300])
         if changed is not None:

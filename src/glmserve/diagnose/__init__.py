@@ -9,7 +9,8 @@ and :func:`phase_stall_budget`.
 The package, by concern: ``model`` (State, Category, Diagnosis, stall budgets), ``normalise``
 (prefixes and decorations stripped), ``hints`` (hint builders), ``rules`` (the root-cause rule
 table), ``patterns`` (cascade, exception, traceback, progress and keyword patterns), ``cache``
-(feed_block's line shapes), ``diagnoser`` (:class:`LogDiagnoser`), ``stream`` (whole logs).
+(feed_block's line shapes), ``diagnoser`` (:class:`LogDiagnoser`), ``stream`` (whole logs),
+``progress`` (what counts as progress for stall budgets and ``last_progress``).
 
 What is recognised (reference; the tables in ``rules``/``patterns`` are the implementation)
 ------------------------------------------------------------------------------------------
@@ -39,7 +40,9 @@ Progress (``_PROGRESS``; the phase only moves forward, a lagging rank does not u
                     only logged every 40 decode steps of real requests).
   A kernel's warmup (``DeepGEMM warmup: 100%|``, JIT pre-compile) is progress, not WARMUP.
   ``Prefill batch``/``Decode batch``, ``Init torch distributed``, JIT/compile progress bars
-  count as progress (``last_progress_line``) without changing the phase.
+  count as progress (``last_progress_line``) without changing the phase. Before READY
+  ``last_progress_line`` follows the watcher's stall rules (``progress.moves_on``): another
+  rank's copy of a line, retry chatter and HTTP access lines do not move it; a new phase does.
 
 Crash evidence, three kinds:
   * Root-cause rules (``RULES``: regex, category, hint builder, priority, flags). Categories
@@ -64,7 +67,10 @@ Crash evidence, three kinds:
     crash), ``KeyError: 'a.b.weight_scale'`` (a checkpoint tensor the loader cannot map:
     WEIGHT_LOADING; after READY only with a cascade, as requests log it too), a CUDA
     kernel's ``block: [..], thread: [..] Assertion ... failed`` (CRASH, device-side assert
-    hint), Gloo ``gloo/transport/tcp/pair.cc`` (weak NCCL).
+    hint), Gloo ``gloo/transport/tcp/pair.cc`` (weak NCCL), a kernel library's own check or
+    assert naming its source file (``CUDA error (f.cu:111): ...``, ``Assertion failed:
+    f.cuh:131, condition: ...``, ``CUDA driver error (f.hpp:72): ...``, ``Error in function
+    'run' at f.cu:276``: CRASH, the hint naming the library and file; SGLang evidence alone).
     A rule on a ``WARNING``/``INFO`` line, a ``fatal=False`` rule (``NCCL WARN``, the PyTorch
     "sm_120 is not compatible" warning) and a ``needs_error`` phrase outside an error line
     only explain a crash that other lines prove.

@@ -66,6 +66,7 @@ from glmserve.diagnose.patterns import (
     _has_any,
     _interleaved_frames,
 )
+from glmserve.diagnose.progress import NewLines, moves_on
 from glmserve.diagnose.rules import _HELP, _USAGE_RULE, RULES, Rule, slurm_end_hint
 
 C = Category
@@ -92,6 +93,8 @@ class LogDiagnoser:
         self._ready_line: int | None = None
         self._last_progress_line: int | None = None
         self._last_progress: str | None = None
+        # Lines already seen during start-up (the watcher's stall rules): a repeat is no progress.
+        self._seen = NewLines()
         self._generate_ok = 0  # native POST /generate answered (the warmup sends one)
         self._args: dict[str, str] = {}
         self._tp_size: int | None = None
@@ -511,13 +514,20 @@ class LogDiagnoser:
                 state = State.READY if self._generate_ok >= 2 else None
             # Uvicorn and "warmup" lines are any web server's words; the others are SGLang's.
             self._evidence = self._evidence or state is not State.WARMUP
+            moved = False
             if state is not None and _RANK[state] > _RANK[self._phase]:
+                moved = True
                 self._phase = state
                 if state is State.READY:
                     self._ready_line = n
                     self._on_ready()
-            self._last_progress_line = n
-            self._last_progress = body.strip()[:200]
+            # During start-up "last progress" follows the watcher's stall rules (shared code):
+            # another rank's copy of a line, retry chatter and HTTP access lines (the launcher's
+            # own polls) do not move it; a phase change always does. Once READY the stall
+            # budgets are over and every serving line counts (feed_block reads only the last).
+            if moved or self._phase is State.READY or moves_on(body, self._seen):
+                self._last_progress_line = n
+                self._last_progress = body.strip()[:200]
             mt = _MAX_TOTAL.search(body) if "max_total_num_tokens" in low else None
             if mt:
                 self._args.setdefault("max_running_requests_effective", mt.group(2))

@@ -349,6 +349,52 @@ def _cuda_runtime_hint(m: re.Match[str], _f: Facts) -> str:
     )
 
 
+# Path pieces that name the kernel library a native check came from (how its sources or
+# build trees are laid out in SGLang's images and wheels): the hint names the library.
+_NATIVE_LIBS = (
+    (("flash-mla", "flash_mla", "flashmla"), "FlashMLA"),
+    (("deep_gemm", "deepgemm", "deep-gemm"), "DeepGEMM"),
+    (("deep_ep", "deepep", "deep-ep"), "DeepEP"),
+    (("flashinfer", "trtllm", "tensorrt_llm"), "FlashInfer/TensorRT-LLM kernels"),
+    (("sgl-kernel", "sgl_kernel"), "sgl-kernel"),
+    (("cutlass",), "CUTLASS"),
+    (("tilelang",), "TileLang"),
+)
+
+
+def native_library(path: str) -> str | None:
+    """The kernel library a source path belongs to, when its directories say so."""
+    low = path.lower()
+    for keys, name in _NATIVE_LIBS:
+        if any(k in low for k in keys):
+            return name
+    return None
+
+
+def _native_check_hint(m: re.Match[str], _f: Facts) -> str:
+    """A kernel library's own check failed: name the library, the file:line and what it said."""
+    where = f"{m.group('file')}:{m.group('line')}"
+    lib = native_library(m.group("file"))
+    who = f"{lib} ({where})" if lib else f"a kernel library ({where})"
+    said = (m.group("msg") or "").strip().rstrip(".")[:120]
+    what = f": {said}" if said else ""
+    if m.group("kind").startswith("Assertion"):
+        return (
+            f"an assertion inside {who} failed{what}; the process stops there (a device "
+            "assert traps the GPU context, so later CUDA errors are its echo). A shape, dtype "
+            "or checkpoint layout this build of the library does not handle: check the "
+            "library version that this SGLang release pins, then try another backend "
+            "(attention / MoE runner / FP8 GEMM) to route around the kernel."
+        )
+    check = "CUDA check" if m.group("kind").startswith("CUDA") else "error check"
+    return (
+        f"{who} stopped on its own {check}{what}, with no Python traceback (the library "
+        "exits or aborts itself). The kernel rejected this GPU, shape or launch configuration: "
+        "rerun with CUDA_LAUNCH_BLOCKING=1, check the library version that this SGLang release "
+        "pins and the GPU arch it was built for, and try another backend to route around it."
+    )
+
+
 def _host_oom_hint(_m: re.Match[str], _f: Facts) -> str:
     return (
         "host (CPU) memory ran out, not GPU memory: check free RAM and container limits "

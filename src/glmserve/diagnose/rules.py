@@ -17,6 +17,7 @@ from glmserve.diagnose.hints import (
     _host_oom_hint,
     _ima_hint,
     _launch_hint,
+    _native_check_hint,
     _nccl_hint,
     _no_kernel_image_hint,
     _not_enough_memory_hint,
@@ -424,6 +425,9 @@ RULES: list[Rule] = [
         r"|CalledProcessError: Command '\[?'?[^']*(?:ninja|nvcc|ptxas|g\+\+|gcc|c\+\+|cmake)\b"
         r"|\.(?:cu|cuh|h|hpp|cpp|cc)\(\d+\): (?:error|fatal)"
         r"|JIT compil\w+ failed|failed to compile"
+        # DeepGEMM's JIT (csrc/jit/compiler.hpp: DG_HOST_ASSERT(false and "NVCC compilation
+        # failed"), as deepseek-ai/DeepGEMM#173 and sglang#9340 show it)
+        r"|NVCC compilation failed"
         # subprocess reporting a compiler/build tool's failure (Triton's gcc build of
         # cuda_utils, flashinfer/DeepGEMM ninja builds): the argv's first element names it.
         r"|Command '\[?'?[^' ]*\b(?:gcc|g\+\+|c\+\+|cc|clang|nvcc|ninja|ptxas|cmake|make)'"
@@ -438,6 +442,27 @@ RULES: list[Rule] = [
         r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion .{0,400}failed",
         C.CRASH,
         lambda m, f: _crash_hint("device-side assert", f),
+        1,
+    ),
+    # A kernel library's own failure report, printed by its C++/CUDA check macros (not by
+    # torch or SGLang) with the source file and line: the flash-attention family's CHECK_CUDA,
+    # fprintf(stderr, "CUDA error (%s:%d): %s", __FILE__, __LINE__, ...) then exit(1) (NATTEN
+    # csrc/include/natten/cuda/flash_fmha/flash_kernel/cuda_check.h; FlashMLA logs it so in
+    # sglang#25620); DeepGEMM/DeepEP's DG_/EP_DEVICE_ASSERT and DG_HOST_ASSERT, printf(
+    # "Assertion failed: %s:%d, condition: %s", ...) then a trap or throw (sglang#29993);
+    # DeepGEMM's DG_CUDA_DRIVER_CHECK / DG_CUDA_RUNTIME_CHECK and DGException ("CUDA driver
+    # error (file:line): code (NAME, msg)", "Assertion error (file:line): cond"); FlashInfer's
+    # FLASHINFER_ERROR ("Error in function 'f' at file:line: msg"). The check exits or traps
+    # the process, so the line is the crash even with no SGLang line around it. The rules
+    # above still name a known failure on such a line (illegal address, no kernel image,
+    # unsupported architecture, out of memory); this one names the library and the file.
+    _r(
+        r"(?P<kind>CUDA (?:driver |runtime )?error \(|Assertion error \(|Assertion failed: "
+        r"|Error in function '\w+' at )"
+        r"(?P<file>[^\s():,]+\.(?:cu|cuh|cpp|cc|cxx|c|h|hpp|hxx))"
+        r":(?P<line>\d+)(?:, condition:|\)?:?)\s*(?P<msg>.*)",
+        C.CRASH,
+        _native_check_hint,
         1,
     ),
     # The speculative workers check the flags that server_args auto-fills (sglang 0.5.18

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import stat
 import subprocess
@@ -287,7 +288,7 @@ class SshTransport(Transport):
     def ssh_base(self, master: str = "no") -> list[str]:
         """The ssh argv up to (not including) the target: options shared by every call."""
         h = self.host
-        argv = ["ssh"]
+        argv = [ssh_client(h.name)]
         if h.ssh_config:
             argv += ["-F", os.path.expanduser(h.ssh_config)]
         opts = {
@@ -461,6 +462,19 @@ class SshTransport(Transport):
                 capture_output=True,
                 timeout=15,
             )
+
+
+def ssh_client(host: str) -> str:
+    """The ``ssh`` program on PATH; without one, every verb that reaches ``host`` says so in
+    one line (exit 5, like any host it cannot reach) instead of subprocess's FileNotFoundError
+    escaping as an internal error. Every ssh argv starts here (``ssh_base``), so the check
+    covers commands, the master, forwards, ``ssh -G`` and the GPU telemetry's keeper."""
+    if shutil.which("ssh") is None:
+        raise TransportError(
+            f"ssh client not found on PATH: host {host} is reached with ssh; install the "
+            "OpenSSH client or add its directory to PATH"
+        )
+    return "ssh"
 
 
 def _private_dir(d: Path) -> bool:
