@@ -9,8 +9,9 @@ never ask which it is; where the two differ, the difference is written here, onc
 - a group is READY when node 0 is READY and no node failed; the other nodes are then
   recorded READY too (``status`` checks their processes);
 - any node's crash or stall fails the group; a failed group is stopped at once, naming the
-  failing node (its other nodes cannot serve alone), while a failed single run is kept for
-  ``logs`` and ``diagnose``;
+  failing node (its other nodes cannot serve alone), while a single run that stalled keeps
+  running and one that crashed is settled (ended, its leftovers stopped:
+  :meth:`Deployment.settle_crash`); its log stays for ``logs`` and ``diagnose``;
 - a node failing to start stops the nodes already started.
 
 Each node is a normal recorded run whose ``meta`` links it to its group (``group_id``,
