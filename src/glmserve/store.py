@@ -370,7 +370,10 @@ class RunStore:
 
     @_db_errors
     def get_run(self, run_id: str) -> RunRecord:
-        """The run with this id or unique id prefix; RunNotFound otherwise."""
+        """The run with this id or unique id prefix; RunNotFound otherwise (an empty id too:
+        it is no prefix of every run but, most likely, an unset shell variable)."""
+        if not run_id.strip():
+            raise RunNotFound("empty run id (an unset shell variable?); see `glmserve runs`")
         row = self.db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is None and run_id:
             like = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"

@@ -106,3 +106,33 @@ def test_logprob_start_len_past_the_input_is_refused(start_simulator):
             "sampling_params": {"max_new_tokens": 1}}  # fmt: skip
     r = httpx.post(sim.url + "/generate", json=body, timeout=30)
     assert r.status_code == 400 and "logprob_start_len" in r.text
+
+
+def test_a_chat_bench_probes_through_generate_and_says_so(capsys, start_simulator, reference):
+    sim = start_simulator(*SIM)
+    rc, res, err = bench(capsys, sim.url, "--api", "chat", "--reference", str(reference))
+    assert rc == 0, err
+    probe = res["probe"]
+    assert probe["endpoint"] == "native" and probe["bench_api"] == "chat"
+    assert probe["agreement"]["verdict"] == ag.AGREES
+    assert probe["agreement"]["nll_method"] == "teacher-forced"
+    rc = main(["bench", "--url", sim.url, *BENCH, "--api", "chat", "--probe"])
+    assert rc == 0
+    cap = capsys.readouterr()
+    assert "probed through /generate; benched through --api chat" in cap.out + cap.err
+
+
+def test_compare_of_stored_outputs_does_not_call_a_partly_garbled_server_agreeing(
+    capsys, start_simulator, reference
+):
+    # 10% of positions garbled: the outputs diverge exactly there, so over the tokens both
+    # chose the candidate's logprobs equal the reference's; teacher forced it is WRONG_OUTPUT.
+    sim = start_simulator(*SIM, "--sim-output-fault", "garble=0.1")
+    rc, res, err = bench(capsys, sim.url, "--probe")
+    assert rc == 0, err
+    assert main(["compare", str(reference), str(res["id"]), "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][1]
+    assert row["output"]["verdict"] is None  # was "agrees" (0.000 nats/token, agreed-prefix)
+    assert any(f"--reference {reference}" in n for n in row["notes"])
+    rc, forced, _ = bench(capsys, sim.url, "--reference", str(reference))
+    assert rc == 1 and forced["probe"]["agreement"]["verdict"] == ag.WRONG_OUTPUT

@@ -45,8 +45,8 @@ def test_launch_losing_the_port_to_another_sglang_is_crashed_port_in_use(
     diag = run_glmserve("diagnose", str(log_path), "--json")
     assert diag.returncode == 3, diag.stdout + diag.stderr
     assert json.loads(diag.stdout)["category"] == "PORT_IN_USE"
-    status = json.loads(run_glmserve("status", "--json").stdout)
-    row = next(r for r in status if r["run_id"] == doc["run"]["run_id"])
+    # a crashed launch is settled (ended): asked by id, status still shows it, never READY
+    (row,) = json.loads(run_glmserve("status", doc["run"]["run_id"], "--json").stdout)
     assert row["state"] != "READY"
 
 

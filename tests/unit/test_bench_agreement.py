@@ -149,3 +149,33 @@ def test_probe_set_is_shipped_with_its_sha256():
     assert len({p.kind for p in ps.probes}) >= 6
     assert len(ps.sha256) == 64
     assert max(len(p.prompt) for p in ps.probes) > 10 * min(len(p.prompt) for p in ps.probes)
+
+
+def test_a_url_without_generate_fails_the_probe_naming_generate_and_the_bench_api():
+    """An OpenAI-only gateway in front of SGLang: the bench through --api chat works, the
+    probe (always /generate) cannot; the failure says why, and fails the gate."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from glmserve.bench.probe import ProbeSpec, probe_gate, probe_step
+
+    class OpenAIOnly(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            return None
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), OpenAIOnly)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        d = probe_step(f"http://127.0.0.1:{srv.server_port}", ProbeSpec(), api="chat")
+    finally:
+        srv.shutdown()
+    assert d["endpoint"] == "native" and d["bench_api"] == "chat"
+    assert "HTTP 404" in d["error"] and "native /generate, whatever --api" in d["error"]
+    assert "--api chat" in d["error"]
+    gate = probe_gate(d)
+    assert gate is not None and not gate["ok"]

@@ -286,3 +286,26 @@ def agree(
     if greedy < th.min_greedy_agreement:
         reasons.append(f"greedy agreement {greedy:.2f} < {th.min_greedy_agreement:g}")
     return Agreement(greedy, xnll, method, per, th, reasons)
+
+
+def unconfirmed(a: dict[str, Any], base_id: Any) -> dict[str, Any]:
+    """An agreed-prefix "agrees" is no verdict unless the greedy outputs are identical: the
+    estimate reads only the tokens both servers chose, so a server wrong at some positions
+    diverges exactly there and its error is never measured (simulated ``garble=0.1``: 0.000
+    nats/token over the agreed prefix, greedy agreement 0.29 above its floor, while teacher
+    forced it is 0.626: WRONG_OUTPUT). A WRONG_OUTPUT found this way stands (its evidence is
+    measured); an identical greedy output is read whole, so its "agrees" stands too."""
+    if a["verdict"] == WRONG_OUTPUT or a.get("nll_method") != "agreed-prefix":
+        return a
+    if a["greedy_agreement"] >= 1.0:
+        return a
+    return {
+        **a,
+        "verdict": None,
+        "note": (
+            f"output not judged against {base_id}: greedy agreement "
+            f"{a['greedy_agreement']:.2f}, and between stored results the excess NLL is "
+            "read only over the tokens both chose; bench this server with --reference "
+            f"{base_id} for the teacher-forced verdict"
+        ),
+    }

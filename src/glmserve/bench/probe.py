@@ -3,11 +3,25 @@ reference's outputs through it: the I/O half of output agreement (``agreement`` 
 half).
 
 Requests are non-streamed and greedy (``temperature: 0``) and go one at a time after the
-bench, so they neither load the measured levels nor depend on batching. The native
-``/generate`` is used when the server has it (every SGLang does): it returns the prompt's token
-ids (``logprob_start_len: 0``), which teacher forcing needs. ``endpoint="openai"`` probes
-``/v1/completions`` with ``logprobs`` instead; its excess NLL is then the agreed-prefix
-estimate (OpenAI answers carry token texts, not ids, so nothing can be fed back exactly).
+bench, so they neither load the measured levels nor depend on batching.
+
+The probe goes through SGLang's native ``/generate`` whatever ``--api`` the bench used, and
+says so (``endpoint``, ``bench_api`` in the stored probe; every line and note that shows a
+verdict names it). Only ``/generate`` returns token ids, of the prompt
+(``logprob_start_len: 0``) and of the output, and teacher forcing feeds the reference's ids
+back exactly. The OpenAI endpoints return token texts only (0.5.9
+``entrypoints/openai/utils.py:14-26`` ``to_openai_style_logprobs``), and chat never computes
+the prompt's logprobs (``serving_chat.py:290``, ``logprob_start_len=-1``): through them the
+excess NLL could only be estimated over the agreed prefix, which is blind where it matters: a
+server wrong at a tenth of its positions diverges exactly there, so the estimate over what
+agrees reads 0.000 nats/token and greedy agreement 0.29 clears its floor (simulated
+``garble=0.1``: teacher forced, 0.626 nats/token, WRONG_OUTPUT). What is judged, the engine's
+computation (attention backend, KV cache dtype, kernels: what profiles change), is the same
+behind every endpoint: ``/generate``, ``/v1/completions`` and ``/v1/chat/completions`` all
+call ``TokenizerManager.generate_request`` (``http_server.py:677``,
+``serving_completions.py:376``, ``serving_chat.py:873``). The chat template and the
+reasoning/tool parsers, which only the OpenAI endpoints apply, are not probed.
+``endpoint="openai"`` (``run_probes``) remains for the parsers' tests.
 """
 
 from __future__ import annotations
@@ -26,11 +40,13 @@ from glmserve.bench.agreement import (
     forced_native,
     from_native,
     from_openai,
+    unconfirmed,
 )
 from glmserve.bench.probes import ProbeSet, load_probe_set
 from glmserve.errors import ConfigError, TransportError
 
 PROBE_TIMEOUT_S = 120.0
+PATHS = {"native": "/generate", "openai": "/v1/completions", "chat": "/v1/chat/completions"}
 _T = TypeVar("_T")
 
 
@@ -150,11 +166,17 @@ def load_reference(result_id: int) -> list[ProbeOutput]:
     return reference_outputs(row["result"], f"--reference {result_id}")
 
 
-def probe_step(base_url: str, spec: ProbeSpec, model: str | None = None) -> dict[str, Any]:
+def probe_step(
+    base_url: str, spec: ProbeSpec, model: str | None = None, api: str | None = None
+) -> dict[str, Any]:
     """Probe the server; with a reference, teacher-force it and judge. The dict is stored in
-    the result as ``probe``; a failed probe is recorded (``error``), never a crash of the bench."""
+    the result as ``probe``; a failed probe is recorded (``error``), never a crash of the bench.
+    ``api``: the bench's ``--api``, recorded beside the probe's own endpoint when they differ
+    (the probe stays on ``/generate``: module doc)."""
     ps = load_probe_set()
     d: dict[str, Any] = {"set": ps.name, "sha256": ps.sha256, "endpoint": spec.endpoint}
+    if api and api != spec.endpoint:
+        d["bench_api"] = api
     try:
         outs = run_probes(base_url, ps, spec.endpoint, model)
         d["outputs"] = [o.to_dict() for o in outs]
@@ -164,7 +186,23 @@ def probe_step(base_url: str, spec: ProbeSpec, model: str | None = None) -> dict
             d["agreement"] = {**a.to_dict(), "reference": spec.reference_id}
     except TransportError as exc:
         d["error"] = str(exc)
+        if "bench_api" in d:  # a URL serving only the OpenAI API (a gateway) has no /generate
+            d["error"] += (
+                f" (the output probe uses SGLang's native {PATHS[spec.endpoint]}, whatever "
+                f"--api; the bench used --api {d['bench_api']})"
+            )
     return d
+
+
+def via(probe: dict[str, Any]) -> str:
+    """Which API a stored probe went through, and the bench's when it differs: said wherever
+    a verdict is shown, so an agreement is never read as the bench's API's."""
+    endpoint = str(probe.get("endpoint") or "native")
+    text = f"probed through {PATHS.get(endpoint, endpoint)}"
+    api = probe.get("bench_api")
+    if api and api != endpoint:
+        text += f"; benched through --api {api}, whose chat template and parsers are not probed"
+    return text
 
 
 def probe_gate(probe: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -195,7 +233,7 @@ def probe_lines(probe: dict[str, Any] | None) -> list[str]:
         return [f"output probe failed: {probe['error']}"]
     lines = [
         f"output probed: {len(probe.get('outputs') or [])} prompts of {probe['set']} "
-        f"(sha256 {probe['sha256'][:12]}, {probe['endpoint']})"
+        f"(sha256 {probe['sha256'][:12]}, {via(probe)})"
     ]
     a = probe.get("agreement")
     if a:
@@ -204,13 +242,20 @@ def probe_lines(probe: dict[str, Any] | None) -> list[str]:
 
 
 def describe_agreement(a: dict[str, Any]) -> str:
+    """One line for a verdict (or why there is none), naming the API the probe went through
+    where it is known (``via``)."""
     xn = a.get("excess_nll")
+    where = f" ({a['via']})" if a.get("via") else ""
+    if a.get("verdict") is None:
+        return str(a.get("note") or "output not judged") + where
     figures = f"greedy agreement {a['greedy_agreement']:.2f}, excess NLL " + (
         f"{xn:.3f} nats/token ({a['nll_method']})" if xn is not None else "n/a"
     )
     if a["verdict"] == WRONG_OUTPUT:
-        return f"{WRONG_OUTPUT} vs reference {a.get('reference')}: " + "; ".join(a["reasons"])
-    return f"output agrees with reference {a.get('reference')}: {figures}"
+        return (
+            f"{WRONG_OUTPUT} vs reference {a.get('reference')}: " + "; ".join(a["reasons"]) + where
+        )
+    return f"output agrees with reference {a.get('reference')}: {figures}{where}"
 
 
 def thresholds(max_excess_nll: float | None, min_greedy: float | None) -> Thresholds:
@@ -249,17 +294,19 @@ def compare_agreement(base: dict[str, Any], row: dict[str, Any]) -> dict[str, An
     rp = row["result"].get("probe") or {}
     own = rp.get("agreement")
     if own and str(own.get("reference")) == str(base["id"]):
-        return own
+        return {**own, "via": via(rp)}
     if bp.get("outputs") and rp.get("outputs"):
         if bp.get("sha256") != rp.get("sha256"):
             return {"verdict": None, "note": "probed with different probe sets: not compared"}
+        if (bp.get("endpoint") or "native") != (rp.get("endpoint") or "native"):
+            return {"verdict": None, "note": "probed through different APIs: not compared"}
         a = agree(
             [ProbeOutput.from_dict(o) for o in bp["outputs"]],
             [ProbeOutput.from_dict(o) for o in rp["outputs"]],
         )
-        return {**a.to_dict(), "reference": base["id"]}
+        return {**unconfirmed(a.to_dict(), base["id"]), "reference": base["id"], "via": via(rp)}
     if own and own.get("verdict") == WRONG_OUTPUT:
-        return own
+        return {**own, "via": via(rp)}
     return None
 
 

@@ -387,7 +387,7 @@ def run_bench(
         if probe is not None and not interrupted and not stopped:
             from glmserve.bench.probe import probe_step
 
-            probe_doc = probe_step(target.base, probe, settings.model)
+            probe_doc = probe_step(target.base, probe, settings.model, settings.api)
     meta.update(
         url=settings.base_url,
         started_at=started,

@@ -107,6 +107,8 @@ def _diagnose_target(target: str) -> tuple[Diagnosis, str]:
     """(diagnosis, label) for a path, `-` or a run id."""
     if target == "-":
         return _diagnose_stream(sys.stdin.buffer, "<stdin>"), "<stdin>"
+    if not target.strip():  # Path("") is "."
+        raise ConfigError("diagnose: empty LOG or RUN (an unset shell variable?)")
     path = Path(target)
     if path.is_file():
         try:

@@ -73,25 +73,38 @@ def launch(opts: LaunchOptions, json_out: JsonOpt = False) -> None:
     Example: glmserve launch --profile trtllm_mla --host gpu8 --timeout 1800
     Example (two nodes): glmserve launch --profile trtllm_mla --nodes gpu8a,gpu8b
     """
+    from glmserve.sigterm import sigterm_as_interrupt
+
+    # SIGTERM (a CI job's `timeout`, `kill`) does what Ctrl-C does: a server being started is
+    # stopped again, one being watched is left running and recorded, and it is said.
+    with sigterm_as_interrupt():
+        _launch(opts, json_out)
+
+
+def _launch(opts: LaunchOptions, json_out: bool) -> None:
     from glmserve.cli import views
     from glmserve.deploy.deployment import Deployment
     from glmserve.store import RunStore
 
     p, budgets = opts.plan()
-    dep = Deployment.launch(
-        p,
-        store=RunStore.open(),
-        replace_existing=opts.replace,
-        say=lambda m: err.print(m, markup=False),
-    )
-    if not json_out:  # scripts capture the id: run=$(glmserve launch ...); --json carries it
-        print(dep.id, flush=True)
-    views.launched(dep)
-    if opts.no_wait:
-        if json_out:
-            emit_json(views.launch_json(dep))
-        return
+    store = RunStore.open()
     try:
+        dep = Deployment.launch(
+            p,
+            store=store,
+            replace_existing=opts.replace,
+            say=lambda m: err.print(m, markup=False),
+        )
+    except KeyboardInterrupt:  # a server half started is stopped; one recorded is named
+        raise Interrupted(views.interrupted_start(store)) from None
+    try:
+        if not json_out:  # scripts capture the id: run=$(glmserve launch ...); --json has it
+            print(dep.id, flush=True)
+        views.launched(dep)
+        if opts.no_wait:
+            if json_out:
+                emit_json(views.launch_json(dep))
+            return
         with views.watch_progress(dep) as progress:
             verdict = dep.watch(
                 poll_s=opts.poll,
@@ -104,10 +117,16 @@ def launch(opts: LaunchOptions, json_out: JsonOpt = False) -> None:
         raise Interrupted(f"stopped watching: {views.keeps_running(dep)}") from None
     except TransportError as exc:
         raise TransportError(f"{exc}; {views.keeps_running(dep)}") from exc
-    stopped = dep.stop_failed(verdict, views.say)
+    error = views.verdict_error(dep, verdict)  # the diagnosis first, whatever follows
+    try:
+        stopped = dep.stop_failed(verdict, views.say)
+    except KeyboardInterrupt:  # the verdict stands; what is left of the run is the user's
+        raise Interrupted(
+            f"interrupted after the verdict {verdict.state}: processes of {dep.id} may still be "
+            f"up; see `glmserve status {dep.id}`, stop them with `glmserve stop {dep.id}`"
+        ) from None
     if json_out:
         emit_json(views.launch_json(dep, verdict, stopped))
-    error = views.verdict_error(dep, verdict)
     if error is not None:
         raise error
     views.ready(dep, verdict)
@@ -232,6 +251,8 @@ def stop(
         views.say(
             f"warning: {store.path} is read-only; stopping anyway, unrecorded: {store.read_only}"
         )
+    if run_id is not None and not run_id.strip():  # "$RUN" unset: never "every run"
+        raise ConfigError("stop: empty RUN id (an unset shell variable?); give a run id or --all")
     if all_runs and run_id:
         raise ConfigError("give a RUN id or --all, not both")
     if not all_runs and not run_id:

@@ -345,6 +345,9 @@ def show(
     ]
     if meta.get("labels"):
         lines.append("labels: " + ", ".join(f"{k}={v}" for k, v in meta["labels"].items()))
+    from glmserve.bench.probe import probe_lines  # its verdict and the API it went through
+
+    lines.extend(probe_lines(row["result"].get("probe")))
     for line in lines:  # labels, profile and host are data: no control characters sent
         out.print(plain(line), highlight=False, markup=False)
 

@@ -43,11 +43,13 @@ def assess_run(run: RunRecord, store: RunStore, t: Transport | None = None) -> d
     only SGLang's dummy ``/health`` (``engine._launch_subprocesses``), which says no more than
     its processes being alive, so its READY rests on its processes alone.
     """
+    from glmserve.remote.launch import adopt_started
     from glmserve.remote.run_host import transport_for_run
     from glmserve.remote.runlog import read_log_bytes
     from glmserve.remote.slurm import scheduler_end
 
     t = t or transport_for_run(run)
+    run = adopt_started(store, t, run)  # its launcher died before recording the process
     own = run_ownership(t, run)
     data, _ = read_log_bytes(t, run.log_path)
     diag = LogDiagnoser()

@@ -9,8 +9,9 @@ never ask which it is; where the two differ, the difference is written here, onc
 - a group is READY when node 0 is READY and no node failed; the other nodes are then
   recorded READY too (``status`` checks their processes);
 - any node's crash or stall fails the group; a failed group is stopped at once, naming the
-  failing node (its other nodes cannot serve alone), while a failed single run is kept for
-  ``logs`` and ``diagnose``;
+  failing node (its other nodes cannot serve alone), while a single run that stalled keeps
+  running and one that crashed is settled (ended, its leftovers stopped:
+  :meth:`Deployment.settle_crash`); its log stays for ``logs`` and ``diagnose``;
 - a node failing to start stops the nodes already started.
 
 Each node is a normal recorded run whose ``meta`` links it to its group (``group_id``,
@@ -31,9 +32,14 @@ from typing import Any
 from glmserve.deploy.plan import Plan
 from glmserve.errors import ConfigError, GlmserveError, RunNotFound
 from glmserve.remote.host_config import HostConfig
-from glmserve.store import TERMINAL_STATES, RunRecord, RunStore
+from glmserve.store import RunRecord, RunStore
 
 Say = Callable[[str], None]
+# How long a crashed server's process group gets to end by itself (SGLang's own teardown,
+# kill_process_tree, is one SIGKILL per process: well under a second) before what is left is
+# stopped; and the stop's TERM-to-KILL wait.
+CRASH_SETTLE_S = 5.0
+CRASH_STOP_TIMEOUT_S = 10.0
 Tick = Callable[[int, Any], None]  # (node rank, WatchTick)
 
 
@@ -149,6 +155,11 @@ class Deployment:
             runs = group_runs(store, ident)
             if runs:
                 return cls(runs, store)
+            if ident[1:].isalnum():  # reads as a group id: name both kinds
+                try:
+                    store.get_run(ident)
+                except RunNotFound:
+                    raise RunNotFound(f"no group or run {ident!r} (see `glmserve runs`)") from None
         run = store.get_run(ident)
         gid = run.meta.get("group_id")
         runs = group_runs(store, gid, exact=True) if isinstance(gid, str) else [run]
@@ -297,16 +308,78 @@ class Deployment:
 
     def stop_failed(self, verdict: Verdict, say: Say = _quiet) -> list[dict[str, Any]]:
         """After a failed watch: a group is stopped at once, every node, naming the failing
-        node (the reports; a StopFailed if a node could not be stopped); a single run is kept
-        (a stalled server keeps running, a crashed one is gone) for ``logs``/``diagnose``."""
-        if verdict.state == "READY" or not self.grouped:
+        node (the reports; a StopFailed if a node could not be stopped). A single run that
+        CRASHED is settled (:meth:`settle_crash`: recorded ended, what is left of its process
+        group stopped); a stalled one keeps running, for ``logs``/``diagnose`` and a look at
+        its processes, until ``glmserve stop``."""
+        if verdict.state == "READY":
             return []
+        if not self.grouped:
+            return self.settle_crash(say) if verdict.state == "CRASHED" else []
         bad = self.runs[verdict.failing_rank or 0]
         say(
             f"node {verdict.failing_rank} ({bad.host}, run {bad.run_id}) {verdict.state}: "
             f"stopping every node of group {self.group_id}"
         )
         return self.stop(raise_failure=True)
+
+    def settle_crash(self, say: Say = _quiet) -> list[dict[str, Any]]:
+        """A single run the watch found CRASHED: leave nothing of it half-done.
+
+        SGLang's answer to a crashed child is to end the whole server: the scheduler logs
+        ``Scheduler hit an exception`` and sends SIGQUIT to the launcher
+        (0.5.9 ``managers/scheduler.py:3188-3191``), whose handler calls
+        ``kill_process_tree(os.getpid())`` (``entrypoints/engine.py:868-874``; after start-up
+        the tokenizer manager's ``running_phase_sigquit_handler``,
+        ``managers/tokenizer_manager.py:2506-2511``). That tree walk
+        (``utils/common.py:1129-1163``: ``children(recursive=True)``) follows parent links
+        only, so a scheduler that left the launcher's tree (reparented to PID 1) survives it
+        and keeps its GPU memory
+        (sgl-project/sglang#23627, #31645); a launcher whose child died during start-up may
+        also wait in ``_wait_for_scheduler_ready``'s ``join`` (``engine.py:893-900``). So the
+        verdict is final but the processes may not be gone: their process group is watched for
+        ``CRASH_SETTLE_S`` to end by itself; then it is recorded ended, or what is left of the
+        group is stopped the way ``glmserve stop`` does (the recorded, verified group or
+        members, never by name) and the stop reported. When that cannot be done the message
+        says so and names ``glmserve stop RUN``; the run then stays listed by ``status``.
+        """
+        from glmserve.errors import TransportError
+        from glmserve.remote.process import run_ownership
+        from glmserve.remote.stop import stop_run
+
+        run = self.runs[0]
+        rid = run.run_id
+        how = f"stop it with `glmserve stop {rid}`"
+        deadline = time.monotonic() + CRASH_SETTLE_S
+        try:
+            t = self.transport(run)
+            own = run_ownership(t, run)
+            while own.alive and time.monotonic() < deadline:
+                time.sleep(0.25)
+                own = run_ownership(t, run)
+        except TransportError as exc:  # ProcessUnverified too: neither gone nor alive known
+            say(f"run {rid} crashed; its processes could not be checked ({exc}); {how}")
+            return []
+        if not own.alive:
+            try:
+                self.store.update_run(rid, ended_at=time.time())  # the verdict stays CRASHED
+            except GlmserveError as exc:
+                say(f"run {rid} crashed and no process of it is left; not recorded: {exc}")
+            return []
+        say(
+            f"run {rid} crashed, but {len(own.pids)} process(es) of its process group are still "
+            f"up (pid {', '.join(map(str, own.pids))}); stopping them as `glmserve stop {rid}` "
+            "does"
+        )
+        try:
+            report = {**stop_run(rid, timeout=CRASH_STOP_TIMEOUT_S, store=self.store), "ok": True}
+        except GlmserveError as exc:
+            say(f"run {rid}: could not stop what is left ({exc}); {how}")
+            return [{"run_id": rid, "host": run.host, "ok": False, "error": str(exc),
+                     "exit_code": exc.exit_code}]  # fmt: skip
+        killed = f", killed {report['killed']}" if report.get("killed") else ""
+        say(f"run {rid}: stopped the crashed server's processes {report['signalled']}{killed}")
+        return [report]
 
     def assess(self) -> tuple[str, dict[str, Any]]:
         """Is it still healthy (after a bench ended early)? Every node is looked at (store
@@ -507,91 +580,7 @@ def _watch_nodes(
 
 # -- status --------------------------------------------------------------------------------------
 def status_rows(store: RunStore, ident: str | None, all_runs: bool) -> list[dict[str, Any]]:
-    """What ``status`` shows: the runs ``ident`` names (every node of a group), else the
-    live ones (``all_runs``: every recorded one), each checked live on its host; a finished
-    run not asked for by id, or one still being launched, as the store has it."""
-    from glmserve.deploy.assess import assess_run
-    from glmserve.deploy.identity import identity_problems
-    from glmserve.errors import ProcessUnverified, TransportError
-    from glmserve.remote.launcher import launch_in_progress
-    from glmserve.remote.run_host import host_note
+    """What ``status`` shows (:mod:`glmserve.deploy.status`)."""
+    from glmserve.deploy.status import status_rows as rows
 
-    if ident:
-        runs = Deployment.resolve(store, ident).runs
-    else:
-        runs = store.list_runs() if all_runs else store.list_runs(live_only=True)
-    rows = []
-    for r in runs:
-        if (r.ended_at is not None and not ident) or launch_in_progress(r):
-            rows.append(_stored_row(r))  # a run being launched has no process to check yet
-            continue
-        try:
-            rows.append(assess_run(r, store))
-            rows[-1]["identity_problems"] = identity_problems(r, rows[-1])
-        except TransportError as exc:
-            row = _stored_row(r)
-            row["state"] = f"{r.state}?"
-            row["error"] = str(exc)
-            row["unverified"] = isinstance(exc, ProcessUnverified)  # `status` exits 5
-            rows.append(row)
-        note = host_note(r)  # checked on the host it was launched on, whatever hosts.yaml says
-        if note:
-            rows[-1]["host_note"] = note
-        if r.meta.get("slurm") and r.ended_at is None:
-            from glmserve.deploy.slurm_job import status_fields
-
-            with contextlib.suppress(TransportError):
-                rows[-1].update(status_fields(r))
-        if "group_id" in r.meta:
-            rows[-1]["group_id"] = r.meta["group_id"]
-            rows[-1]["node_rank"] = r.meta.get("node_rank")
-    _judge_groups(store, rows)
-    return rows
-
-
-def _judge_groups(store: RunStore, rows: list[dict[str, Any]]) -> None:
-    """Give every grouped row its group's verdict: a group serves only while every node
-    does, so a READY node 0 beside a dead node 1 must not read as a working server (its
-    collectives hang). Nodes not listed (an ended one drops out of the live list) are read
-    from the store, as their last assessment left them."""
-    listed = {row["run_id"]: row["state"] for row in rows}
-    for gid in {row["group_id"] for row in rows if row.get("group_id")}:
-        nodes = group_runs(store, gid, exact=True)
-        down = [
-            (int(r.meta.get("node_rank", i)), r.host, listed.get(r.run_id, r.state))
-            for i, r in enumerate(nodes)
-            if listed.get(r.run_id, r.state).rstrip("?") in TERMINAL_STATES
-        ]
-        if down and len(down) < len(nodes):
-            rank, host, state = down[0]
-            group_state = state.rstrip("?")
-            problem = (
-                f"group {gid} cannot serve: node {rank} ({host}) is {group_state}; "
-                f"stop every node: glmserve stop {gid}"
-            )
-        elif down:
-            group_state, problem = down[0][2].rstrip("?"), None  # all ended: nothing serves
-        else:
-            states = {listed.get(r.run_id, r.state).rstrip("?") for r in nodes}
-            group_state, problem = ("READY" if states == {"READY"} else "STARTING"), None
-        for row in rows:
-            if row.get("group_id") == gid:
-                row["group_state"] = group_state
-                row["group_problem"] = problem
-
-
-def _stored_row(r: RunRecord) -> dict[str, Any]:
-    end = r.ended_at or time.time()
-    return {
-        "run_id": r.run_id,
-        "state": r.state,
-        "host": r.host,
-        "profile": r.profile,
-        "port": r.port,
-        "pid": r.pid,
-        "uptime_s": round(end - r.created_at, 1),
-        "category": r.category,
-        "root_cause": r.root_cause,
-        "patch_active": r.meta.get("patch_active") if r.patches else None,
-        "launcher": r.launcher,
-    }
+    return rows(store, ident, all_runs)

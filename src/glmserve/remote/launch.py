@@ -295,6 +295,38 @@ def read_handshake(t: Transport, run_dir: str) -> Started | None:
     return started if started.pgid is not None else None
 
 
+def adopt_started(store: RunStore, t: Transport, run: RunRecord) -> RunRecord:
+    """A run recorded without its process whose launch is over (its glmserve killed between
+    starting the server and recording it: SIGKILL, a lost machine): the server may be up all
+    the same, and its own handshake in the run dir says which process it is. Record it, so
+    ``status`` and ``stop`` judge that server instead of "never started" (a false "nothing
+    left" for a server that serves). Unchanged when there is no handshake; when the store
+    cannot be written (``stop`` on a read-only home) the returned record carries it anyway."""
+    if (
+        run.pid is not None
+        or run.ended_at is not None
+        or run.terminal
+        or run.meta.get("slurm")
+        or launch_in_progress(run)
+    ):
+        return run
+    started = read_handshake(t, run.run_dir)
+    if started is None:
+        return run
+    fields: dict[str, Any] = {
+        "pid": started.pid,
+        "pgid": started.pgid,
+        "proc_start": None if started.start is None else str(started.start),
+        "boot_id": started.boot_id,
+    }
+    try:
+        store.update_run(run.run_id, **fields)
+        store.add_event(run.run_id, "STARTING", None, {"pid": started.pid, "adopted": True})
+    except GlmserveError:
+        return replace(run, **fields)
+    return store.get_run(run.run_id)
+
+
 def _stop_if_started(t: Transport, rec: RunRecord, wait_s: float = 5.0) -> None:
     """A start that failed or was interrupted (Ctrl-C, a lost connection): the detached
     process may still come up (a slow ``setsid``), so wait ``wait_s`` for its handshake and

@@ -98,6 +98,9 @@ def stop_run(run_id: str, timeout: float = 15.0, store: RunStore | None = None) 
     # `status` that finds the processes gone meanwhile must not call it a crash or an exit.
     t = transport_for_run(run)
     note = host_note(run)
+    from glmserve.remote.launch import adopt_started  # launch imports this module
+
+    run = adopt_started(store, t, run)  # its launcher died before recording the process
     if run.pgid is not None:
         run_ownership(t, run)  # unverifiable: ProcessUnverified, before any STOPPING is said
     with contextlib.suppress(StoreError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from glmserve.bench.agreement import WRONG_OUTPUT, ProbeOutput, Thresholds, agree
+from glmserve.bench.agreement import WRONG_OUTPUT, ProbeOutput, Thresholds, agree, unconfirmed
 from glmserve.sweep.state import OK
 
 if TYPE_CHECKING:
@@ -89,7 +89,8 @@ def judge_all(sweep: Sweep, opts: SweepOptions) -> None:
             e.output = {"verdict": WRONG_OUTPUT, "reasons": [f"probe failed: {probe['error']}"]}
         elif ref is not None and _outputs(e) is not None:
             a = agree(ref, _outputs(e) or [], None, thresholds_of(opts))
-            e.output = {**a.to_dict(), "reference": name}
+            # agreed-prefix: "agrees" only for identical outputs (bench.agreement.unconfirmed)
+            e.output = {**unconfirmed(a.to_dict(), name), "reference": name}
             probe["agreement"] = e.output  # the stored result says so too (report, compare)
         else:
             e.output = {"verdict": None, "note": f"reference {name} has no probe outputs"}

@@ -89,10 +89,18 @@ def decode_ci(e: Any) -> tuple[float, float] | None:
 
 def winner(sweep: Sweep) -> str | None:
     """The fastest profile by decode tok/s among those that succeeded and whose output is not
-    WRONG_OUTPUT (a config that computes another model is never a winner)."""
+    WRONG_OUTPUT (a config that computes another model is never a winner), nor, in a probed
+    sweep, left unjudged (``output`` with no verdict: not shown to compute the same model)."""
     from glmserve.sweep.agreement import is_wrong
 
-    ok = [e for e in sweep.entries if e.status == OK and e.decode_tok_s() and not is_wrong(e)]
+    def judged(e: Any) -> bool:
+        return not e.output or e.output.get("verdict") is not None
+
+    ok = [
+        e
+        for e in sweep.entries
+        if e.status == OK and e.decode_tok_s() and not is_wrong(e) and judged(e)
+    ]
     return max(ok, key=lambda e: e.decode_tok_s() or 0.0).profile if ok else None
 
 

@@ -100,8 +100,8 @@ def launched(dep: Any) -> None:
 def launch_json(
     dep: Any, verdict: Any = None, stopped: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
-    """``launch --json``: ``{run, verdict}`` for a single run, ``{group_id, runs, verdict,
-    stopped}`` for a group; verdict None with ``--no-wait``."""
+    """``launch --json``: ``{run, verdict, stopped}`` for a single run, ``{group_id, runs,
+    verdict, stopped}`` for a group; with ``--no-wait`` verdict None and no ``stopped``."""
     runs = [r.to_dict() for r in dep.records()]
     v: dict[str, Any] | None = None
     if verdict is not None:
@@ -125,7 +125,10 @@ def launch_json(
     if v is not None and verdict.decisive.state == "STOPPED":
         v["state"] = "STOPPED"  # the log's phase stays in "phase"
     if not dep.grouped:
-        return {"run": runs[0], "verdict": v}
+        if verdict is None:
+            return {"run": runs[0], "verdict": v}
+        # a CRASHED run's leftover processes, stopped after the verdict (Deployment.settle_crash)
+        return {"run": runs[0], "verdict": v, "stopped": stopped or []}
     data = {"group_id": dep.group_id, "runs": runs, "verdict": v}
     if verdict is not None:
         data["stopped"] = stopped or []
@@ -208,6 +211,22 @@ def keeps_running(dep: Any) -> str:
     if dep.grouped:
         return f"group {dep.group_id} keeps running; stop it with `glmserve stop {dep.group_id}`"
     return _how_to(dep.id)
+
+
+def interrupted_start(store: Any) -> str:
+    """Ctrl-C (or SIGTERM) inside ``Deployment.launch``: a server whose process was not
+    recorded yet is stopped there, but one recorded a moment before the interrupt keeps
+    running (its id was never printed): name every live run this process launched."""
+    import os
+
+    mine = [
+        r
+        for r in store.list_runs(live_only=True)
+        if (r.meta.get("launched_by") or {}).get("pid") == os.getpid() and r.pid is not None
+    ]
+    if not mine:
+        return "interrupted while starting: no server of this launch is recorded running"
+    return "interrupted while starting; " + "; ".join(_how_to(r.run_id) for r in mine)
 
 
 def _how_to(run_id: str) -> str:
@@ -308,6 +327,7 @@ def print_status(rows: list[dict[str, Any]]) -> None:
             what = f"patch active on {row['patch_active']} ranks " + what
         if row.get("category"):
             what = f"{row['category']}: {row.get('root_cause') or ''} " + what
+        what = _process_note(row) + what
         if row.get("group_problem"):  # first: a READY node of a broken group is no server
             what = f"NOT SERVING: {row['group_problem']}; " + what
         cells = (
@@ -318,10 +338,24 @@ def print_status(rows: list[dict[str, Any]]) -> None:
             row["profile"],
             str(row["port"]),
             str(row["pid"] or ""),
-            what.strip()[:200],
+            what.strip().rstrip(";")[:200],
         )
         table.add_row(*(cell(c) for c in cells))  # data, never rich markup
     out.print(table)
+
+
+def _process_note(row: dict[str, Any]) -> str:
+    """A run with a verdict whose processes are still up (they hold its GPUs), or one this
+    look found ended (listed this once; ``status --all`` and ``runs`` keep it)."""
+    from glmserve.store import TERMINAL_STATES
+
+    state = str(row.get("state") or "").rstrip("?")
+    if row.get("alive") and row.get("alive_pids") and state in TERMINAL_STATES:
+        pids = ", ".join(map(str, row["alive_pids"]))
+        return f"{state} but processes still up (pid {pids}): glmserve stop {row['run_id']}; "
+    if row.get("ended_now"):
+        return "ended: no process left; "
+    return ""
 
 
 def print_runs(records: list[Any]) -> None:
