@@ -52,64 +52,10 @@ from glmserve.simulator import costmodel
 from glmserve.simulator.logs import ServerLog
 from glmserve.simulator.options import SimOptions
 from glmserve.simulator.radix import RadixCache, key_digest
+from glmserve.simulator.tokens import TOKEN_TEXT, VOCAB_SIZE
 from glmserve.simulator.variation import Variation
 
 SLEEP_MARGIN_S = 0.0003  # a millisecond sleep on the loop wakes up to ~0.1 ms late (timer slack)
-VOCAB_SIZE = 151552  # GLM-5 tokenizer vocabulary
-_WORDS = [
-    "the",
-    "of",
-    "and",
-    "to",
-    "in",
-    "is",
-    "that",
-    "for",
-    "it",
-    "as",
-    "with",
-    "was",
-    "on",
-    "be",
-    "by",
-    "at",
-    "this",
-    "from",
-    "have",
-    "or",
-    "an",
-    "are",
-    "not",
-    "but",
-    "which",
-    "one",
-    "all",
-    "their",
-    "there",
-    "been",
-    "has",
-    "more",
-    "will",
-    "would",
-    "can",
-    "when",
-    "who",
-    "about",
-    "into",
-    "than",
-    "model",
-    "token",
-    "cache",
-    "layer",
-    "batch",
-    "decode",
-    "kernel",
-    "stream",
-    "tensor",
-    "graph",
-    "memory",
-]
-TOKEN_TEXT = [" " + _WORDS[i % len(_WORDS)] for i in range(4096)]
 # finish_reason of a request aborted while waiting (scheduler.py:1762-1769) and of a running
 # one aborted by /abort_request (FINISH_ABORT() with its defaults, schedule_batch.py:180-192)
 QUEUE_FULL: dict[str, Any] = {
@@ -117,15 +63,6 @@ QUEUE_FULL: dict[str, Any] = {
 }  # fmt: skip
 ABORTED: dict[str, Any] = {"type": "abort", "message": "Aborted", "status_code": None,
                            "err_type": None}  # fmt: skip
-
-
-def token_id(seed: int, n: int) -> int:
-    """Deterministic 'sampled' token n of a request (temperature is irrelevant here)."""
-    return (seed * 40503 + n * 2654435761) % VOCAB_SIZE
-
-
-def token_text(tid: int) -> str:
-    return TOKEN_TEXT[tid & 4095]
 
 
 class Sink(Protocol):
