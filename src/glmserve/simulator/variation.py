@@ -5,7 +5,7 @@ A real GPU server varies run to run with clocks, thermals and co-tenants; the co
 is too steady (four benches of one config compared at 1.00-1.01x). Two options, off by default:
 
 * ``--sim-run-variation SD``: every *run* is slowed by a factor ``exp(|N(0, SD)|)`` (the log
-  of the factor is half-normal: SD 0.05 slows 95% of runs by 0 to ~12%, 4% on average, with a
+  of the factor is half-normal: SD 0.05 slows 95% of runs by 0 to ~10%, 4% on average, with a
   spread of ~3%). A run is a busy period of the
   engine that follows at least ``RUN_GAP_S`` of idleness: a bench's repeat (or level) starts
   from an idle server, while the requests within one keep it busy (a single-stream decode
