@@ -80,7 +80,9 @@ def test_multi_token_chunks_give_same_counts_and_rates(capsys, start_simulator):
     args = ("--mode", "decode", "--num-prompts", "3", "--output-len", "64")
     r1, r4 = bench(capsys, one.url, *args), bench(capsys, four.url, *args)
     assert r1["levels"][0]["output_tokens"] == r4["levels"][0]["output_tokens"] == 3 * 64
-    assert r4["decode_tok_s"] == pytest.approx(r1["decode_tok_s"], rel=0.01)
+    # Each against its own server's ground truth: on a loaded box each simulator is late by
+    # its own share of the CPU (it never catches up, simulator/engine.py), so two servers of
+    # one config no longer agree to 1% with each other, only with what they emitted.
     for res, sim in ((r1, one), (r4, four)):
         truth = gt.truth_decode_tok_s(trace(sim.url), res["levels"][0]["window_start"])
         assert res["decode_tok_s"] == pytest.approx(truth, rel=0.01)
@@ -89,9 +91,10 @@ def test_multi_token_chunks_give_same_counts_and_rates(capsys, start_simulator):
              "--output-len", "64")  # fmt: skip
     c1, c4 = bench(capsys, one.url, *cargs), bench(capsys, four.url, *cargs)
     assert c1["levels"][0]["output_tokens"] == c4["levels"][0]["output_tokens"] == 16 * 64
-    assert c4["levels"][0]["output_tok_s"] == pytest.approx(
-        c1["levels"][0]["output_tok_s"], rel=0.03
-    )
+    for res, sim in ((c1, one), (c4, four)):
+        lv = res["levels"][0]
+        truth = gt.truth_tok_s(trace(sim.url), lv["window_start"], lv["window_end"])
+        assert lv["output_tok_s"] == pytest.approx(truth, rel=0.03)
 
 
 @pytest.mark.parametrize("api", ["openai", "chat"])

@@ -65,7 +65,7 @@ def test_reference_launch_script_parses_and_unknown_flags_are_kept():
 def test_defaults_resolve_like_sglang_on_sm120():
     o = options.parse(["--model-path", "m"], env={})
     assert o.server.port == 30000
-    assert o.shape.attention_backend == "flashinfer"
+    assert o.shape.attention_backend == "nsa"  # GLM-5 is DSA: server_args.py:1211-1213
     assert o.shape.cuda_graph is True
     assert o.crash_at is None and o.hang_at is None
     for off in (["--cuda-graph-max-bs", "0"], ["--cuda-graph-backend-decode=disabled"]):

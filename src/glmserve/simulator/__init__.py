@@ -76,8 +76,9 @@ Simulator options:
   --sim-send-threads N        threads that write SSE chunks (default 0: the event loop)
   --sim-output-fault F        F is KIND[=D][@BACKEND[/KV]]: garble[=P] | drift[=NATS] the
                               greedy text (textmodel.py) when the backend/KV dtype match
-  --sim-run-variation SD      each run (busy period after 0.1 s idle) exp(N(0,SD)) slower
-  --sim-step-jitter SD        each step's duration times exp(N(0,SD))
+  --sim-run-variation SD      each run (busy period after 0.1 s idle) exp(|N(0,SD)|) slower
+  --sim-step-jitter SD        each step's duration times exp(|N(0,SD)|) (both >= 1: never
+                              faster than the cost model)
   --sim-variation-seed N      the same variation sequence on every server with that seed
   --sim-abort-after-tokens N  abort each request once it has N tokens, as SGLang's
                               /abort_request does (finish_reason {{"type": "abort", ...}},

@@ -32,8 +32,21 @@ WORKER_PID_BASE = 1000  # fake scheduler PIDs: launcher pid + base + rank
 AVAIL_MEM_GIB = 93.42  # free memory SGLang reports on an idle RTX PRO 6000 (96 GB) at start
 
 
+def log_backend_choice(server: SimServer) -> None:
+    """What ServerArgs logs about the attention backend it picked (``__post_init__``, in the
+    launcher; before its backend refusals, server_args.py:1879 and on)."""
+    srv = server.opts.server
+    for line in costmodel.backend_log_lines(
+        srv.attention_backend,
+        srv.prefill_attention_backend,
+        srv.decode_attention_backend,
+        server.opts.gpu_arch,
+    ):
+        server.log.line(line)
+
+
 def log_server_args(server: SimServer) -> None:
-    """The launcher's first line: every ServerArgs field as the dataclass repr prints it."""
+    """The line with every ServerArgs field as the dataclass repr prints it."""
     parts = []
     for k, v in server.opts.server_args().items():
         parts.append(f"{k}={v!r}")

@@ -60,7 +60,8 @@ physical coefficients below instead of its conservative 1.5 MB per chunk token):
     (1 - mem_fraction_static) * gpu_mem_gib < need_gib  ->  CUDA OOM at start-up
 
 ``auto`` KV dtype resolves to FP8 (as on the seeds' box: NVFP4 checkpoint on Blackwell); an
-unset attention backend resolves to flashinfer (SGLang's MLA default on SM120). The pool size
+unset attention backend resolves as SGLang 0.5.9 resolves it for GLM-5, a DeepSeek-sparse-
+attention model (``resolve_backend``): ``nsa`` when no attention flag is given. The pool size
 is derived from memory: (mem_fraction_static * gpu_mem_gib - weight_mem_gib - reserve_gib) /
 (576 * kv bytes * layers), i.e. ~495K tokens at 0.92 with FP8, unless pool_tokens is set.
 
@@ -77,12 +78,31 @@ same program count; fewer FLOPs, so an upper bound). Only the slot count uses th
 modelled GPU's SM count; the rest scales by bandwidth.
 
 mla_fp8 coefficients (``mla_fp8_*``): least-squares fit of the shipped kernel config's
-per-layer time on the H200 at 8 heads (benchmarks/results/mla_fp8_decode/
-h200_2026-12-05_run2/bench.json, entry ``new_cfg5``: FP16 operands, 64 rows, 8 warps, the
-config default_config ships for <= 16 heads; CUDA-graph time at 1x2K/8K/32K and 8x8K,
-eager at 8x32K, 64x7.7K and 256x1.9K; the host-bound eager 8x2K and 64x2K points left out)
-to a + c * rows: a = 21.4 us, c = 0.524 ns per KV row (1.1 TB/s on the FP8 bytes); max
-error +15.3% (1x2K: 22.5 vs 19.5 us), the three >= 150 MB points within 4%.
+per-layer time on the H200 at 8 heads, run 3 (benchmarks/results/mla_fp8_decode/
+h200_2026-12-05_run3/bench.json; FP16 operands, 64 rows, 8 warps, and the split budget
+default_config ships since run 3: two programs per SM at batch 1, entry ``new``, one from
+batch 2, entry ``new_cfg6``; CUDA-graph time at 1x2K/8K/32K, 8x2K/8K and 64x2K, eager at
+8x32K, 64x7.7K and 256x1.9K) to a + c * rows: a = 18.8 us, c = 0.498 ns per KV row
+(1.2 TB/s on the FP8 bytes). The three >= 150 MB points are within 0.3%; the small shapes
+are latency-bound, which a + c * rows does not capture: +24% at 8x2K (27.0 vs 21.7 us in a
+graph), -17% at 1x32K (35.1 vs 42.1 us), within 9% elsewhere. (Run 2's fit, 21.4 us +
+0.524 ns a row, predates the run-3 split budget; on these points it was 6% slow at the big
+shapes and up to 38% at 8x2K.) tests/unit/test_profile_mla_fp8.py refits both from the JSON.
+
+nsa (DeepSeek sparse attention, SGLang's default for GLM-5) replaces the generic KV read with
+an **estimate**, not a calibration (no NSA measurement exists here)::
+
+    t_nsa = layers * B * (nsa_index_bytes * L + nsa_row_bytes * min(L, nsa_topk))
+            / (bw * kv_bw_eff)                                    L = C / B
+
+the bytes DSA must read per layer and sequence: the lightning indexer scores every cached
+token from its FP8 index key (128 bytes + a 4-byte fp32 scale: sglang 0.5.9
+mem_cache/memory_pool.py:1730-1797, ``NSATokenToKVPool``, index_head_dim 128, one scale
+per 128), then the sparse MLA reads the top-k tokens' rows in NSA's FP8 layout (656 bytes:
+512 FP8 + 4 fp32 scales + 64 BF16 rope, layers/attention/nsa/dequant_k_cache.py:55-64);
+top-k 2048 is DeepSeek-V3.2's ``index_topk``, assumed for GLM-5. Left out: the indexer's
+and the top-k selection's compute and launches (small beside the reads at these lengths,
+unmeasured), and NSA's larger rows in the pool size.
 
 Calibration (graphs disabled, as in every seed run): flashinfer+FP8 ~10 tok/s single stream
 (64.6 ms of a ~97 ms step is the cast, as the seeds' profile showed), the seeds' gather-then-cast
@@ -147,8 +167,11 @@ class CostModel:
     triton_token_us: float = 0.1337
     triton_split_us: float = 0.0204
     triton_programs_per_sm: int = 2
-    mla_fp8_layer_us: float = 21.4  # mla_fp8_decode kernel, H200 fit (module docstring)
-    mla_fp8_row_us: float = 0.000524
+    mla_fp8_layer_us: float = 18.8  # mla_fp8_decode kernel, H200 run-3 fit (module docstring)
+    mla_fp8_row_us: float = 0.000498
+    nsa_topk: int = 2048  # nsa estimate (module docstring): tokens the sparse MLA reads
+    nsa_index_bytes: float = 132.0  # indexer key per token and layer (FP8 128 + fp32 scale)
+    nsa_row_bytes: float = 656.0  # NSA's FP8 KV row (512 FP8 + 16 B scales + 128 B rope)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -181,9 +204,47 @@ class ServerShape:
         return self.decode_backend or self.attention_backend
 
 
-def resolve_backend(backend: str | None) -> str:
-    """SGLang picks flashinfer for MLA on SM120 when ``--attention-backend`` is unset."""
-    return backend or "flashinfer"
+def resolve_backend(
+    backend: str | None,
+    prefill: str | None = None,
+    decode: str | None = None,
+    gpu_arch: str = "sm120",
+) -> str:
+    """The ``attention_backend`` SGLang 0.5.9's ServerArgs resolves for the simulated model,
+    GLM-5 (``GlmMoeDsaForCausalLM``: MLA with DeepSeek sparse attention).
+
+    * No attention flag at all: ``nsa`` (server_args.py:1199-1213,
+      ``_handle_model_specific_adjustments``: ``is_deepseek_nsa`` and
+      ``is_attention_backend_not_set()``, logging "Use nsa attention backend for DeepSeek
+      with DSA."). A non-DSA MLA model (DeepSeek V3/R1) would get trtllm_mla on SM100
+      (:1273-1286) and otherwise fall through to the generic default below.
+    * ``--prefill-attention-backend`` equal to ``--decode-attention-backend``: that backend
+      (:1776-1779).
+    * Otherwise, when ``--attention-backend`` is still unset (a prefill or decode backend was
+      given): the MLA default of :1782-1837, fa3 on Hopper, flashinfer on SM100, triton
+      elsewhere (SM120 included), logging "Attention backend not specified. Use X backend
+      by default."
+    """
+    if backend is None and prefill is None and decode is None:
+        return "nsa"
+    if prefill is not None and prefill == decode:
+        return prefill
+    if backend is None:
+        return {"sm90": "fa3", "sm100": "flashinfer"}.get(gpu_arch, "triton")
+    return backend
+
+
+def backend_log_lines(
+    backend: str | None, prefill: str | None, decode: str | None, gpu_arch: str
+) -> list[str]:
+    """What SGLang 0.5.9's launcher logs (info) about that choice, before ``server_args=``."""
+    resolved = resolve_backend(backend, prefill, decode, gpu_arch)
+    if backend is None and prefill is None and decode is None:
+        return ["Use nsa attention backend for DeepSeek with DSA."]  # server_args.py:1213
+    if backend is None and not (prefill is not None and prefill == decode):
+        # server_args.py:1835-1837
+        return [f"Attention backend not specified. Use {resolved} backend by default."]
+    return []
 
 
 def resolve_kv_dtype(kv_cache_dtype: str | None) -> str:
@@ -321,6 +382,18 @@ def attention_s(model: CostModel, shape: ServerShape, batch: int, ctx_tokens: in
     return model.layers * per_layer * calib_scale(model) / 1e6
 
 
+def nsa_read_s(model: CostModel, batch: int, ctx_tokens: int) -> float:
+    """Seconds of DeepSeek sparse attention's reads over all layers (an estimate: the index
+    keys of every cached token, then the top-k rows; module docstring)."""
+    if batch <= 0:
+        return 0.0
+    seq_len = ctx_tokens / batch
+    per_seq = model.nsa_index_bytes * seq_len + model.nsa_row_bytes * min(
+        seq_len, float(model.nsa_topk)
+    )
+    return batch * per_seq * model.layers / _bw(model, model.kv_bw_eff)
+
+
 def step_terms(model: CostModel, shape: ServerShape, batch: int, ctx_tokens: int) -> dict:
     """Each term of one decode step, in seconds (the sum is the step time)."""
     mode = cast_mode(shape)
@@ -333,6 +406,8 @@ def step_terms(model: CostModel, shape: ServerShape, batch: int, ctx_tokens: int
         "per_seq": batch * model.per_seq_us / 1e6,
         "kv_read": 0.0
         if shape.decode_attention in CALIBRATED_DECODE or mla_fp8_kernel(shape)
+        else nsa_read_s(model, batch, ctx_tokens)
+        if shape.decode_attention == "nsa"
         else ctx_tokens * KV_ROW_ELEMS * kv_read_bytes * model.layers / _bw(model, model.kv_bw_eff),
         "backend": model.backend_overhead_ms.get(shape.decode_attention, 0.0) / 1e3,
         "cast": 0.0,

@@ -15,15 +15,33 @@ request as ``/abort_request`` does (``scheduler.py:2820-2834``: ``req.to_finish 
 FINISH_ABORT()``, the request still runs one forward, so its last chunk carries the token of
 that step and ``FINISH_ABORT().to_json()``, ``managers/schedule_batch.py:179-192``).
 
-Pacing is absolute: step i ends at ``t0 + sum(d_0..d_i)`` (each d from the cost model, divided
-by ``--sim-speed``), so event-loop wake-up jitter never accumulates. Every token's generation
-time (step end) and emission time (when its chunk was written) are recorded on the server's
-``time.perf_counter`` clock and exposed as ground truth (``GET /sim/trace``).
+Pacing: the server is never faster than its cost model, only late. A step lasts its model
+time d (divided by ``--sim-speed``, times the variation factor, never below 1) from the
+moment the previous step's wait ended (its emission work overlaps the next step, as SGLang's
+CPU work overlaps the GPU), not from the previous step's planned end: when the process was
+descheduled or the loop was busy past a step's end, the server is late and every later step
+still takes its full d. Until 2026-12-05 a step started at the planned end whenever the loop
+was less than 50 ms late, so the missed steps went out back to back; after a late first
+token that read as 1.3x the model's decode rate (the 68.7 vs 51.9 tok/s sweep,
+docs/known-limits.md). A per-request floor backs this up (``_emit``): a chunk is handed over
+no earlier than the request's previous hand-over plus the model time of every step since, so
+a pause in the middle of one step's emission cannot shorten the next gap either; what that
+floor waited also delays the next step (else the same requests would wait again every step).
+The wait sleeps whole milliseconds on the loop (the selector's grain) and spins the rest, so
+steps end within microseconds of their time and an idle box adds no drift.
+
+Every token's generation time (step end) and emission time (the hand-over stamp, taken
+right before the chunk is built and sent; with ``--sim-send-threads`` the sender thread's
+send, after the same floor) are recorded on the server's ``time.perf_counter`` clock and
+exposed as ground truth (``GET /sim/trace``). Within one request, the emission times of two
+chunks are at least the summed model durations of the steps between them apart; so are the
+generation times.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from array import array
 from collections import deque
@@ -34,64 +52,10 @@ from glmserve.simulator import costmodel
 from glmserve.simulator.logs import ServerLog
 from glmserve.simulator.options import SimOptions
 from glmserve.simulator.radix import RadixCache, key_digest
+from glmserve.simulator.tokens import TOKEN_TEXT, VOCAB_SIZE
 from glmserve.simulator.variation import Variation
 
-SPIN_S = 0.002  # final stretch of each step's wait, spun rather than slept
-VOCAB_SIZE = 151552  # GLM-5 tokenizer vocabulary
-_WORDS = [
-    "the",
-    "of",
-    "and",
-    "to",
-    "in",
-    "is",
-    "that",
-    "for",
-    "it",
-    "as",
-    "with",
-    "was",
-    "on",
-    "be",
-    "by",
-    "at",
-    "this",
-    "from",
-    "have",
-    "or",
-    "an",
-    "are",
-    "not",
-    "but",
-    "which",
-    "one",
-    "all",
-    "their",
-    "there",
-    "been",
-    "has",
-    "more",
-    "will",
-    "would",
-    "can",
-    "when",
-    "who",
-    "about",
-    "into",
-    "than",
-    "model",
-    "token",
-    "cache",
-    "layer",
-    "batch",
-    "decode",
-    "kernel",
-    "stream",
-    "tensor",
-    "graph",
-    "memory",
-]
-TOKEN_TEXT = [" " + _WORDS[i % len(_WORDS)] for i in range(4096)]
+SLEEP_MARGIN_S = 0.0003  # a millisecond sleep on the loop wakes up to ~0.1 ms late (timer slack)
 # finish_reason of a request aborted while waiting (scheduler.py:1762-1769) and of a running
 # one aborted by /abort_request (FINISH_ABORT() with its defaults, schedule_batch.py:180-192)
 QUEUE_FULL: dict[str, Any] = {
@@ -101,20 +65,14 @@ ABORTED: dict[str, Any] = {"type": "abort", "message": "Aborted", "status_code":
                            "err_type": None}  # fmt: skip
 
 
-def token_id(seed: int, n: int) -> int:
-    """Deterministic 'sampled' token n of a request (temperature is irrelevant here)."""
-    return (seed * 40503 + n * 2654435761) % VOCAB_SIZE
-
-
-def token_text(tid: int) -> str:
-    return TOKEN_TEXT[tid & 4095]
-
-
 class Sink(Protocol):
     """Where a request's tokens go (an SSE stream, or a future for non-streaming).
 
-    ``flush`` hands over the ``ntokens`` newest tokens and must append their emission time
-    (perf_counter at the moment they leave for the client) to ``req.emit_times``."""
+    ``flush`` hands over the ``ntokens`` newest tokens and must append their emission time to
+    ``req.emit_times``: ``req.sent_at``, the hand-over time the engine stamped after the
+    request's pacing floor (``Engine._emit``). A sender that writes the chunk later (sender
+    threads) records its own send time instead, after the same floor (``req.sent_gap``
+    model seconds after its previous one)."""
 
     def flush(self, req: Request, ntokens: int) -> None: ...
 
@@ -144,6 +102,9 @@ class Request:
         "rid",
         "seed",
         "seen_ids",
+        "sent_at",
+        "sent_busy",
+        "sent_gap",
         "sink",
         "text_acc",
         "text_parts",
@@ -166,6 +127,11 @@ class Request:
         self.gen_times = array("d")
         self.emit_times = array("d")
         self.flushed = 0  # tokens already handed to the sink
+        # Its last hand-over (Engine._emit): when (the tokens' emission time), the engine's
+        # busy time then, and the model seconds since the hand-over before it.
+        self.sent_at = -math.inf
+        self.sent_busy = 0.0
+        self.sent_gap = 0.0
         self.arrival = time.perf_counter()
         self.admitted = 0.0
         self.finish = 0.0
@@ -244,6 +210,8 @@ class Engine:
         self.trace: dict[str, Request] = {}
         self.trace_order: deque[str] = deque()
         self.step_count = 0
+        self.busy_s = 0.0  # wall seconds of all steps so far (the per-request floor's unit)
+        self.held_s = 0.0  # this step's waits for that floor (they delay the next step too)
         self.decode_since_admit = 0
         self.decode_ct = 0
         self.last_gen_throughput = 0.0
@@ -330,7 +298,7 @@ class Engine:
     # -- loop -------------------------------------------------------------------------
     async def run(self) -> None:
         clock = time.perf_counter
-        planned_end: float | None = None
+        resume: float | None = None  # when the previous step's tokens were out
         while True:
             if self.dead:
                 await asyncio.Event().wait()  # a dead worker never steps again
@@ -346,10 +314,11 @@ class Engine:
                 idle_from = clock()
                 await self._wake.wait()
                 self.variation.idle(clock() - idle_from)
-                planned_end = None
+                resume = None
                 continue
-            now = clock()
-            start = now if planned_end is None or planned_end < now - 0.05 else planned_end
+            # Never at the previous step's planned end when that passed unnoticed (the loop
+            # or the process was late): a real GPU does not catch up, it is late.
+            start = clock() if resume is None else resume
             admit = self._admit() if self._may_admit() else []
             if admit:
                 self.note_gauges()
@@ -365,7 +334,7 @@ class Engine:
                     # everything waiting is blocked (pool full); wait for a change
                     self._wake.clear()
                     await self._wake.wait()
-                    planned_end = None
+                    resume = None
                     continue
                 ctx = sum(r.prompt_tokens + len(r.out_ids) for r in self.running)
                 model_s = self.step_time_s(batch, ctx)
@@ -373,10 +342,12 @@ class Engine:
                 self.decode_since_admit += 1
             wall_s = model_s * self.scale * self.variation.step()
             end = start + wall_s
-            await self._sleep_until(end, wall_s)
+            await self._sleep_until(end)
             if self.dead:
                 continue
             emitted_at = clock()
+            self.busy_s += wall_s
+            self.held_s = 0.0
             if kind == "prefill":
                 for r in admit:
                     r.admitted = start
@@ -394,20 +365,20 @@ class Engine:
             self.note_gauges()
             self.step_count += 1
             self.steps.append((self.step_count, kind, start, end, emitted_at, model_s, batch, ctx))
-            planned_end = end
+            resume = emitted_at + self.held_s
             if self.on_step is not None:
                 self.on_step(kind, batch)
 
     @staticmethod
-    async def _sleep_until(end: float, step_s: float) -> None:
-        """Wake at ``end`` on perf_counter to ~50 us rather than asyncio's ~1 ms timer grain:
-        sleep on the loop, then spin the last stretch (2 ms, or a tenth of a short step, so a
-        fast-forwarded simulator does not spend its CPU spinning)."""
+    async def _sleep_until(end: float) -> None:
+        """Wake at ``end`` on perf_counter to a few microseconds, never before it: sleep on
+        the loop for whole milliseconds that end before ``end`` (asyncio's selector rounds a
+        timeout up to the next millisecond, so a fractional sleep overshot by up to 1 ms),
+        then spin the rest (under 1.3 ms a step)."""
         clock = time.perf_counter
-        spin = min(SPIN_S, 0.1 * step_s)
-        delay = end - clock() - spin
-        if delay > 0:
-            await asyncio.sleep(delay)
+        whole_ms = math.floor((end - clock() - SLEEP_MARGIN_S) * 1000.0)
+        if whole_ms >= 1:
+            await asyncio.sleep(whole_ms / 1000.0)
         while clock() < end:
             pass
 
@@ -439,6 +410,7 @@ class Engine:
         k = self.k
         n_tokens = 0
         clock = time.perf_counter
+        busy = self.busy_s
         for r in reqs:
             if r.finished:
                 continue
@@ -465,13 +437,25 @@ class Engine:
             # with k > 1 a chunk goes out when len(output_ids) % k == 1, so the first token
             # is sent alone and then every k tokens; k == 1 sends each token.
             if done or k == 1 or (n + 1) % k == 1:
+                # The floor: not before the previous chunk's hand-over plus the model time
+                # of every step since. It waits only when this step's emission got ahead of
+                # the last one's (a pause in the middle of that one, or a few us of jitter).
+                gap = busy - r.sent_busy
+                t = clock()
+                ready = r.sent_at + gap
+                if t < ready:
+                    t0 = t
+                    while t < ready:
+                        t = clock()
+                    self.held_s += t - t0
+                r.sent_at, r.sent_busy, r.sent_gap = t, busy, gap
                 sink = r.sink
                 ntok = n + 1 - r.flushed
                 r.flushed = n + 1
                 if sink is not None:
-                    sink.flush(r, ntok)  # records the tokens' emission time when it sends
+                    sink.flush(r, ntok)  # records r.sent_at as the tokens' emission time
                 else:
-                    r.emit_times.extend([clock()] * ntok)
+                    r.emit_times.extend([t] * ntok)
                 if done:
                     r.sink = None  # the finished request no longer holds its connection
                     self._account(r)

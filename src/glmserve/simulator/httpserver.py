@@ -16,7 +16,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableSequence
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from typing import Any
@@ -271,22 +271,31 @@ class Connection(asyncio.Protocol):
             self.on_response(req, 200)
 
     def write_chunk(
-        self, data: bytes, emit_times: list[float] | None = None, ntokens: int = 0
+        self,
+        data: bytes,
+        emit_times: MutableSequence[float] | None = None,
+        ntokens: int = 0,
+        at: float | None = None,
+        gap: float = 0.0,
     ) -> None:
-        """One HTTP chunk; ``emit_times`` gets the send time ``ntokens`` times (ground truth).
+        """One HTTP chunk; ``emit_times`` gets its emission time ``ntokens`` times (ground
+        truth): ``at``, the engine's hand-over stamp (the send follows at once), else now.
 
-        With a SendPool the chunk is sent from a sender thread (in order per connection);
-        otherwise directly when asyncio has nothing buffered, else through the transport."""
+        With a SendPool the chunk is sent from a sender thread (in order per connection),
+        which records its own send time, not before ``gap`` seconds after the request's
+        previous chunk (the engine's pacing floor, simulator/engine.py); otherwise directly
+        when asyncio has nothing buffered, else through the transport."""
         if self.closed or not data:
             return
         msg = b"%x\r\n%b\r\n" % (len(data), data)
         pool = SEND_POOL
         if pool is not None and self.sock is not None:
-            pool.add(self, msg, emit_times, ntokens)
+            pool.add(self, msg, emit_times, ntokens, gap)
             return
+        t = time.perf_counter() if at is None else at
         self._send_inline(msg)
         if emit_times is not None:
-            emit_times.extend([time.perf_counter()] * ntokens)
+            emit_times.extend([t] * ntokens)
 
     def _send_inline(self, msg: bytes) -> None:
         t = self.transport
@@ -345,10 +354,17 @@ class SendPool:
         conn.lane = self._next_lane % self.n
         self._next_lane += 1
 
-    def add(self, conn: Connection, msg: bytes, times: list[float] | None, n: int) -> None:
+    def add(
+        self,
+        conn: Connection,
+        msg: bytes,
+        times: MutableSequence[float] | None,
+        n: int,
+        gap: float = 0.0,
+    ) -> None:
         if conn.transport is not None and conn.transport.get_write_buffer_size():
             conn.slow = True  # bytes already queued in asyncio: keep them first
-        self.batches[conn.lane].append((conn, msg, times, n))
+        self.batches[conn.lane].append((conn, msg, times, n, gap))
         if not self.scheduled:
             self.scheduled = True
             self.loop.call_soon(self.flush)
@@ -363,9 +379,14 @@ class SendPool:
     def _worker(self, q: queue.SimpleQueue) -> None:
         clock = time.perf_counter
         while True:
-            for conn, msg, times, n in q.get():
+            for conn, msg, times, n, gap in q.get():
                 if conn.closed:
                     continue
+                t = clock()
+                if times:  # the pacing floor (engine.py): the previous chunk's send + gap
+                    ready = times[-1] + gap
+                    while t < ready:
+                        t = clock()
                 if not conn.slow:
                     try:
                         sent = conn.sock.send(msg)  # type: ignore[union-attr]
@@ -382,7 +403,7 @@ class SendPool:
                     except RuntimeError:  # loop closed: the process is exiting
                         return
                 if times is not None:
-                    times.extend([clock()] * n)
+                    times.extend([t] * n)
 
 
 SEND_POOL: SendPool | None = None

@@ -210,8 +210,8 @@ class SimOptions:
     trace_max_steps: int = 200000
     patches: tuple[str, ...] = ()
     output_fault: Any = None  # textmodel.OutputFault (--sim-output-fault)
-    run_variation: float = 0.0  # variation.py: lognormal SD of each run's speed factor
-    step_jitter: float = 0.0  # variation.py: lognormal SD of each step's duration
+    run_variation: float = 0.0  # variation.py: SD of log(each run's slow-down factor >= 1)
+    step_jitter: float = 0.0  # variation.py: SD of log(each step's slow-down factor >= 1)
     variation_seed: int | None = None
 
     @property
@@ -438,7 +438,12 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> SimOptions:
             f"{server.triton_attention_num_kv_splits}"
         )
     shape = ServerShape(
-        attention_backend=costmodel.resolve_backend(server.attention_backend),
+        attention_backend=costmodel.resolve_backend(
+            server.attention_backend,
+            server.prefill_attention_backend,
+            server.decode_attention_backend,
+            sim.sim_gpu_arch,
+        ),
         decode_backend=server.decode_attention_backend,
         prefill_backend=server.prefill_attention_backend,
         max_kv_splits=triton_max_kv_splits(

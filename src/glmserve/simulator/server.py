@@ -76,6 +76,7 @@ class SimServer:
         o = self.opts
         if o.crash_kind == "bad_args":
             return fault_injection.bad_args(self)
+        boot.log_backend_choice(self)
         if o.crash_at == "args" and o.crash_kind in faults.SERVER_ARGS_REFUSALS:
             # ServerArgs refuses the backend for this GPU (backend facts): the launcher's
             # traceback, exit status 1, nothing started

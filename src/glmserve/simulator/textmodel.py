@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from glmserve.errors import SimUsageError
 
-VOCAB = 151552  # GLM-5 tokenizer vocabulary (engine.VOCAB_SIZE)
+VOCAB = 151552  # GLM-5 tokenizer vocabulary (tokens.VOCAB_SIZE)
 MODEL_SEED = 0x5EED_61A5
 MEAN_MARGIN = 1.5  # nats between the top token and the runner-up, on average
 _M64 = (1 << 64) - 1

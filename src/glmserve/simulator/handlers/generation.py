@@ -6,7 +6,6 @@ tokens for a non-streamed answer.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING, Any
 
 from glmserve.simulator.engine import Request
@@ -74,6 +73,6 @@ class CollectSink:
         self.group = group
 
     def flush(self, req: Request, ntokens: int) -> None:
-        req.emit_times.extend([time.perf_counter()] * ntokens)
+        req.emit_times.extend([req.sent_at] * ntokens)
         if req.finished:
             self.group.finish_one()

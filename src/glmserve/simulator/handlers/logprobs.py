@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from glmserve.simulator.engine import Request, token_text
+from glmserve.simulator.engine import Request
 from glmserve.simulator.textmodel import Generation, tokenize
+from glmserve.simulator.tokens import token_text
 
 if TYPE_CHECKING:
     from glmserve.simulator.server import SimServer

@@ -84,7 +84,7 @@ class NativeStreamSink:
 
     def flush(self, req: Request, ntokens: int) -> None:
         if self.conn.closed:
-            req.emit_times.extend([time.perf_counter()] * ntokens)
+            req.emit_times.extend([req.sent_at] * ntokens)
             return
         if req.queue_aborted:
             self.conn.write_chunk(queue_abort_chunk(req, self.created))
@@ -115,7 +115,7 @@ class NativeStreamSink:
             f'data: {{"text":"{req.text_acc}","output_ids":[{ids}],'
             f'"meta_info":{{"id":"{req.rid}",{tail}'
         )
-        self.conn.write_chunk(chunk.encode(), req.emit_times, ntokens)
+        self.conn.write_chunk(chunk.encode(), req.emit_times, ntokens, req.sent_at, req.sent_gap)
         if req.finished:
             self.group.finish_one()
 

@@ -71,7 +71,7 @@ class OpenAIStreamSink:
 
     def flush(self, req: Request, ntokens: int) -> None:
         if self.conn.closed:
-            req.emit_times.extend([time.perf_counter()] * ntokens)
+            req.emit_times.extend([req.sent_at] * ntokens)
             return
         self.rid = req.rid
         if req.queue_aborted:
@@ -97,7 +97,9 @@ class OpenAIStreamSink:
                 "matched_stop": None,
                 "hidden_states": None,
             }
-            self.conn.write_chunk(self._chunk(choice), req.emit_times, ntokens)
+            self.conn.write_chunk(
+                self._chunk(choice), req.emit_times, ntokens, req.sent_at, req.sent_gap
+            )
         else:
             if not self.started:  # first chunk carries the role only
                 self.started = True
@@ -106,7 +108,9 @@ class OpenAIStreamSink:
                 self.conn.write_chunk(self._chunk(first))
             choice = {"index": 0, "delta": _delta(content=delta), "logprobs": None,
                       "finish_reason": None, "matched_stop": None}  # fmt: skip
-            self.conn.write_chunk(self._chunk(choice), req.emit_times, ntokens)
+            self.conn.write_chunk(
+                self._chunk(choice), req.emit_times, ntokens, req.sent_at, req.sent_gap
+            )
             if req.finished:  # then a separate finish_reason chunk with an empty delta
                 fin = {"index": 0, "delta": _delta(), "logprobs": None,
                        "finish_reason": reason, "matched_stop": None}  # fmt: skip
