@@ -1,7 +1,9 @@
 """End to end through the real sshd fixture: ``glmserve launch --simulate`` on the ssh host,
 then ``glmserve bench RUN --mode decode --min-decode-tok-s X`` over the run's ssh forward.
-The gate must pass just below the simulator's configured single-stream speed and fail just
-above it; the stored result carries the run's metadata."""
+The gate must pass below the simulator's configured single-stream speed and fail just above
+it; the measured rate is the server's own (``/sim/trace``) and never above the configured
+speed (the simulator is never faster than its cost model, only late on a loaded box:
+simulator/engine.py, "Pacing"); the stored result carries the run's metadata."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import httpx
 import pytest
 from tests.fixtures.cli import run_glmserve as cli
 
+from glmserve.bench import groundtruth as gt
 from glmserve.remote.endpoint import open_endpoint
 from glmserve.remote.transport import free_local_port
 from glmserve.store import RunStore
@@ -36,10 +39,15 @@ def test_decode_gate_passes_below_and_fails_above_configured_speed(ssh_host, sto
     assert speed > 20
 
     common = ("bench", run_id, "--mode", "decode", "--num-prompts", "3", "--output-len", "48")
-    ok = cli(*common, "--min-decode-tok-s", f"{0.9 * speed:.2f}", "--json")
+    # 0.8: a loaded 2-core box makes the simulator late by a few % (never early)
+    ok = cli(*common, "--min-decode-tok-s", f"{0.8 * speed:.2f}", "--json")
     assert ok.returncode == 0, ok.stderr
     data = json.loads(ok.stdout)
-    assert data["decode_tok_s"] == pytest.approx(speed, rel=0.05)
+    with open_endpoint(run_id) as url:
+        trace = httpx.get(url + "/sim/trace", timeout=30).json()
+    truth = gt.truth_decode_tok_s(trace, data["levels"][0]["window_start"])
+    assert truth and data["decode_tok_s"] == pytest.approx(truth, rel=0.05)
+    assert data["decode_tok_s"] <= speed * 1.02
     assert data["gates"][0]["ok"] is True
     meta = data["meta"]
     assert meta["run_id"] == run_id and meta["profile"] == "trtllm_mla"
