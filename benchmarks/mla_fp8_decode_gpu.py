@@ -274,6 +274,8 @@ def sweep_configs(heads: int, b: int, which: str = "v1") -> list[dict]:
         return sweep_v2(base)
     if which == "v3":
         return sweep_v3(base)
+    if which == "v4":
+        return sweep_v4(base)
     out = []
     for bn in (16, 32, 64):
         for warps in (4, 8):
@@ -284,6 +286,32 @@ def sweep_configs(heads: int, b: int, which: str = "v1") -> list[dict]:
     for mc in (32, 64, 256, 512):
         out.append({"min_chunk": mc})
     return out
+
+
+def sweep_v4(base) -> list[dict]:
+    """Fourth sweep (run 4): the software-pipelined stage 1 (``pipe``: token slots and FP8
+    rows as plain loads in a ``tl.range(num_stages=...)`` loop, which Triton issues as
+    ``cp.async`` copies into shared memory) beside the shipped kernel (entry 0 is the
+    default again: the run-to-run noise). ``asm_cvt``: FP8 -> FP16 by inline PTX for K and
+    V (1) or V only (2); 0 lets Triton convert in the operand layout (byte-wise shared
+    loads for V). Entry 6 (64 rows, 123 KB of shared memory) fits sm_90 only."""
+
+    def clamp(x):
+        return max(1, min(256, int(x)))
+
+    p = {"fp16": True, "pipe": 3, "block_n": 32, "num_warps": 8, "asm_cvt": 1}
+    return [
+        {},
+        p, {**p, "num_warps": 4}, {**p, "pipe": 2},
+        {**p, "asm_cvt": 2}, {**p, "asm_cvt": 2, "num_warps": 4},
+        {**p, "asm_cvt": 2, "pipe": 2, "block_n": 64},
+        {**p, "asm_cvt": 2, "num_warps": 4, "block_n": 16},
+        {**p, "asm_cvt": 0},
+        {**p, "num_warps": 4, "max_splits": clamp(base.max_splits * 2)},
+        {**p, "asm_cvt": 2, "num_warps": 4, "block_n": 16,
+         "max_splits": clamp(base.max_splits * 2)},
+        {**p, "asm_cvt": 2, "min_chunk": 64},
+    ]  # fmt: skip
 
 
 def sweep_v3(base) -> list[dict]:
@@ -370,8 +398,9 @@ def main() -> None:
     ap.add_argument("--shapes", default="", help="b:ctx,... (default: the issue's table)")
     ap.add_argument("--iters", type=int, default=25)
     ap.add_argument("--sweep", action="store_true", help="also time a grid of kernel configs")
-    ap.add_argument("--sweep-set", choices=("v1", "v2", "v3"), default="v1",
-                    help="v1: run 1's grid; v2: FP16/prefetch/warps; v3: run 3's")  # fmt: skip
+    ap.add_argument("--sweep-set", choices=("v1", "v2", "v3", "v4"), default="v1",
+                    help="v1: run 1's grid; v2: FP16/prefetch/warps; v3: run 3's; "
+                    "v4: run 4's pipelined stage 1")  # fmt: skip
     ap.add_argument("--graph-sweep", action="store_true",
                     help="CUDA-graph time for every swept config at the graph shapes")  # fmt: skip
     ap.add_argument("--no-sglang", action="store_true")

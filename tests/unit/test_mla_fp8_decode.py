@@ -92,8 +92,13 @@ NO_PREFETCH = {**SPLIT, "prefetch": False}
 # FP16 tensor-core operands, and FP8 rows two tiles ahead (lengths below end mid-tile and
 # leave some splits a single tile, so the deeper prologue's masks are exercised)
 FP16_DEEP = {**SPLIT, "fp16": True, "prefetch": 2}
-VARIANTS = [SMALL, SPLIT, NO_PREFETCH, FP16_DEEP]
-VARIANT_IDS = ["one-split", "split-k", "no-prefetch", "fp16-prefetch2"]
+# the software-pipelined stage 1 (``pipe``: the gather left to Triton's pipeliner), FP16
+# operands (inline-PTX conversion on the GPU) and BF16
+PIPE = {**SPLIT, "fp16": True, "pipe": 3}
+PIPE_BF16 = {**SMALL, "pipe": 2}
+VARIANTS = [SMALL, SPLIT, NO_PREFETCH, FP16_DEEP, PIPE, PIPE_BF16]
+VARIANT_IDS = ["one-split", "split-k", "no-prefetch", "fp16-prefetch2", "pipe-fp16",
+               "pipe-bf16-one-split"]  # fmt: skip
 
 
 @pytest.mark.parametrize("cfg", VARIANTS, ids=VARIANT_IDS)
@@ -352,6 +357,26 @@ def test_gpu_accuracy_at_table_shapes(mk, heads, batch, ctx):
     assert ours <= 1.5 * theirs + 1e-3, (ours, theirs)
 
 
+@pytest.mark.skipif(not CUDA, reason="the inline-PTX conversion runs only compiled")
+@pytest.mark.parametrize("asm_cvt", [0, 1, 2])
+@pytest.mark.parametrize("heads,batch,ctx", [(8, 8, 8192), (16, 64, 2048), (16, 1, 32768)])
+def test_gpu_pipelined_stage1_accuracy(mk, asm_cvt, heads, batch, ctx):
+    """The pipelined stage 1 with each FP8 -> FP16 conversion (inline PTX for K and V, for
+    V only, or Triton's) within 1.5x the BF16 path's error, every output written."""
+    pool = _pool(batch * ctx + 1000, 41)
+    q = _q(batch, heads, 42)
+    idx = torch.randperm(pool.shape[0], device=DEV)[: batch * ctx].to(torch.int32)
+    indptr = torch.arange(0, batch * ctx + 1, ctx, dtype=torch.int32, device=DEV)
+    out = _poisoned(batch, heads)
+    cfg = {"fp16": True, "pipe": 3, "block_n": 32, "num_warps": 8, "asm_cvt": asm_cvt}
+    mk.mla_fp8_decode(q, pool, indptr, idx, SCALE, out=out, config=cfg)
+    ref = mk.reference(q, pool, indptr, idx, SCALE)
+    ours = mk.max_rel_err(out, ref)
+    theirs = mk.max_rel_err(_bf16_path(q, pool, indptr, idx), ref)
+    assert not torch.isnan(out).any()
+    assert ours <= 1.5 * theirs + 1e-3, (ours, theirs)
+
+
 @pytest.mark.skipif(not CUDA, reason="CUDA graphs need CUDA")
 def test_gpu_cuda_graph_replay_with_new_lengths(mk):
     """Captured once, replayed after the lengths and indices change in place: the split
@@ -397,7 +422,8 @@ def test_gpu_default_configs_fit_sm120_shared_memory(mk):
     torch.cuda.synchronize()
     kernels = [
         k
-        for entry in mk._mla_fp8_stage1.device_caches.values()
+        for fn in (mk._mla_fp8_stage1, mk._mla_fp8_stage1_pipe)
+        for entry in fn.device_caches.values()
         for part in (entry if isinstance(entry, tuple) else (entry,))
         if isinstance(part, dict)
         for k in part.values()
