@@ -219,9 +219,10 @@ def run_shape(args, timer, pool, flat_pool, heads, b, ctx, sg, fi, sweep) -> dic
     is_graph = (b, ctx) in GRAPH_SHAPES
     # the new kernel (default config), then the sweep
     ws = mk.Workspace()
-    record("new", lambda: mk.mla_fp8_decode(q, pool, indptr, idx, SCALE, out=o, workspace=ws),
-           graph=is_graph)  # fmt: skip
-    res["new"]["config"] = mk.default_config(b, heads, q.device).__dict__
+    over = json.loads(args.new_config) if args.new_config else None
+    record("new", lambda: mk.mla_fp8_decode(q, pool, indptr, idx, SCALE, out=o, workspace=ws,
+                                            config=over), graph=is_graph)  # fmt: skip
+    res["new"]["config"] = {**mk.default_config(b, heads, q.device).__dict__, **(over or {})}
     for i, cfg in enumerate(sweep):
         record(f"new_cfg{i}", lambda cfg=cfg: mk.mla_fp8_decode(
             q, pool, indptr, idx, SCALE, out=o, workspace=ws, config=cfg),
@@ -403,6 +404,8 @@ def main() -> None:
                     "v4: run 4's pipelined stage 1")  # fmt: skip
     ap.add_argument("--graph-sweep", action="store_true",
                     help="CUDA-graph time for every swept config at the graph shapes")  # fmt: skip
+    ap.add_argument("--new-config", default="",
+                    help="JSON dict over the default config for the 'new' entry (profiling)")
     ap.add_argument("--no-sglang", action="store_true")
     ap.add_argument("--no-flashinfer", action="store_true")
     ap.add_argument("--json", type=Path, required=True)
