@@ -277,6 +277,8 @@ def sweep_configs(heads: int, b: int, which: str = "v1") -> list[dict]:
         return sweep_v3(base)
     if which == "v4":
         return sweep_v4(base)
+    if which == "v5":
+        return sweep_v5(base)
     out = []
     for bn in (16, 32, 64):
         for warps in (4, 8):
@@ -287,6 +289,29 @@ def sweep_configs(heads: int, b: int, which: str = "v1") -> list[dict]:
     for mc in (32, 64, 256, 512):
         out.append({"min_chunk": mc})
     return out
+
+
+def sweep_v5(base) -> list[dict]:
+    """Fifth sweep (run 4, second call): the pipelined stage 1 with 4 warps (run 4's first
+    call: two programs an SM on the H200 by registers) at one and two programs per SM of
+    split budget, with the token slots loaded by hand a tile ahead (``rows_ahead``: the
+    FP8 rows then get ``pipe - 1`` shared-memory buffers instead of one). Entry 0 is the
+    default again (noise). Entry 5 (110 KB of shared memory) fits sm_90 only."""
+
+    def clamp(x):
+        return max(1, min(256, int(x)))
+
+    two = clamp(base.max_splits * 2)
+    p = {"fp16": True, "pipe": 3, "block_n": 32, "num_warps": 4, "asm_cvt": 1}
+    a = {**p, "rows_ahead": True}
+    return [
+        {},
+        p, {**p, "max_splits": two},
+        a, {**a, "max_splits": two},
+        {**a, "pipe": 4, "max_splits": two},
+        {**a, "block_n": 16, "pipe": 5, "max_splits": two},
+        {**a, "max_splits": two, "min_chunk": 64},
+    ]  # fmt: skip
 
 
 def sweep_v4(base) -> list[dict]:
@@ -399,9 +424,9 @@ def main() -> None:
     ap.add_argument("--shapes", default="", help="b:ctx,... (default: the issue's table)")
     ap.add_argument("--iters", type=int, default=25)
     ap.add_argument("--sweep", action="store_true", help="also time a grid of kernel configs")
-    ap.add_argument("--sweep-set", choices=("v1", "v2", "v3", "v4"), default="v1",
+    ap.add_argument("--sweep-set", choices=("v1", "v2", "v3", "v4", "v5"), default="v1",
                     help="v1: run 1's grid; v2: FP16/prefetch/warps; v3: run 3's; "
-                    "v4: run 4's pipelined stage 1")  # fmt: skip
+                    "v4/v5: run 4's pipelined stage 1")  # fmt: skip
     ap.add_argument("--graph-sweep", action="store_true",
                     help="CUDA-graph time for every swept config at the graph shapes")  # fmt: skip
     ap.add_argument("--new-config", default="",

@@ -96,9 +96,11 @@ FP16_DEEP = {**SPLIT, "fp16": True, "prefetch": 2}
 # operands (inline-PTX conversion on the GPU) and BF16
 PIPE = {**SPLIT, "fp16": True, "pipe": 3}
 PIPE_BF16 = {**SMALL, "pipe": 2}
-VARIANTS = [SMALL, SPLIT, NO_PREFETCH, FP16_DEEP, PIPE, PIPE_BF16]
+# token slots a tile ahead by hand (the rows then get pipelined buffers of their own)
+PIPE_AHEAD = {**SPLIT, "fp16": True, "pipe": 4, "rows_ahead": True, "num_warps": 4}
+VARIANTS = [SMALL, SPLIT, NO_PREFETCH, FP16_DEEP, PIPE, PIPE_BF16, PIPE_AHEAD]
 VARIANT_IDS = ["one-split", "split-k", "no-prefetch", "fp16-prefetch2", "pipe-fp16",
-               "pipe-bf16-one-split"]  # fmt: skip
+               "pipe-bf16-one-split", "pipe-rows-ahead"]  # fmt: skip
 
 
 @pytest.mark.parametrize("cfg", VARIANTS, ids=VARIANT_IDS)
@@ -358,9 +360,14 @@ def test_gpu_accuracy_at_table_shapes(mk, heads, batch, ctx):
 
 
 @pytest.mark.skipif(not CUDA, reason="the inline-PTX conversion runs only compiled")
-@pytest.mark.parametrize("asm_cvt", [0, 1, 2])
+@pytest.mark.parametrize(
+    "variant",
+    [{"asm_cvt": 0}, {"asm_cvt": 1}, {"asm_cvt": 2}, {"rows_ahead": True, "num_warps": 4},
+     {"rows_ahead": True, "num_warps": 4, "block_n": 16, "pipe": 5}],
+    ids=["cvt0", "cvt1", "cvt2", "ahead-w4", "ahead-n16"],
+)  # fmt: skip
 @pytest.mark.parametrize("heads,batch,ctx", [(8, 8, 8192), (16, 64, 2048), (16, 1, 32768)])
-def test_gpu_pipelined_stage1_accuracy(mk, asm_cvt, heads, batch, ctx):
+def test_gpu_pipelined_stage1_accuracy(mk, variant, heads, batch, ctx):
     """The pipelined stage 1 with each FP8 -> FP16 conversion (inline PTX for K and V, for
     V only, or Triton's) within 1.5x the BF16 path's error, every output written."""
     pool = _pool(batch * ctx + 1000, 41)
@@ -368,7 +375,7 @@ def test_gpu_pipelined_stage1_accuracy(mk, asm_cvt, heads, batch, ctx):
     idx = torch.randperm(pool.shape[0], device=DEV)[: batch * ctx].to(torch.int32)
     indptr = torch.arange(0, batch * ctx + 1, ctx, dtype=torch.int32, device=DEV)
     out = _poisoned(batch, heads)
-    cfg = {"fp16": True, "pipe": 3, "block_n": 32, "num_warps": 8, "asm_cvt": asm_cvt}
+    cfg = {"fp16": True, "pipe": 3, "block_n": 32, "num_warps": 8, **variant}
     mk.mla_fp8_decode(q, pool, indptr, idx, SCALE, out=out, config=cfg)
     ref = mk.reference(q, pool, indptr, idx, SCALE)
     ours = mk.max_rel_err(out, ref)

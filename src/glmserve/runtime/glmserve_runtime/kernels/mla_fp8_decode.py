@@ -308,7 +308,7 @@ if triton is not None:
         HAS_LENS: tl.constexpr, SCALE_PTR: tl.constexpr,
         BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
         DL: tl.constexpr, DR: tl.constexpr, OP_T: tl.constexpr, DOT_T: tl.constexpr,
-        STAGES: tl.constexpr, KCONV: tl.constexpr,
+        STAGES: tl.constexpr, KCONV: tl.constexpr, ROWS_AHEAD: tl.constexpr,
     ):  # fmt: skip
         """Stage 1 with the gather left to Triton's software pipeliner: the token slots and
         the FP8 rows are plain loads in a ``tl.range(..., num_stages=STAGES)`` loop (no
@@ -357,11 +357,20 @@ if triton is not None:
             l_i = tl.full([BLOCK_H], 0.0, tl.float32)
             acc = tl.full([BLOCK_H, DL], 0.0, tl.float32)
             ar = tl.arange(0, BLOCK_N)
+            if ROWS_AHEAD:
+                # the next tile's token slots are loaded by hand a tile ahead, so the FP8
+                # row load is not an indirect load in the pipeliner's eyes
+                rows = _slots(kv_indices, start, lo + ar, (lo + ar) < hi, PAGE_SIZE)
             for n0 in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
                 toks = n0 + ar
                 tmask = toks < hi
-                rows = _slots(kv_indices, start, toks, tmask, PAGE_SIZE)
-                kl, kr = _load_rows(KV, rows, tmask, stride_kv, offs_l, offs_r, DL)
+                if ROWS_AHEAD:
+                    kl, kr = _load_rows(KV, rows, tmask, stride_kv, offs_l, offs_r, DL)
+                    ntoks = toks + BLOCK_N
+                    rows = _slots(kv_indices, start, ntoks, ntoks < hi, PAGE_SIZE)
+                else:
+                    rows = _slots(kv_indices, start, toks, tmask, PAGE_SIZE)
+                    kl, kr = _load_rows(KV, rows, tmask, stride_kv, offs_l, offs_r, DL)
                 acc, m_i, l_i = _attend_pipe(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale_h,
                                              OP_T, DOT_T, KCONV)  # fmt: skip
             acc = acc * tl.where(l_i > 0, kscale / l_i, 0.0)[:, None]
@@ -448,6 +457,7 @@ class Config:
     # pipe kernel, FP16 operands: FP8 -> FP16 as inline PTX (see _fp8_to_f16_asm) for
     # nothing (0), K and V (1), or V only (2: K converts in the operand layout)
     asm_cvt: int = 1
+    rows_ahead: bool = False  # pipe kernel: token slots loaded by hand one tile ahead
 
 
 @functools.lru_cache(maxsize=16)
@@ -692,7 +702,8 @@ def _launch_pipe(cfg, batch, head_blocks, qn, qr, pool2, kv_indptr, kv_indices, 
     args = _stage1_args(qn, qr, pool2, kv_indptr, kv_indices, lens, scale_ptr, scale_val,
                         mid_o, mid_lse, out, sm_scale, heads, cfg)  # fmt: skip
     _mla_fp8_stage1_pipe[(batch, head_blocks, cfg.max_splits)](
-        *args, STAGES=cfg.pipe, KCONV=int(cfg.asm_cvt) if cfg.fp16 and not _interpreting() else 0,
+        *args, STAGES=cfg.pipe, ROWS_AHEAD=int(cfg.rows_ahead),
+        KCONV=int(cfg.asm_cvt) if cfg.fp16 and not _interpreting() else 0,
         num_stages=cfg.pipe, **_stage1_consts(cfg, page_size, has_lens, scale_ptr),
     )  # fmt: skip
 
