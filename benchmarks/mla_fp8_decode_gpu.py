@@ -292,25 +292,26 @@ def sweep_configs(heads: int, b: int, which: str = "v1") -> list[dict]:
 
 
 def sweep_v5(base) -> list[dict]:
-    """Fifth sweep (run 4, second call): the pipelined stage 1 with 4 warps (run 4's first
-    call: two programs an SM on the H200 by registers) at one and two programs per SM of
-    split budget, with the token slots loaded by hand a tile ahead (``rows_ahead``: the
-    FP8 rows then get ``pipe - 1`` shared-memory buffers instead of one). Entry 0 is the
-    default again (noise). Entry 5 (110 KB of shared memory) fits sm_90 only."""
-
-    def clamp(x):
-        return max(1, min(256, int(x)))
-
-    two = clamp(base.max_splits * 2)
-    p = {"fp16": True, "pipe": 3, "block_n": 32, "num_warps": 4, "asm_cvt": 1}
+    """Fifth sweep (run 4, verification call): the new default (pipelined 4-warp stage 1,
+    two programs per SM from batch 2) again (entry 0: the noise) beside run 3's shipped
+    config (entry 1: FP16, 64 rows, 8 warps, hand prefetch, one program per SM from batch
+    2) and variants of the pipelined kernel: token slots loaded by hand a tile ahead
+    (``rows_ahead``: the FP8 rows get ``pipe - 1`` shared-memory buffers instead of one;
+    entry 3 with ``pipe=4``, 110 KB of shared memory, fits sm_90 only), 16-row tiles,
+    one program per SM, and the minimum split length."""
+    old_splits = max(1, base.max_splits // 2) if base.pipe else base.max_splits
+    old = {"pipe": 0, "fp16": True, "block_n": 64, "num_warps": 8, "prefetch": 1,
+           "max_splits": old_splits, "min_chunk": 128}  # fmt: skip
+    if not base.pipe:  # batch 1 / > 16 heads: the default is run 3's kernel already
+        old = {**old, "block_n": base.block_n, "fp16": base.fp16}
+    p = {"fp16": True, "pipe": 3, "block_n": 32, "num_warps": 4, "asm_cvt": 1,
+         "max_splits": base.max_splits}  # fmt: skip
     a = {**p, "rows_ahead": True}
     return [
-        {},
-        p, {**p, "max_splits": two},
-        a, {**a, "max_splits": two},
-        {**a, "pipe": 4, "max_splits": two},
-        {**a, "block_n": 16, "pipe": 5, "max_splits": two},
-        {**a, "max_splits": two, "min_chunk": 64},
+        {}, old,
+        a, {**a, "pipe": 4}, {**a, "block_n": 16, "pipe": 5},
+        {**p, "max_splits": old_splits},
+        {**a, "min_chunk": 64}, {**p, "min_chunk": 256},
     ]  # fmt: skip
 
 

@@ -299,13 +299,18 @@ def test_interpreted_reductions_take_the_numpy_path(mk):
         assert mk._RED_ADD is tl.standard._sum_combine
 
 
-def test_default_split_budget_is_one_program_per_sm_from_batch_2(mk):
-    """Run 3 (H200): half the old budget was faster at batch 8 and 64, slower at batch 1."""
+def test_default_split_budget_and_kernel_by_batch(mk):
+    """Run 4 (H200): from batch 2 on (<= 16 heads) the pipelined 4-warp kernel, two
+    programs per SM; batch 1 keeps the 8-warp kernel (two per SM); above 16 heads the
+    8-warp BF16 kernel with one per SM (run 3)."""
     cpu = torch.device("cpu")  # 132 SMs, as the H200
-    assert mk.default_config(1, 8, cpu).max_splits == 128
-    assert mk.default_config(8, 8, cpu).max_splits == 16
-    assert mk.default_config(64, 16, cpu).max_splits == 2
-    assert mk.default_config(256, 8, cpu).max_splits == 1
+    one = mk.default_config(1, 8, cpu)
+    assert (one.pipe, one.num_warps, one.block_n, one.max_splits) == (0, 8, 64, 128)
+    for batch, splits in ((2, 128), (8, 32), (64, 4), (256, 1)):
+        cfg = mk.default_config(batch, 16, cpu)
+        assert (cfg.pipe, cfg.num_warps, cfg.block_n, cfg.max_splits) == (3, 4, 32, splits)
+    wide = mk.default_config(8, 32, cpu)
+    assert (wide.pipe, wide.fp16, wide.max_splits) == (0, False, 16)
 
 
 def test_rejects_bad_inputs(mk):

@@ -482,9 +482,17 @@ def default_config(
     compute-capability major the config is for (default: the device's); the tiles are the
     same for sm_90 and sm_120.
 
-    Up to 16 heads (one 16-row tensor-core tile; 8 heads pad to 16): FP16 operands, 64 KV
-    rows a program, 8 warps, FP8 rows prefetched one tile ahead, at least 128 tokens a
-    split.
+    Up to 16 heads from batch 2 on (run 4, H200, 2026-12-05): the pipelined stage 1
+    (``pipe=3``: token slots and FP8 rows are plain loads in a ``tl.range`` loop that
+    Triton issues as ``cp.async`` copies; FP8 -> FP16 by inline PTX), 32 rows, 4 warps,
+    two programs per SM of split budget. In run 4's first call it was 13-20% faster than
+    the 8-warp kernel at the big shapes (256 x 1917: 215 against 264 us; 8 x 32K: 129
+    against 150; 64 x 7.7K: 246 against 290, 8 heads) and slower at batch 1 (1 x 32K:
+    graph 53 against 42 us), which keeps the 8-warp kernel.
+
+    Up to 16 heads at batch 1 (one 16-row tensor-core tile; 8 heads pad to 16): FP16
+    operands, 64 KV rows a program, 8 warps, FP8 rows prefetched one tile ahead, at least
+    128 tokens a split.
     Chosen on the H200 (2026-12-05, runs 1-2 in benchmarks/results/mla_fp8_decode/): in run
     2 this config (``new_cfg5``) was within 2% of the fastest of 17 at the two 283 MB shapes
     (267 us at 256 x 1917, 8 heads), the fastest at 8 x 32K (158 us) and in CUDA graphs at
@@ -514,9 +522,15 @@ def default_config(
     else:
         block_h, block_n, fp16, min_chunk = 32, 32, False, 128
     head_blocks = -(-heads // block_h)
-    target = 2 * sms if batch == 1 else sms
+    pipe = heads <= 16 and batch >= 2
+    # programs per SM the split budget aims at: the pipelined 4-warp kernel runs two an SM
+    # (registers), the 8-warp kernel one (two at batch 1, for long single contexts)
+    target = 2 * sms if (batch == 1 or pipe) else sms
     splits = max(1, min(128, target // max(1, batch * head_blocks)))
     splits = 1 << (splits.bit_length() - 1)  # power of two, rounded down
+    if pipe:
+        return Config(block_h=16, block_n=32, num_warps=4, max_splits=splits,
+                      min_chunk=min_chunk, fp16=True, pipe=3, asm_cvt=1)  # fmt: skip
     return Config(block_h=block_h, block_n=block_n, num_warps=8, max_splits=splits,
                   min_chunk=min_chunk, fp16=fp16)  # fmt: skip
 
