@@ -46,7 +46,8 @@ SCALE = 576**-0.5
 SHAPES = [(1, 2048), (1, 8192), (1, 32768), (8, 2048), (8, 8192), (8, 32768),
           (64, 2048), (64, 7680), (256, 1917)]  # fmt: skip
 SPLITS = (8, 16, 32, 64)
-GRAPH_SHAPES = {(1, 2048), (1, 8192), (1, 32768), (8, 2048), (8, 8192), (64, 2048)}
+GRAPH_SHAPES = {(1, 2048), (1, 8192), (1, 32768), (8, 2048), (8, 8192), (64, 2048),
+                (2, 4096), (2, 16384), (4, 4096), (4, 16384)}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------- timing
@@ -279,6 +280,8 @@ def sweep_configs(heads: int, b: int, which: str = "v1") -> list[dict]:
         return sweep_v4(base)
     if which == "v5":
         return sweep_v5(base)
+    if which == "v6":
+        return sweep_v6(base)
     out = []
     for bn in (16, 32, 64):
         for warps in (4, 8):
@@ -289,6 +292,15 @@ def sweep_configs(heads: int, b: int, which: str = "v1") -> list[dict]:
     for mc in (32, 64, 256, 512):
         out.append({"min_chunk": mc})
     return out
+
+
+def sweep_v6(base) -> list[dict]:
+    """Sixth sweep (run 4, last call): the shipped default (pipelined, rows a tile ahead)
+    again (entry 0: the noise), run 3's shipped config (entry 1), the pipelined kernel
+    without ``rows_ahead`` (entry 2: run 4's first candidate) and with 64-token splits."""
+    v5 = sweep_v5(base)
+    p = {k: v for k, v in v5[2].items() if k != "rows_ahead"}
+    return [{}, v5[1], p, {**v5[2], "min_chunk": 64}]
 
 
 def sweep_v5(base) -> list[dict]:
@@ -425,9 +437,9 @@ def main() -> None:
     ap.add_argument("--shapes", default="", help="b:ctx,... (default: the issue's table)")
     ap.add_argument("--iters", type=int, default=25)
     ap.add_argument("--sweep", action="store_true", help="also time a grid of kernel configs")
-    ap.add_argument("--sweep-set", choices=("v1", "v2", "v3", "v4", "v5"), default="v1",
+    ap.add_argument("--sweep-set", choices=("v1", "v2", "v3", "v4", "v5", "v6"), default="v1",
                     help="v1: run 1's grid; v2: FP16/prefetch/warps; v3: run 3's; "
-                    "v4/v5: run 4's pipelined stage 1")  # fmt: skip
+                    "v4-v6: run 4's pipelined stage 1")  # fmt: skip
     ap.add_argument("--graph-sweep", action="store_true",
                     help="CUDA-graph time for every swept config at the graph shapes")  # fmt: skip
     ap.add_argument("--new-config", default="",

@@ -309,6 +309,7 @@ def test_default_split_budget_and_kernel_by_batch(mk):
     for batch, splits in ((2, 128), (8, 32), (64, 4), (256, 1)):
         cfg = mk.default_config(batch, 16, cpu)
         assert (cfg.pipe, cfg.num_warps, cfg.block_n, cfg.max_splits) == (3, 4, 32, splits)
+        assert cfg.rows_ahead
     wide = mk.default_config(8, 32, cpu)
     assert (wide.pipe, wide.fp16, wide.max_splits) == (0, False, 16)
 

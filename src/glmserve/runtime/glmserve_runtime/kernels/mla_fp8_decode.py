@@ -530,7 +530,8 @@ def default_config(
     splits = 1 << (splits.bit_length() - 1)  # power of two, rounded down
     if pipe:
         return Config(block_h=16, block_n=32, num_warps=4, max_splits=splits,
-                      min_chunk=min_chunk, fp16=True, pipe=3, asm_cvt=1)  # fmt: skip
+                      min_chunk=min_chunk, fp16=True, pipe=3, asm_cvt=1,
+                      rows_ahead=True)  # fmt: skip
     return Config(block_h=block_h, block_n=block_n, num_warps=8, max_splits=splits,
                   min_chunk=min_chunk, fp16=fp16)  # fmt: skip
 
