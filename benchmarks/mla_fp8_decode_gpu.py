@@ -301,7 +301,7 @@ def sweep_v6(base) -> list[dict]:
     with 8 warps (one program an SM by registers, as the shipped one would run on sm_120,
     whose ~100 KB of shared memory an SM holds one 92 KB program)."""
     v5 = sweep_v5(base)
-    p = {k: v for k, v in v5[2].items() if k != "rows_ahead"}
+    p = {**v5[2], "rows_ahead": False}  # explicit: a missing key takes the default's
     return [{}, v5[1], p, {**v5[2], "min_chunk": 64}, {**v5[2], "num_warps": 8}]
 
 

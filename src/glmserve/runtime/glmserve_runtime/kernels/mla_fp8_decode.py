@@ -482,15 +482,17 @@ def default_config(
     compute-capability major the config is for (default: the device's); the tiles are the
     same for sm_90 and sm_120.
 
-    Up to 16 heads from batch 2 on (run 4, H200, 2026-12-05): the pipelined stage 1
-    (``pipe=3``: token slots and FP8 rows are plain loads in a ``tl.range`` loop that
-    Triton issues as ``cp.async`` copies; FP8 -> FP16 by inline PTX), 32 rows, 4 warps,
-    two programs per SM of split budget. In run 4's first call it was 13-20% faster than
-    the 8-warp kernel at the big shapes (256 x 1917: 215 against 264 us; 8 x 32K: 129
-    against 150; 64 x 7.7K: 246 against 290, 8 heads) and slower at batch 1 (1 x 32K:
-    graph 53 against 42 us), which keeps the 8-warp kernel.
+    Up to 16 heads from batch 4 on (run 4, 2026-12-05): the pipelined stage 1
+    (``pipe=3``: the FP8 rows are plain loads in a ``tl.range`` loop that Triton issues as
+    ``cp.async`` copies into two shared-memory buffers, the token slots loaded by hand a
+    tile ahead; FP8 -> FP16 by inline PTX), 32 rows, 4 warps (255 registers, no spills:
+    two programs an SM on sm_90), two programs per SM of split budget. Against run 3's
+    8-warp kernel in the same call (H100, call 3; graph time where measured): 8 x 8K
+    42.6 against 50.5 us, 8 x 32K 118 against 150, 64 x 7.7K 200 against 262, 256 x 1917
+    195 against 261 (8 heads); 8 x 2K and 4 x 4K level; slower at batch 2 (2 x 16K: 40.7
+    against 37.4 us), so batch 1-3 keep the 8-warp kernel.
 
-    Up to 16 heads at batch 1 (one 16-row tensor-core tile; 8 heads pad to 16): FP16
+    Up to 16 heads at batch 1-3 (one 16-row tensor-core tile; 8 heads pad to 16): FP16
     operands, 64 KV rows a program, 8 warps, FP8 rows prefetched one tile ahead, at least
     128 tokens a split.
     Chosen on the H200 (2026-12-05, runs 1-2 in benchmarks/results/mla_fp8_decode/): in run
@@ -506,7 +508,8 @@ def default_config(
     Above 16 heads (two 16-row tiles a program): BF16, 32 rows, 8 warps, the run-1 default
     (not timed above 16 heads; accuracy tested at 32-128 heads).
 
-    ``max_splits`` aims at about one program per SM over the batch (two at batch 1),
+    ``max_splits`` (8-warp kernel) aims at about one program per SM over the batch (two
+    at batch 1; two for the pipelined kernel, see above),
     rounded down to a power of two (at most 128): few splits when the batch alone fills the
     GPU (the merge pass and the fp32 partials then cost nothing), many at batch 1 so that a
     long context still spreads over every SM. Per request the count shrinks on the device
@@ -522,7 +525,7 @@ def default_config(
     else:
         block_h, block_n, fp16, min_chunk = 32, 32, False, 128
     head_blocks = -(-heads // block_h)
-    pipe = heads <= 16 and batch >= 2
+    pipe = heads <= 16 and batch >= 4
     # programs per SM the split budget aims at: the pipelined 4-warp kernel runs two an SM
     # (registers), the 8-warp kernel one (two at batch 1, for long single contexts)
     target = 2 * sms if (batch == 1 or pipe) else sms
