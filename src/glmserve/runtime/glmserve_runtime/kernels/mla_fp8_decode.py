@@ -22,6 +22,11 @@ the launch does not depend on the lengths and can be captured in a CUDA graph. A
 that needs one split writes the output directly; the others write fp32 partials and a
 log-sum-exp that stage 2 merges.
 
+Two stage-1 kernels: ``_mla_fp8_stage1_pipe`` (the default from batch 4 up to 16 heads)
+leaves the gather to Triton's software pipeliner, which issues the FP8 rows as ``cp.async``
+copies into shared memory; ``_mla_fp8_stage1`` prefetches the rows into registers by hand
+(batch 1-3, and above 16 heads). See ``default_config`` and docs/mla-fp8-kernel.md.
+
 Configs use only what Triton lowers on both sm_90 and sm_120 (``tl.dot`` on BF16 tiles,
 plain loads; no TMA descriptors or warp specialisation) and stay under ~100 KB of shared
 memory per block (checked on the GPU by the tests through the compiled kernel's metadata).
@@ -124,10 +129,13 @@ if triton is not None:
 
     @triton.jit
     def _fp8_to_f16_asm(x):
-        """FP8 e4m3 -> FP16, two values per ``cvt`` (exact), as inline PTX that Triton may
+        """FP8 e4m3 -> FP16, two values per ``cvt`` (exact), as inline PTX that Triton does
         not move: with ``.to(tl.float16)`` Triton converts in the tensor-core operand
         layout, which for the P x V operand (tokens are its reduction axis, not the
-        contiguous one) reads shared memory one byte at a time (``LDS.U8``)."""
+        contiguous one) reads shared memory one byte at a time (``LDS.U8``), and the row
+        load, used in two layouts, is not pipelined. Marked impure so that Triton leaves it
+        where it stands (the pure form was not tried). ``cvt.rn.f16x2.e4m3x2`` is PTX ISA
+        7.8, sm_89 and up: sm_90 and sm_120 both have it."""
         return tl.inline_asm_elementwise(
             "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; "
             "cvt.rn.f16x2.e4m3x2 $1, hi; }",
@@ -136,7 +144,9 @@ if triton is not None:
     @triton.jit
     def _attend_pipe(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale, OP_T: tl.constexpr,
                      DOT_T: tl.constexpr, KCONV: tl.constexpr):  # fmt: skip
-        """``_attend`` with the FP8 -> FP16 conversion as inline PTX (``KCONV == 1``)."""
+        """``_attend`` for the pipelined kernel. ``KCONV``: FP8 -> FP16 as inline PTX for K
+        and V (1, shipped), for V only (2: K converted in its operand layout by Triton), or
+        Triton's ``.to`` for both (0; also the BF16 and interpreted paths)."""
         if KCONV == 1:
             kl = _fp8_to_f16_asm(kl)
             kr = _fp8_to_f16_asm(kr)
