@@ -40,8 +40,8 @@ STAGE1_DIV16 = ["stride_qnb", "stride_qnh", "stride_qrb", "stride_qrh", "stride_
 STAGE2_PTRS = {"MidO": "*fp32", "MidLse": "*fp32", "Out": "*bf16", "kv_indptr": "*i32",
                "kv_lens": "*i32"}  # fmt: skip
 STAGE2_DIV16 = ["stride_mb", "stride_mh", "stride_ms", "stride_ob", "stride_oh"]
-OPS = re.compile(
-    r"\b((?:LDG|STG|LDS|STS|LDSM|LDGSTS|LDL|STL)(?:\.[A-Z0-9]+)*|HMMA\.[A-Z0-9.]+|"
+OPS = re.compile(  # longest names first: LDGSTS (cp.async) is not an LDG
+    r"\b((?:LDGSTS|LDGDEPBAR|LDSM|LDG|STG|LDS|STS|LDL|STL)(?:\.[A-Z0-9]+)*|HMMA\.[A-Z0-9.]+|"
     r"HGMMA\.[A-Z0-9.]+|F2FP\.[A-Z0-9.]+)"
 )
 
@@ -58,13 +58,20 @@ def _source(fn, ptrs, div16, scalars, const, idx_ty="*i32"):
 
 def build(cap: int, cfg: mk.Config, page: int = 1, idx_ty: str = "*i32"):
     const1 = dict(PAGE_SIZE=page, HAS_LENS=page > 1, SCALE_PTR=False, BLOCK_H=cfg.block_h,
-                  PREFETCH=int(cfg.prefetch), OP_T=tl.float16 if cfg.fp16 else tl.bfloat16,
+                  OP_T=tl.float16 if cfg.fp16 else tl.bfloat16,
                   BLOCK_N=cfg.block_n, DL=mk.D_LATENT, DR=mk.D_ROPE,
                   DOT_T=tl.float16 if cfg.fp16 else tl.bfloat16)  # fmt: skip
+    if cfg.pipe:  # the pipelined stage 1 (what mla_fp8_decode launches for this config)
+        fn1, stages = mk._mla_fp8_stage1_pipe, cfg.pipe
+        const1.update(STAGES=cfg.pipe, ROWS_AHEAD=int(cfg.rows_ahead),
+                      KCONV=int(cfg.asm_cvt) if cfg.fp16 else 0)  # fmt: skip
+    else:
+        fn1, stages = mk._mla_fp8_stage1, cfg.num_stages
+        const1.update(PREFETCH=int(cfg.prefetch))
     scal1 = {"sm_scale_log2": "fp32", "k_scale_val": "fp32", "num_heads": "i32",
              "MAX_SPLITS": "i32", "MIN_CHUNK": "i32"}  # fmt: skip
-    src1 = _source(mk._mla_fp8_stage1, STAGE1_PTRS, STAGE1_DIV16, scal1, const1, idx_ty)
-    opts1 = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+    src1 = _source(fn1, STAGE1_PTRS, STAGE1_DIV16, scal1, const1, idx_ty)
+    opts1 = {"num_warps": cfg.num_warps, "num_stages": stages}
     k1 = triton.compile(src1, target=GPUTarget("cuda", cap, 32), options=opts1)
     const2 = dict(HAS_LENS=False, SPLIT_BLOCK=cfg.merge_splits, BLOCK_N=cfg.block_n,
                   DL=mk.D_LATENT)  # fmt: skip
@@ -103,7 +110,8 @@ def main() -> None:
         for heads in (8, 16, 32, 64, 128):
             for batch in (1, 256):
                 cfg = mk.default_config(batch, heads, torch.device("cpu"), arch=cap // 10)
-                key = (cap, cfg.block_h, cfg.block_n, cfg.num_warps, cfg.num_stages)
+                key = (cap, cfg.block_h, cfg.block_n, cfg.num_warps, cfg.num_stages,
+                       cfg.pipe, cfg.rows_ahead)  # fmt: skip
                 if key in seen:
                     continue
                 seen.add(key)
@@ -118,11 +126,12 @@ def main() -> None:
                         spills = info["local"] > 0 or any(o.startswith(("LDL", "STL"))
                                                           for o in info["ops"])  # fmt: skip
                         ok &= fits
-                        top = ", ".join(f"{o} x{n}" for o, n in list(info["ops"].items())[:9])
+                        top = ", ".join(f"{o} x{n}" for o, n in list(info["ops"].items())[:12])
                         print(f"sm_{cap} {stage} page={page} idx={idx_ty[1:]} heads={heads} "
                               f"block_h="
                               f"{cfg.block_h} block_n={cfg.block_n} warps={cfg.num_warps} "
-                              f"stages={cfg.num_stages}: regs={info['regs']} "
+                              f"stages={cfg.num_stages} pipe={cfg.pipe} "
+                              f"rows_ahead={cfg.rows_ahead}: regs={info['regs']} "
                               f"stack={info['stack']} local={info['local']} "
                               f"spills={'yes' if spills else 'no'} shared="
                               f"{info['shared_dynamic']} B ({'fits' if fits else 'TOO BIG'} "

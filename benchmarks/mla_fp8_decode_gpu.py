@@ -46,7 +46,8 @@ SCALE = 576**-0.5
 SHAPES = [(1, 2048), (1, 8192), (1, 32768), (8, 2048), (8, 8192), (8, 32768),
           (64, 2048), (64, 7680), (256, 1917)]  # fmt: skip
 SPLITS = (8, 16, 32, 64)
-GRAPH_SHAPES = {(1, 2048), (1, 8192), (1, 32768), (8, 2048), (8, 8192), (64, 2048)}
+GRAPH_SHAPES = {(1, 2048), (1, 8192), (1, 32768), (8, 2048), (8, 8192), (64, 2048),
+                (2, 4096), (2, 16384), (4, 4096), (4, 16384)}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------- timing
@@ -219,9 +220,10 @@ def run_shape(args, timer, pool, flat_pool, heads, b, ctx, sg, fi, sweep) -> dic
     is_graph = (b, ctx) in GRAPH_SHAPES
     # the new kernel (default config), then the sweep
     ws = mk.Workspace()
-    record("new", lambda: mk.mla_fp8_decode(q, pool, indptr, idx, SCALE, out=o, workspace=ws),
-           graph=is_graph)  # fmt: skip
-    res["new"]["config"] = mk.default_config(b, heads, q.device).__dict__
+    over = json.loads(args.new_config) if args.new_config else None
+    record("new", lambda: mk.mla_fp8_decode(q, pool, indptr, idx, SCALE, out=o, workspace=ws,
+                                            config=over), graph=is_graph)  # fmt: skip
+    res["new"]["config"] = {**mk.default_config(b, heads, q.device).__dict__, **(over or {})}
     for i, cfg in enumerate(sweep):
         record(f"new_cfg{i}", lambda cfg=cfg: mk.mla_fp8_decode(
             q, pool, indptr, idx, SCALE, out=o, workspace=ws, config=cfg),
@@ -274,6 +276,12 @@ def sweep_configs(heads: int, b: int, which: str = "v1") -> list[dict]:
         return sweep_v2(base)
     if which == "v3":
         return sweep_v3(base)
+    if which == "v4":
+        return sweep_v4(base)
+    if which == "v5":
+        return sweep_v5(base)
+    if which == "v6":
+        return sweep_v6(base)
     out = []
     for bn in (16, 32, 64):
         for warps in (4, 8):
@@ -284,6 +292,67 @@ def sweep_configs(heads: int, b: int, which: str = "v1") -> list[dict]:
     for mc in (32, 64, 256, 512):
         out.append({"min_chunk": mc})
     return out
+
+
+def sweep_v6(base) -> list[dict]:
+    """Sixth sweep (run 4, last call): the shipped default (pipelined, rows a tile ahead)
+    again (entry 0: the noise), run 3's shipped config (entry 1), the pipelined kernel
+    without ``rows_ahead`` (entry 2: run 4's first candidate), with 64-token splits, and
+    with 8 warps (one program an SM by registers, as the shipped one would run on sm_120,
+    whose ~100 KB of shared memory an SM holds one 92 KB program)."""
+    v5 = sweep_v5(base)
+    p = {**v5[2], "rows_ahead": False}  # explicit: a missing key takes the default's
+    return [{}, v5[1], p, {**v5[2], "min_chunk": 64}, {**v5[2], "num_warps": 8}]
+
+
+def sweep_v5(base) -> list[dict]:
+    """Fifth sweep (run 4, verification call): the new default (pipelined 4-warp stage 1,
+    two programs per SM from batch 2) again (entry 0: the noise) beside run 3's shipped
+    config (entry 1: FP16, 64 rows, 8 warps, hand prefetch, one program per SM from batch
+    2) and variants of the pipelined kernel: token slots loaded by hand a tile ahead
+    (``rows_ahead``: the FP8 rows get ``pipe - 1`` shared-memory buffers instead of one;
+    entry 3 with ``pipe=4``, 110 KB of shared memory, fits sm_90 only), 16-row tiles,
+    one program per SM, and the minimum split length."""
+    old_splits = max(1, base.max_splits // 2) if base.pipe else base.max_splits
+    old = {"pipe": 0, "fp16": True, "block_n": 64, "num_warps": 8, "prefetch": 1,
+           "max_splits": old_splits, "min_chunk": 128}  # fmt: skip
+    if not base.pipe:  # batch 1 / > 16 heads: the default is run 3's kernel already
+        old = {**old, "block_n": base.block_n, "fp16": base.fp16}
+    p = {"fp16": True, "pipe": 3, "block_n": 32, "num_warps": 4, "asm_cvt": 1,
+         "max_splits": base.max_splits}  # fmt: skip
+    a = {**p, "rows_ahead": True}
+    return [
+        {}, old,
+        a, {**a, "pipe": 4}, {**a, "block_n": 16, "pipe": 5},
+        {**p, "max_splits": old_splits},
+        {**a, "min_chunk": 64}, {**p, "min_chunk": 256},
+    ]  # fmt: skip
+
+
+def sweep_v4(base) -> list[dict]:
+    """Fourth sweep (run 4): the software-pipelined stage 1 (``pipe``: token slots and FP8
+    rows as plain loads in a ``tl.range(num_stages=...)`` loop, which Triton issues as
+    ``cp.async`` copies into shared memory) beside the shipped kernel (entry 0 is the
+    default again: the run-to-run noise). ``asm_cvt``: FP8 -> FP16 by inline PTX for K and
+    V (1) or V only (2); 0 lets Triton convert in the operand layout (byte-wise shared
+    loads for V). Entry 6 (64 rows, 123 KB of shared memory) fits sm_90 only."""
+
+    def clamp(x):
+        return max(1, min(256, int(x)))
+
+    p = {"fp16": True, "pipe": 3, "block_n": 32, "num_warps": 8, "asm_cvt": 1}
+    return [
+        {},
+        p, {**p, "num_warps": 4}, {**p, "pipe": 2},
+        {**p, "asm_cvt": 2}, {**p, "asm_cvt": 2, "num_warps": 4},
+        {**p, "asm_cvt": 2, "pipe": 2, "block_n": 64},
+        {**p, "asm_cvt": 2, "num_warps": 4, "block_n": 16},
+        {**p, "asm_cvt": 0},
+        {**p, "num_warps": 4, "max_splits": clamp(base.max_splits * 2)},
+        {**p, "asm_cvt": 2, "num_warps": 4, "block_n": 16,
+         "max_splits": clamp(base.max_splits * 2)},
+        {**p, "asm_cvt": 2, "min_chunk": 64},
+    ]  # fmt: skip
 
 
 def sweep_v3(base) -> list[dict]:
@@ -370,10 +439,13 @@ def main() -> None:
     ap.add_argument("--shapes", default="", help="b:ctx,... (default: the issue's table)")
     ap.add_argument("--iters", type=int, default=25)
     ap.add_argument("--sweep", action="store_true", help="also time a grid of kernel configs")
-    ap.add_argument("--sweep-set", choices=("v1", "v2", "v3"), default="v1",
-                    help="v1: run 1's grid; v2: FP16/prefetch/warps; v3: run 3's")  # fmt: skip
+    ap.add_argument("--sweep-set", choices=("v1", "v2", "v3", "v4", "v5", "v6"), default="v1",
+                    help="v1: run 1's grid; v2: FP16/prefetch/warps; v3: run 3's; "
+                    "v4-v6: run 4's pipelined stage 1")  # fmt: skip
     ap.add_argument("--graph-sweep", action="store_true",
                     help="CUDA-graph time for every swept config at the graph shapes")  # fmt: skip
+    ap.add_argument("--new-config", default="",
+                    help="JSON dict over the default config for the 'new' entry (profiling)")
     ap.add_argument("--no-sglang", action="store_true")
     ap.add_argument("--no-flashinfer", action="store_true")
     ap.add_argument("--json", type=Path, required=True)

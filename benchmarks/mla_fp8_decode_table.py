@@ -66,15 +66,52 @@ def results_table(rows: list[dict], bw: float, entry: str) -> list[str]:
     return out
 
 
+def _dev(e: dict) -> tuple[float, str]:
+    """Device time: the graph replay where measured (eager small shapes are host-bound)."""
+    if "graph_us" in e:
+        return e["graph_us"], f"{e['us']:.1f} [{e['graph_us']:.1f}]"
+    return e["us"], f"{e['us']:.1f}"
+
+
+def versus_table(rows: list[dict], bw: float, entry: str, other: str) -> list[str]:
+    """``entry`` against ``other`` of the same call, shape by shape (graph time where
+    measured), with the copy-bandwidth share and SGLang 0.5.23's best."""
+    out = [
+        f"| heads | batch x ctx | {entry} (us) | {other} (us) | change | % of copy BW "
+        f"| SGLang 0.5.23 best (splits) | max rel err |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if entry not in r or other not in r or "us" not in r[entry] or "us" not in r[other]:
+            continue
+        a, at = _dev(r[entry])
+        b, bt = _dev(r[other])
+        read = r["fp8_bytes"] / bw * 1e6
+        sg = _best_sglang(r, "0.5.23")
+        sgt = "-"
+        if sg is not None:
+            sgt = f"{_dev(sg[2])[1]} ({sg[1]})"
+        out.append(
+            f"| {r['heads']} | {r['batch']} x {r['ctx']} | {at} | {bt} | {a / b - 1:+.0%} | "
+            f"{read / a:.0%} | {sgt} | {r[entry]['max_rel_err']:.4f} |"
+        )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("json", type=Path)
     ap.add_argument("--entry", default="new")
+    ap.add_argument("--versus", default="",
+                    help="another entry of the same run: a shape-by-shape comparison")
     args = ap.parse_args()
     data = json.loads(args.json.read_text())
     bw = data["env"]["copy_bw_Bps"]
     print(f"copy bandwidth (read + write): {bw / 1e9:.0f} GB/s; config: "
           f"{data['rows'][0][args.entry].get('config')}\n")  # fmt: skip
+    if args.versus:
+        print("\n".join(versus_table(data["rows"], bw, args.entry, args.versus)))
+        return
     print("\n".join(results_table(data["rows"], bw, args.entry)))
 
 

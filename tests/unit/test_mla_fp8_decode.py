@@ -92,8 +92,15 @@ NO_PREFETCH = {**SPLIT, "prefetch": False}
 # FP16 tensor-core operands, and FP8 rows two tiles ahead (lengths below end mid-tile and
 # leave some splits a single tile, so the deeper prologue's masks are exercised)
 FP16_DEEP = {**SPLIT, "fp16": True, "prefetch": 2}
-VARIANTS = [SMALL, SPLIT, NO_PREFETCH, FP16_DEEP]
-VARIANT_IDS = ["one-split", "split-k", "no-prefetch", "fp16-prefetch2"]
+# the software-pipelined stage 1 (``pipe``: the gather left to Triton's pipeliner), FP16
+# operands (inline-PTX conversion on the GPU) and BF16
+PIPE = {**SPLIT, "fp16": True, "pipe": 3}
+PIPE_BF16 = {**SMALL, "pipe": 2}
+# token slots a tile ahead by hand (the rows then get pipelined buffers of their own)
+PIPE_AHEAD = {**SPLIT, "fp16": True, "pipe": 4, "rows_ahead": True, "num_warps": 4}
+VARIANTS = [SMALL, SPLIT, NO_PREFETCH, FP16_DEEP, PIPE, PIPE_BF16, PIPE_AHEAD]
+VARIANT_IDS = ["one-split", "split-k", "no-prefetch", "fp16-prefetch2", "pipe-fp16",
+               "pipe-bf16-one-split", "pipe-rows-ahead"]  # fmt: skip
 
 
 @pytest.mark.parametrize("cfg", VARIANTS, ids=VARIANT_IDS)
@@ -292,13 +299,21 @@ def test_interpreted_reductions_take_the_numpy_path(mk):
         assert mk._RED_ADD is tl.standard._sum_combine
 
 
-def test_default_split_budget_is_one_program_per_sm_from_batch_2(mk):
-    """Run 3 (H200): half the old budget was faster at batch 8 and 64, slower at batch 1."""
+def test_default_split_budget_and_kernel_by_batch(mk):
+    """Run 4 (H200, H100): from batch 4 on (<= 16 heads) the pipelined 4-warp kernel, two
+    programs per SM; batch 1 keeps the 8-warp kernel with two per SM, batch 2-3 with one;
+    above 16 heads the 8-warp BF16 kernel with one per SM (run 3)."""
     cpu = torch.device("cpu")  # 132 SMs, as the H200
-    assert mk.default_config(1, 8, cpu).max_splits == 128
-    assert mk.default_config(8, 8, cpu).max_splits == 16
-    assert mk.default_config(64, 16, cpu).max_splits == 2
-    assert mk.default_config(256, 8, cpu).max_splits == 1
+    one = mk.default_config(1, 8, cpu)
+    assert (one.pipe, one.num_warps, one.block_n, one.max_splits) == (0, 8, 64, 128)
+    two = mk.default_config(2, 16, cpu)  # 2 x 16K: the 8-warp kernel was 9% faster
+    assert (two.pipe, two.num_warps, two.block_n, two.max_splits) == (0, 8, 64, 64)
+    for batch, splits in ((4, 64), (8, 32), (64, 4), (256, 1)):
+        cfg = mk.default_config(batch, 16, cpu)
+        assert (cfg.pipe, cfg.num_warps, cfg.block_n, cfg.max_splits) == (3, 4, 32, splits)
+        assert cfg.rows_ahead
+    wide = mk.default_config(8, 32, cpu)
+    assert (wide.pipe, wide.fp16, wide.max_splits) == (0, False, 16)
 
 
 def test_rejects_bad_inputs(mk):
@@ -352,6 +367,31 @@ def test_gpu_accuracy_at_table_shapes(mk, heads, batch, ctx):
     assert ours <= 1.5 * theirs + 1e-3, (ours, theirs)
 
 
+@pytest.mark.skipif(not CUDA, reason="the inline-PTX conversion runs only compiled")
+@pytest.mark.parametrize(
+    "variant",
+    [{"asm_cvt": 0}, {"asm_cvt": 1}, {"asm_cvt": 2}, {"rows_ahead": True, "num_warps": 4},
+     {"rows_ahead": True, "num_warps": 4, "block_n": 16, "pipe": 5}],
+    ids=["cvt0", "cvt1", "cvt2", "ahead-w4", "ahead-n16"],
+)  # fmt: skip
+@pytest.mark.parametrize("heads,batch,ctx", [(8, 8, 8192), (16, 64, 2048), (16, 1, 32768)])
+def test_gpu_pipelined_stage1_accuracy(mk, variant, heads, batch, ctx):
+    """The pipelined stage 1 with each FP8 -> FP16 conversion (inline PTX for K and V, for
+    V only, or Triton's) within 1.5x the BF16 path's error, every output written."""
+    pool = _pool(batch * ctx + 1000, 41)
+    q = _q(batch, heads, 42)
+    idx = torch.randperm(pool.shape[0], device=DEV)[: batch * ctx].to(torch.int32)
+    indptr = torch.arange(0, batch * ctx + 1, ctx, dtype=torch.int32, device=DEV)
+    out = _poisoned(batch, heads)
+    cfg = {"fp16": True, "pipe": 3, "block_n": 32, "num_warps": 8, **variant}
+    mk.mla_fp8_decode(q, pool, indptr, idx, SCALE, out=out, config=cfg)
+    ref = mk.reference(q, pool, indptr, idx, SCALE)
+    ours = mk.max_rel_err(out, ref)
+    theirs = mk.max_rel_err(_bf16_path(q, pool, indptr, idx), ref)
+    assert not torch.isnan(out).any()
+    assert ours <= 1.5 * theirs + 1e-3, (ours, theirs)
+
+
 @pytest.mark.skipif(not CUDA, reason="CUDA graphs need CUDA")
 def test_gpu_cuda_graph_replay_with_new_lengths(mk):
     """Captured once, replayed after the lengths and indices change in place: the split
@@ -397,7 +437,8 @@ def test_gpu_default_configs_fit_sm120_shared_memory(mk):
     torch.cuda.synchronize()
     kernels = [
         k
-        for entry in mk._mla_fp8_stage1.device_caches.values()
+        for fn in (mk._mla_fp8_stage1, mk._mla_fp8_stage1_pipe)
+        for entry in fn.device_caches.values()
         for part in (entry if isinstance(entry, tuple) else (entry,))
         if isinstance(part, dict)
         for k in part.values()

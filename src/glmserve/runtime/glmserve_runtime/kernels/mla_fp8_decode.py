@@ -22,6 +22,11 @@ the launch does not depend on the lengths and can be captured in a CUDA graph. A
 that needs one split writes the output directly; the others write fp32 partials and a
 log-sum-exp that stage 2 merges.
 
+Two stage-1 kernels: ``_mla_fp8_stage1_pipe`` (the default from batch 4 up to 16 heads)
+leaves the gather to Triton's software pipeliner, which issues the FP8 rows as ``cp.async``
+copies into shared memory; ``_mla_fp8_stage1`` prefetches the rows into registers by hand
+(batch 1-3, and above 16 heads). See ``default_config`` and docs/mla-fp8-kernel.md.
+
 Configs use only what Triton lowers on both sm_90 and sm_120 (``tl.dot`` on BF16 tiles,
 plain loads; no TMA descriptors or warp specialisation) and stay under ~100 KB of shared
 memory per block (checked on the GPU by the tests through the compiled kernel's metadata).
@@ -111,6 +116,50 @@ if triton is not None:
         kl = kl.to(DOT_T)
         kr = kr.to(DOT_T)
         qk = tl.dot(qn, tl.trans(kl))
+        qk = tl.dot(qr, tl.trans(kr), acc=qk)
+        qk = qk * qk_scale[:, None]
+        qk = tl.where(tmask[None, :], qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.reduce(qk, 1, _RED_MAX))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.reduce(p, 1, _RED_ADD)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(OP_T).to(DOT_T), kl, acc=acc)
+        return acc, m_new, l_i
+
+    @triton.jit
+    def _fp8_to_f16_asm(x):
+        """FP8 e4m3 -> FP16, two values per ``cvt`` (exact), as inline PTX that Triton does
+        not move: with ``.to(tl.float16)`` Triton converts in the tensor-core operand
+        layout, which for the P x V operand (tokens are its reduction axis, not the
+        contiguous one) reads shared memory one byte at a time (``LDS.U8``), and the row
+        load, used in two layouts, is not pipelined. Marked impure so that Triton leaves it
+        where it stands (the pure form was not tried). ``cvt.rn.f16x2.e4m3x2`` is PTX ISA
+        7.8, sm_89 and up: sm_90 and sm_120 both have it."""
+        return tl.inline_asm_elementwise(
+            "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; "
+            "cvt.rn.f16x2.e4m3x2 $1, hi; }",
+            "=r,=r,r", [x], dtype=tl.float16, is_pure=False, pack=4)
+
+    @triton.jit
+    def _attend_pipe(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale, OP_T: tl.constexpr,
+                     DOT_T: tl.constexpr, KCONV: tl.constexpr):  # fmt: skip
+        """``_attend`` for the pipelined kernel. ``KCONV``: FP8 -> FP16 as inline PTX for K
+        and V (1, shipped), for V only (2: K converted in its operand layout by Triton), or
+        Triton's ``.to`` for both (0; also the BF16 and interpreted paths)."""
+        if KCONV == 1:
+            kl = _fp8_to_f16_asm(kl)
+            kr = _fp8_to_f16_asm(kr)
+            kt = kl
+        elif KCONV == 2:
+            kt = kl.to(DOT_T)
+            kl = _fp8_to_f16_asm(kl)
+            kr = kr.to(DOT_T)
+        else:
+            kl = kl.to(DOT_T)
+            kr = kr.to(DOT_T)
+            kt = kl
+        qk = tl.dot(qn, tl.trans(kt))
         qk = tl.dot(qr, tl.trans(kr), acc=qk)
         qk = qk * qk_scale[:, None]
         qk = tl.where(tmask[None, :], qk, float("-inf"))
@@ -258,6 +307,93 @@ if triton is not None:
                 tl.store(MidLse + (b * num_heads + heads) * MAX_SPLITS + s, lse, mask=hmask)
 
     @triton.jit(do_not_specialize=["num_heads", "MAX_SPLITS", "MIN_CHUNK"])
+    def _mla_fp8_stage1_pipe(
+        QN, QR, KV, kv_indptr, kv_indices, kv_lens, k_scale_ptr,
+        MidO, MidLse, Out,
+        sm_scale_log2, k_scale_val,
+        stride_qnb, stride_qnh, stride_qrb, stride_qrh, stride_kv,
+        stride_mb, stride_mh, stride_ms, stride_ob, stride_oh,
+        num_heads, MAX_SPLITS, MIN_CHUNK,
+        PAGE_SIZE: tl.constexpr,
+        HAS_LENS: tl.constexpr, SCALE_PTR: tl.constexpr,
+        BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+        DL: tl.constexpr, DR: tl.constexpr, OP_T: tl.constexpr, DOT_T: tl.constexpr,
+        STAGES: tl.constexpr, KCONV: tl.constexpr, ROWS_AHEAD: tl.constexpr,
+    ):  # fmt: skip
+        """Stage 1 with the gather left to Triton's software pipeliner: the token slots and
+        the FP8 rows are plain loads in a ``tl.range(..., num_stages=STAGES)`` loop (no
+        hand prefetch), so the rows of the next tiles are in flight (asynchronous copies
+        into shared memory where Triton emits them) while the current tile is computed.
+        Same arithmetic as ``_mla_fp8_stage1``."""
+        b = tl.program_id(0)
+        hb = tl.program_id(1)
+        s = tl.program_id(2)
+        start = tl.load(kv_indptr + b)
+        if HAS_LENS:  # noqa: SIM108 - a constexpr branch, kept as Triton statements
+            seq_len = tl.load(kv_lens + b)
+        else:
+            seq_len = tl.load(kv_indptr + b + 1) - start
+        n_splits, chunk = _split_geometry(seq_len, MAX_SPLITS, MIN_CHUNK, BLOCK_N)
+        lo = s * chunk
+        hi = tl.minimum(lo + chunk, seq_len)
+
+        heads = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+        hmask = heads < num_heads
+        offs_l = tl.arange(0, DL)
+        offs_r = tl.arange(0, DR)
+        if SCALE_PTR:  # noqa: SIM108
+            kscale = tl.load(k_scale_ptr).to(tl.float32)
+        else:
+            kscale = k_scale_val
+        qk_scale = sm_scale_log2 * kscale
+
+        if s < n_splits:
+            qn = tl.load(QN + b * stride_qnb + heads[:, None] * stride_qnh + offs_l[None, :],
+                         mask=hmask[:, None], other=0.0).to(tl.float32)
+            qr = tl.load(QR + b * stride_qrb + heads[:, None] * stride_qrh + offs_r[None, :],
+                         mask=hmask[:, None], other=0.0).to(tl.float32)
+            if OP_T == tl.float16:  # noqa: SIM300 - a constexpr dtype compare
+                qmax = tl.maximum(tl.reduce(tl.abs(qn), 1, _RED_MAX),
+                                  tl.reduce(tl.abs(qr), 1, _RED_MAX))  # fmt: skip
+                qexp = tl.maximum(tl.ceil(tl.log2(qmax)) - 15.0, 0.0)
+                qn = qn * tl.exp2(-qexp)[:, None]
+                qr = qr * tl.exp2(-qexp)[:, None]
+                qk_scale_h = qk_scale * tl.exp2(qexp)
+            else:
+                qk_scale_h = qk_scale + tl.full([BLOCK_H], 0.0, tl.float32)
+            qn = qn.to(OP_T).to(DOT_T)
+            qr = qr.to(OP_T).to(DOT_T)
+            m_i = tl.full([BLOCK_H], 0.0, tl.float32) - float("inf")
+            l_i = tl.full([BLOCK_H], 0.0, tl.float32)
+            acc = tl.full([BLOCK_H, DL], 0.0, tl.float32)
+            ar = tl.arange(0, BLOCK_N)
+            if ROWS_AHEAD:
+                # the next tile's token slots are loaded by hand a tile ahead, so the FP8
+                # row load is not an indirect load in the pipeliner's eyes
+                rows = _slots(kv_indices, start, lo + ar, (lo + ar) < hi, PAGE_SIZE)
+            for n0 in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
+                toks = n0 + ar
+                tmask = toks < hi
+                if ROWS_AHEAD:
+                    kl, kr = _load_rows(KV, rows, tmask, stride_kv, offs_l, offs_r, DL)
+                    ntoks = toks + BLOCK_N
+                    rows = _slots(kv_indices, start, ntoks, ntoks < hi, PAGE_SIZE)
+                else:
+                    rows = _slots(kv_indices, start, toks, tmask, PAGE_SIZE)
+                    kl, kr = _load_rows(KV, rows, tmask, stride_kv, offs_l, offs_r, DL)
+                acc, m_i, l_i = _attend_pipe(qn, qr, kl, kr, tmask, acc, m_i, l_i, qk_scale_h,
+                                             OP_T, DOT_T, KCONV)  # fmt: skip
+            acc = acc * tl.where(l_i > 0, kscale / l_i, 0.0)[:, None]
+            if n_splits == 1:
+                optr = Out + b * stride_ob + heads[:, None] * stride_oh + offs_l[None, :]
+                tl.store(optr, acc.to(Out.dtype.element_ty), mask=hmask[:, None])
+            else:
+                mptr = MidO + b * stride_mb + heads[:, None] * stride_mh + s * stride_ms
+                tl.store(mptr + offs_l[None, :], acc, mask=hmask[:, None])
+                lse = m_i + tl.log2(l_i)
+                tl.store(MidLse + (b * num_heads + heads) * MAX_SPLITS + s, lse, mask=hmask)
+
+    @triton.jit(do_not_specialize=["num_heads", "MAX_SPLITS", "MIN_CHUNK"])
     def _mla_fp8_stage2(
         MidO, MidLse, Out, kv_indptr, kv_lens,
         stride_mb, stride_mh, stride_ms, stride_ob, stride_oh,
@@ -325,6 +461,13 @@ class Config:
     prefetch: int = 1  # FP8 row tiles loaded ahead of the math: 0, 1 or 2 (True = 1)
     fp16: bool = False  # FP16 tensor-core operands instead of BF16 (see _attend)
     maxnreg: int | None = None  # register cap per thread (more programs per SM, spills)
+    # > 0: stage 1 is ``_mla_fp8_stage1_pipe`` (Triton's software pipeliner issues the
+    # gather as asynchronous copies; ``num_stages`` = ``pipe``); ``prefetch`` is then unused
+    pipe: int = 0
+    # pipe kernel, FP16 operands: FP8 -> FP16 as inline PTX (see _fp8_to_f16_asm) for
+    # nothing (0), K and V (1), or V only (2: K converts in the operand layout)
+    asm_cvt: int = 1
+    rows_ahead: bool = False  # pipe kernel: token slots loaded by hand one tile ahead
 
 
 @functools.lru_cache(maxsize=16)
@@ -349,9 +492,19 @@ def default_config(
     compute-capability major the config is for (default: the device's); the tiles are the
     same for sm_90 and sm_120.
 
-    Up to 16 heads (one 16-row tensor-core tile; 8 heads pad to 16): FP16 operands, 64 KV
-    rows a program, 8 warps, FP8 rows prefetched one tile ahead, at least 128 tokens a
-    split.
+    Up to 16 heads from batch 4 on (run 4, 2026-12-05): the pipelined stage 1
+    (``pipe=3``: the FP8 rows are plain loads in a ``tl.range`` loop that Triton issues as
+    ``cp.async`` copies into two shared-memory buffers, the token slots loaded by hand a
+    tile ahead; FP8 -> FP16 by inline PTX), 32 rows, 4 warps (255 registers, no spills:
+    two programs an SM on sm_90), two programs per SM of split budget. Against run 3's
+    8-warp kernel in the same call (H100, call 3; graph time where measured): 8 x 8K
+    42.6 against 50.5 us, 8 x 32K 118 against 150, 64 x 7.7K 200 against 262, 256 x 1917
+    195 against 261 (8 heads); 8 x 2K and 4 x 4K level; slower at batch 2 (2 x 16K: 40.7
+    against 37.4 us), so batch 1-3 keep the 8-warp kernel.
+
+    Up to 16 heads at batch 1-3 (one 16-row tensor-core tile; 8 heads pad to 16): FP16
+    operands, 64 KV rows a program, 8 warps, FP8 rows prefetched one tile ahead, at least
+    128 tokens a split.
     Chosen on the H200 (2026-12-05, runs 1-2 in benchmarks/results/mla_fp8_decode/): in run
     2 this config (``new_cfg5``) was within 2% of the fastest of 17 at the two 283 MB shapes
     (267 us at 256 x 1917, 8 heads), the fastest at 8 x 32K (158 us) and in CUDA graphs at
@@ -365,7 +518,8 @@ def default_config(
     Above 16 heads (two 16-row tiles a program): BF16, 32 rows, 8 warps, the run-1 default
     (not timed above 16 heads; accuracy tested at 32-128 heads).
 
-    ``max_splits`` aims at about one program per SM over the batch (two at batch 1),
+    ``max_splits`` (8-warp kernel) aims at about one program per SM over the batch (two
+    at batch 1; two for the pipelined kernel, see above),
     rounded down to a power of two (at most 128): few splits when the batch alone fills the
     GPU (the merge pass and the fp32 partials then cost nothing), many at batch 1 so that a
     long context still spreads over every SM. Per request the count shrinks on the device
@@ -381,9 +535,16 @@ def default_config(
     else:
         block_h, block_n, fp16, min_chunk = 32, 32, False, 128
     head_blocks = -(-heads // block_h)
-    target = 2 * sms if batch == 1 else sms
+    pipe = heads <= 16 and batch >= 4
+    # programs per SM the split budget aims at: the pipelined 4-warp kernel runs two an SM
+    # (registers), the 8-warp kernel one (two at batch 1, for long single contexts)
+    target = 2 * sms if (batch == 1 or pipe) else sms
     splits = max(1, min(128, target // max(1, batch * head_blocks)))
     splits = 1 << (splits.bit_length() - 1)  # power of two, rounded down
+    if pipe:
+        return Config(block_h=16, block_n=32, num_warps=4, max_splits=splits,
+                      min_chunk=min_chunk, fp16=True, pipe=3, asm_cvt=1,
+                      rows_ahead=True)  # fmt: skip
     return Config(block_h=block_h, block_n=block_n, num_warps=8, max_splits=splits,
                   min_chunk=min_chunk, fp16=fp16)  # fmt: skip
 
@@ -508,23 +669,14 @@ def mla_fp8_decode(
     scale_val, scale_ptr = _scale_arg(k_scale)
     lens = kv_lens if kv_lens is not None else kv_indptr
     head_blocks = triton.cdiv(heads, cfg.block_h)
-    _mla_fp8_stage1[(batch, head_blocks, cfg.max_splits)](
-        qn, qr, pool2, kv_indptr, kv_indices, lens,
-        scale_ptr if scale_ptr is not None else kv_indptr,
-        mid_o, mid_lse, out,
-        sm_scale * LOG2E, scale_val,
-        qn.stride(0), qn.stride(1), qr.stride(0), qr.stride(1), pool2.stride(0),
-        mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), out.stride(0), out.stride(1),
-        heads, cfg.max_splits, cfg.min_chunk,
-        PAGE_SIZE=page_size,
-        HAS_LENS=kv_lens is not None, SCALE_PTR=scale_ptr is not None,
-        BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n, DL=D_LATENT, DR=D_ROPE,
-        OP_T=tl.float16 if cfg.fp16 else tl.bfloat16,
-        DOT_T=tl.float32 if _interpreting() else (tl.float16 if cfg.fp16 else tl.bfloat16),
-        PREFETCH=int(cfg.prefetch),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
-    )  # fmt: skip
+    if cfg.pipe:
+        _launch_pipe(cfg, batch, head_blocks, qn, qr, pool2, kv_indptr, kv_indices, lens,
+                     scale_ptr, scale_val, mid_o, mid_lse, out, sm_scale, heads, page_size,
+                     kv_lens is not None)  # fmt: skip
+    else:
+        _launch_stage1(cfg, batch, head_blocks, qn, qr, pool2, kv_indptr, kv_indices, lens,
+                       scale_ptr, scale_val, mid_o, mid_lse, out, sm_scale, heads, page_size,
+                       kv_lens is not None)  # fmt: skip
     if cfg.max_splits > 1:
         _mla_fp8_stage2[(batch, heads)](
             mid_o, mid_lse, out, kv_indptr, lens,
@@ -535,6 +687,53 @@ def mla_fp8_decode(
             num_warps=cfg.merge_warps,
         )  # fmt: skip
     return out
+
+
+def _stage1_args(qn, qr, pool2, kv_indptr, kv_indices, lens, scale_ptr, scale_val, mid_o,
+                 mid_lse, out, sm_scale, heads, cfg):  # fmt: skip
+    return (
+        qn, qr, pool2, kv_indptr, kv_indices, lens,
+        scale_ptr if scale_ptr is not None else kv_indptr,
+        mid_o, mid_lse, out,
+        sm_scale * LOG2E, scale_val,
+        qn.stride(0), qn.stride(1), qr.stride(0), qr.stride(1), pool2.stride(0),
+        mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), out.stride(0), out.stride(1),
+        heads, cfg.max_splits, cfg.min_chunk,
+    )  # fmt: skip
+
+
+def _stage1_consts(cfg, page_size, has_lens, scale_ptr) -> dict:
+    return dict(
+        PAGE_SIZE=page_size, HAS_LENS=has_lens, SCALE_PTR=scale_ptr is not None,
+        BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n, DL=D_LATENT, DR=D_ROPE,
+        OP_T=tl.float16 if cfg.fp16 else tl.bfloat16,
+        DOT_T=tl.float32 if _interpreting() else (tl.float16 if cfg.fp16 else tl.bfloat16),
+        num_warps=cfg.num_warps,
+        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
+    )  # fmt: skip
+
+
+def _launch_stage1(cfg, batch, head_blocks, qn, qr, pool2, kv_indptr, kv_indices, lens,
+                   scale_ptr, scale_val, mid_o, mid_lse, out, sm_scale, heads, page_size,
+                   has_lens) -> None:  # fmt: skip
+    args = _stage1_args(qn, qr, pool2, kv_indptr, kv_indices, lens, scale_ptr, scale_val,
+                        mid_o, mid_lse, out, sm_scale, heads, cfg)  # fmt: skip
+    _mla_fp8_stage1[(batch, head_blocks, cfg.max_splits)](
+        *args, PREFETCH=int(cfg.prefetch), num_stages=cfg.num_stages,
+        **_stage1_consts(cfg, page_size, has_lens, scale_ptr),
+    )  # fmt: skip
+
+
+def _launch_pipe(cfg, batch, head_blocks, qn, qr, pool2, kv_indptr, kv_indices, lens,
+                 scale_ptr, scale_val, mid_o, mid_lse, out, sm_scale, heads, page_size,
+                 has_lens) -> None:  # fmt: skip
+    args = _stage1_args(qn, qr, pool2, kv_indptr, kv_indices, lens, scale_ptr, scale_val,
+                        mid_o, mid_lse, out, sm_scale, heads, cfg)  # fmt: skip
+    _mla_fp8_stage1_pipe[(batch, head_blocks, cfg.max_splits)](
+        *args, STAGES=cfg.pipe, ROWS_AHEAD=int(cfg.rows_ahead),
+        KCONV=int(cfg.asm_cvt) if cfg.fp16 and not _interpreting() else 0,
+        num_stages=cfg.pipe, **_stage1_consts(cfg, page_size, has_lens, scale_ptr),
+    )  # fmt: skip
 
 
 def reference(
