@@ -105,12 +105,13 @@ def _points(path: Path, entry) -> list[tuple[int, float]]:
 
 
 def test_the_coefficients_trace_to_the_shipped_split_budget_on_the_h200():
-    """Refit a + c * rows to the shipped kernel config's 8-head times of run 3 (the split
-    budget shipped after it: ``default_config``'s max_splits per batch picks the entry that
-    ran it, ``new`` at batch 1, ``new_cfg6`` from batch 2): the model's coefficients, within
-    1%. The model's error at every point is printed and held to what costmodel's docstring
-    states (the three >= 150 MB shapes within 0.3%, every point within 25%), and the refit
-    beats run 2's own fit on this data."""
+    """Refit a + c * rows to the 8-head times of run 3's kernel at the split budget shipped
+    after it (``new`` at batch 1, ``new_cfg6`` from batch 2: the 8-warp kernel, which still
+    runs at batch 1-3; run 4's pipelined default from batch 4 has no H200 times at its
+    shipped config, so it is not in the fit, docs/known-limits.md): the model's
+    coefficients, within 1%. The model's error at every point is printed and held to what
+    costmodel's docstring states (the three >= 150 MB shapes within 0.3%, every point
+    within 25%), and the refit beats run 2's own fit on this data."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
     from glmserve.runtime.glmserve_runtime.kernels import mla_fp8_decode as mk
@@ -120,10 +121,15 @@ def test_the_coefficients_trace_to_the_shipped_split_budget_on_the_h200():
     assert mk.num_sms(cpu) == run3["env"]["sm_count"] == 132  # default_config sees an H200
 
     def shipped(r: dict) -> str:
-        want = mk.default_config(r["batch"], r["heads"], cpu).max_splits
+        # one program per SM of split budget from batch 2, two at batch 1 (132 SMs); where
+        # ``new`` already ran that budget (batch 1, and 256 where both give one split) it is
+        # the entry, else ``new_cfg6``
+        per_sm = 2 if r["batch"] == 1 else 1
+        want = min(128, 1 << max(0, (per_sm * 132 // r["batch"]).bit_length() - 1))
         names = [k for k in ("new", "new_cfg6") if r[k]["config"]["max_splits"] == want]
         assert names, (r["batch"], r["ctx"], want)
-        assert r[names[0]]["config"]["fp16"] and r[names[0]]["config"]["num_warps"] == 8
+        cfg = r[names[0]]["config"]
+        assert cfg["fp16"] and cfg["num_warps"] == 8
         return names[0]
 
     pts = _points(RUN3, shipped)
