@@ -313,18 +313,23 @@ def adopt_started(store: RunStore, t: Transport, run: RunRecord) -> RunRecord:
     started = read_handshake(t, run.run_dir)
     if started is None:
         return run
-    fields: dict[str, Any] = {
-        "pid": started.pid,
-        "pgid": started.pgid,
-        "proc_start": None if started.start is None else str(started.start),
-        "boot_id": started.boot_id,
-    }
+    fields = _process_fields(started)
     try:
         store.update_run(run.run_id, **fields)
         store.add_event(run.run_id, "STARTING", None, {"pid": started.pid, "adopted": True})
     except GlmserveError:
         return replace(run, **fields)
     return store.get_run(run.run_id)
+
+
+def _process_fields(started: Started) -> dict[str, Any]:
+    """The run record's process identity from a start handshake (what stop verifies)."""
+    return {
+        "pid": started.pid,
+        "pgid": started.pgid,
+        "proc_start": None if started.start is None else str(started.start),
+        "boot_id": started.boot_id,
+    }
 
 
 def _stop_if_started(t: Transport, rec: RunRecord, wait_s: float = 5.0) -> None:
@@ -338,26 +343,14 @@ def _stop_if_started(t: Transport, rec: RunRecord, wait_s: float = 5.0) -> None:
             time.sleep(0.25)
             started = read_handshake(t, rec.run_dir)
         if started is not None:
-            live = replace(
-                rec,
-                pid=started.pid,
-                pgid=started.pgid,
-                proc_start=str(started.start),
-                boot_id=started.boot_id,
-            )
-            stop_process(t, live, timeout=5)
+            stop_process(t, replace(rec, **_process_fields(started)), timeout=5)
 
 
 def _record_start(store: RunStore, t: Transport, rec: RunRecord, started: Started) -> None:
     """Record the started process; if the store cannot take it, stop that process again
     (it is known from the handshake, no store needed) and say so, with its PID when even
     stopping failed, so nothing runs that no record points at."""
-    fields: dict[str, Any] = {
-        "pid": started.pid,
-        "pgid": started.pgid,
-        "proc_start": None if started.start is None else str(started.start),
-        "boot_id": started.boot_id,
-    }
+    fields = _process_fields(started)
     try:
         store.update_run(rec.run_id, **fields)
         store.add_event(rec.run_id, "STARTING", None, {"pid": started.pid, "pgid": started.pgid})
