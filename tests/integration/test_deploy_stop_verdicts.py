@@ -12,27 +12,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 
 import pytest
 from tests.fixtures.cli import GLMSERVE, run_glmserve
+from tests.fixtures.runs import wait_for_recorded_run
 from tests.fixtures.simulator import free_port
 
 from glmserve.store import RunStore
 
 pytestmark = pytest.mark.slow
-
-
-def _wait_for_pid(timeout: float = 60) -> str:
-    """The id of the one run being launched, once its server's process is recorded."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with RunStore.open() as store:
-            runs = [r for r in store.list_runs() if r.pid]
-        if runs:
-            return runs[0].run_id
-        time.sleep(0.1)
-    raise AssertionError("no run was recorded")
 
 
 def _status(run_id: str) -> dict:
@@ -51,7 +39,7 @@ def test_stop_while_launch_watches_is_stopped_not_a_crash(stop_left_runs):
         env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip
     try:
-        run_id = _wait_for_pid()
+        run_id = wait_for_recorded_run()
         stop = run_glmserve("stop", run_id)
         assert stop.returncode == 0, stop.stderr
         out, err = launch.communicate(timeout=60)

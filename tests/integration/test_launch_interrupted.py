@@ -21,22 +21,12 @@ from pathlib import Path
 
 import pytest
 from tests.fixtures.cli import GLMSERVE, run_glmserve
+from tests.fixtures.runs import wait_for_recorded_run
 from tests.fixtures.simulator import free_port
 
 from glmserve.store import RunStore
 
 pytestmark = pytest.mark.slow
-
-
-def _recorded_run(timeout: float = 60) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with RunStore.open() as store:
-            runs = [r for r in store.list_runs() if r.pid]
-        if runs:
-            return runs[0].run_id
-        time.sleep(0.1)
-    raise AssertionError("no run was recorded")
 
 
 def _alive(pid: int) -> bool:
@@ -55,7 +45,7 @@ def test_sigterm_while_launch_watches_is_ctrl_c(stop_left_runs):
         env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip
     try:
-        run_id = _recorded_run()  # recorded: from here on, whenever the signal lands (still
+        run_id = wait_for_recorded_run()  # recorded: from here on, whenever the signal lands (still
         # in Deployment.launch, or watching), the run is named as kept running
         launch.send_signal(signal.SIGTERM)
         _out, err = launch.communicate(timeout=60)
