@@ -98,22 +98,27 @@ def split_e() -> dict[str, str]:
     return halves
 
 
-def score(cases: list[Case]) -> tuple[int, int, list[str]]:
-    """(fully right, root-cause line right, misses) under the importable glmserve."""
+def verdict(case: Case) -> tuple[str, str | None, int | None]:
+    """(state, category, root-cause line) that the importable glmserve gives ``case``."""
     from glmserve.diagnose import diagnose_text
 
+    d = diagnose_text(case.body)
+    return d.state.value, d.category.value if d.category else None, d.line
+
+
+def score(cases: list[Case]) -> tuple[int, int, list[str]]:
+    """(fully right, root-cause line right, misses) under the importable glmserve."""
     right = line_right = 0
     misses = []
     for c in cases:
-        d = diagnose_text(c.body)
-        cat = d.category.value if d.category else None
-        ok = d.state.value == c.state and cat == c.category
+        state, cat, line = verdict(c)
+        ok = state == c.state and cat == c.category
         right += ok
-        line_right += d.line == c.line
-        if not ok or d.line != c.line:
+        line_right += line == c.line
+        if not ok or line != c.line:
             misses.append(
                 f"  {c.name}: want {c.state}/{c.category}/line {c.line}, "
-                f"got {d.state.value}/{cat}/line {d.line}"
+                f"got {state}/{cat}/line {line}"
             )
     return right, line_right, misses
 

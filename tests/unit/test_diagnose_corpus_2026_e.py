@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from glmserve.diagnose import diagnose_lines, diagnose_stream, diagnose_text
+from glmserve.diagnose import diagnose_lines, diagnose_stream
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -57,9 +57,7 @@ def test_the_split_is_the_committed_seeded_draw() -> None:
 
 @pytest.mark.parametrize("case", TUNE, ids=lambda c: c.name)
 def test_tune_half_is_diagnosed_right(case: sd.Case) -> None:
-    d = diagnose_text(case.body)
-    got = (d.state.value, d.category.value if d.category else None, d.line)
-    assert got == (case.state, case.category, case.line)
+    assert sd.verdict(case) == (case.state, case.category, case.line)
 
 
 def test_held_out_half_does_not_regress() -> None:

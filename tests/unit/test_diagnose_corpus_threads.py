@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from glmserve.diagnose import diagnose_text
-
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 import score_diagnose as sd  # noqa: E402
@@ -36,9 +34,7 @@ def test_the_split_is_by_name_only_and_both_halves_are_used() -> None:
 
 @pytest.mark.parametrize("case", TUNE, ids=lambda c: c.name)
 def test_tune_half_is_diagnosed_right(case: sd.Case) -> None:
-    d = diagnose_text(case.body)
-    got = (d.state.value, d.category.value if d.category else None, d.line)
-    assert got == (case.state, case.category, case.line)
+    assert sd.verdict(case) == (case.state, case.category, case.line)
 
 
 def test_held_out_half_does_not_regress() -> None:
